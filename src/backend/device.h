@@ -1,0 +1,35 @@
+// Which device a run uses: precision.device = "auto" | "cpu" | "cuda". A binary linked against
+// cudart runs on machines without a GPU as long as it makes no other CUDA call, so detection is
+// done at run time.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace baton {
+
+struct CudaDeviceInfo {
+  int count = 0;        // visible CUDA devices (0 when none, or built without CUDA)
+  std::string name;     // of device 0
+  size_t memory_bytes = 0;
+  int sm_major = 0, sm_minor = 0;
+  std::string error;    // why count is 0, when the runtime said so
+};
+
+CudaDeviceInfo detect_cuda();
+
+struct BackendChoice {
+  std::unique_ptr<Backend> backend;
+  std::string device;       // "cpu" | "cuda"
+  std::string device_name;  // for the log header and peak-FLOPs lookup
+  std::string note;         // why this choice (e.g. auto fell back to the CPU)
+};
+
+// Throws baton::Error when `device` asks for something this build or machine cannot provide.
+BackendChoice choose_backend(const std::string& device);
+
+// Dense bf16 peak TFLOP/s by device name (A100 312, H100/H200 989); 0 if unknown. CPUs: 0.
+double peak_tflops_for(const std::string& device_name);
+
+}  // namespace baton

@@ -1,0 +1,124 @@
+// Typed configuration (DESIGN §6). TOML files are parsed with toml++ into these structs; every key
+// has a default here. Errors name the key and `file:line` (or `--set` for command-line overrides):
+// unknown keys, wrong types, out-of-range values and inconsistent combinations.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace baton {
+
+struct ModelConfig {
+  std::string kind = "gpt";  // "gpt" | "resnet" | "vgg"
+  int n_layer = 4;
+  int n_head = 4;
+  int d_model = 256;
+  int seq_len = 128;
+  int vocab_size = 0;  // 0 = from the tokenizer
+  double dropout = 0.0;
+};
+
+struct DataConfig {
+  std::string train;      // dataset prefix (PREFIX.bin / PREFIX.idx)
+  std::string valid;      // dataset prefix, optional
+  std::string tokenizer;  // SentencePiece .model
+};
+
+struct TrainConfig {
+  int64_t steps = 1000;
+  int global_batch = 32;  // sequences per optimizer step, over all data-parallel ranks
+  int micro_batch = 8;    // sequences per forward/backward
+  uint64_t seed = 1234;
+  int log_every = 10;
+  int eval_every = 100;  // 0 = never
+  int eval_steps = 10;   // validation batches per evaluation
+};
+
+struct OptimConfig {
+  std::string kind = "adamw";  // "adamw" | "sgd"
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int64_t warmup_steps = 100;
+  std::string decay = "cosine";  // "cosine" | "linear" | "constant"
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double momentum = 0.9;
+  double grad_clip = 1.0;  // 0 = no clipping
+};
+
+struct ParallelConfig {
+  int tp = 1;
+  int pp = 1;
+  int vp = 1;
+  std::string schedule = "1f1b";
+  bool sequence_parallel = false;
+  bool zero1 = false;
+  std::string recompute = "none";  // "none" | "selective" | "full"
+  bool scatter_gather = false;
+};
+
+struct PrecisionConfig {
+  std::string device = "auto";  // "auto" | "cpu" | "cuda"
+  std::string compute = "fp32";  // "fp32" | "bf16"
+};
+
+struct CheckpointConfig {
+  std::string dir;  // empty = <run.dir>/ckpt
+  int64_t every = 0;  // 0 = only at the end
+  int keep = 3;
+  std::string resume = "auto";  // "auto" | "never" | path
+};
+
+struct RunConfig {
+  std::string dir = "runs/default";
+};
+
+struct HeteroConfig {
+  std::string sync = "allreduce";  // "allreduce" | "wsp"
+  int staleness = 0;               // D
+  std::string cluster;
+  std::vector<std::string> virtual_workers;
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  ParallelConfig parallel;
+  PrecisionConfig precision;
+  CheckpointConfig checkpoint;
+  RunConfig run;
+  HeteroConfig hetero;
+
+  std::string source_path;  // the TOML file it came from ("" if built in code)
+
+  // Derived (valid after validate()):
+  int dp = 1;  // data-parallel size = world / (tp * pp)
+  int micro_batches_per_step() const { return global_batch_per_rank() / train.micro_batch; }
+  int global_batch_per_rank() const { return train.global_batch / dp; }
+  std::string checkpoint_dir() const { return checkpoint.dir.empty() ? run.dir + "/ckpt" : checkpoint.dir; }
+
+  // The resolved config as TOML text (every key, defaults included); load_config_string() of it
+  // gives back an equal Config.
+  std::string to_toml() const;
+};
+
+// Parse `path`, apply `overrides` ("section.key=value", same validation; the value is parsed as a
+// TOML value, and a bare word is taken as a string), and validate for `world_size` ranks.
+// Throws baton::Error naming the key and file:line.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
+                   int world_size = 1);
+// Same from TOML text; `origin` names the source in errors.
+Config load_config_string(const std::string& toml_text, const std::string& origin,
+                          const std::vector<std::string>& overrides = {}, int world_size = 1);
+
+// Checks ranges and combinations; called by load_config. Throws baton::Error.
+void validate(Config& cfg, int world_size);
+
+// Writes cfg.to_toml() to `<dir>/config.toml` (creating dir). Returns the path.
+std::string write_resolved_config(const Config& cfg, const std::string& dir);
+
+}  // namespace baton

@@ -1,0 +1,20 @@
+#include "optim/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace baton {
+
+double LrSchedule::at(int64_t step) const {
+  if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  if (decay == "constant") return lr;
+  const int64_t span = std::max<int64_t>(1, total_steps - warmup_steps);
+  const double progress = std::clamp(static_cast<double>(step - warmup_steps) / span, 0.0, 1.0);
+  if (decay == "linear") return lr + (min_lr - lr) * progress;
+  BATON_ASSERT(decay == "cosine", "unknown decay '{}'", decay);
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+}  // namespace baton

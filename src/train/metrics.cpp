@@ -1,0 +1,46 @@
+#include "train/metrics.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace baton {
+
+double gpt_model_flops_per_step(int64_t B, int s, int l, int h, int V) {
+  const double hd = h;
+  return 72.0 * B * s * l * hd * hd * (1.0 + s / (6.0 * hd) + V / (12.0 * l * hd));
+}
+
+double gpt_hardware_flops_full_recompute(int64_t B, int s, int l, int h, int V) {
+  const double hd = h;
+  return 96.0 * B * s * l * hd * hd * (1.0 + s / (6.0 * hd) + V / (16.0 * l * hd));
+}
+
+MetricsWriter::MetricsWriter(const std::string& dir, bool append) {
+  if (dir.empty()) return;
+  std::filesystem::create_directories(dir);
+  path_ = dir + "/metrics.jsonl";
+  file_ = std::fopen(path_.c_str(), append ? "a" : "w");
+  BATON_REQUIRE(file_ != nullptr, fmt::format("cannot open {} for writing", path_),
+                "check that run.dir is writable");
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  if (!file_) return;
+  nlohmann::json j = {{"step", m.step},           {"loss", m.loss},
+                      {"lr", m.lr},               {"grad_norm", m.grad_norm},
+                      {"step_ms", m.step_ms},     {"tokens_per_s", m.tokens_per_s},
+                      {"tflops_per_gpu", m.tflops_per_gpu}};
+  j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
+  if (m.val_loss) j["val_loss"] = *m.val_loss;
+  const std::string line = j.dump() + "\n";
+  std::fputs(line.c_str(), file_);
+  std::fflush(file_);
+}
+
+}  // namespace baton
