@@ -16,7 +16,9 @@ struct ParamSpec {
   bool decay = false;          // AdamW weight decay applies (2-D weights only)
   int tp_dim = -1;             // dimension split across tensor-parallel ranks, -1 = replicated
   std::string tied;            // non-empty: also used as this role (e.g. wte is also "lm_head")
-  float init_std = 0.02f;      // normal(0, init_std); 0 = ones (norm gains) ; <0 = zeros
+  enum class Init : uint8_t { NORMAL, ZEROS, ONES };
+  Init init = Init::NORMAL;
+  float init_std = 0.02f;      // for Init::NORMAL
 };
 
 class ParamTable {

@@ -1,0 +1,45 @@
+// `baton generate --checkpoint PATH --prompt TEXT`: rebuilds the model from the config stored in
+// the weights file, loads the weights and samples a continuation.
+#include <cstdio>
+#include <filesystem>
+
+#include "app/app.h"
+#include "backend/device.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "model/gpt_model.h"
+#include "train/sampler.h"
+#include "train/weights_file.h"
+
+namespace baton::app {
+
+int run_generate(const GenerateOptions& opts) {
+  std::string path = opts.checkpoint;
+  if (std::filesystem::is_directory(path)) path += "/weights.bin";
+  WeightsFile w = load_weights(path);
+  Config cfg = load_config_string(w.config_toml, path + " (stored config)");
+  const std::string tok_path = opts.tokenizer.empty() ? cfg.data.tokenizer : opts.tokenizer;
+  BATON_REQUIRE(!tok_path.empty(), fmt::format("'{}' names no tokenizer", path),
+                "pass --tokenizer MODEL (the SentencePiece .model the dataset was built with)");
+  auto tokenizer = Tokenizer::load(tok_path);
+  const GptDims dims = gpt_dims(cfg.model, tokenizer->vocab_size());
+  BackendChoice choice = choose_backend(cfg.precision.device == "cuda" ? "auto" : cfg.precision.device);
+  GptModel model(dims, *choice.backend);
+  std::vector<float> host(model.table().total());
+  copy_weights_into(w, model.table(), host.data(), path);
+  choice.backend->to_device(model.params(), host.data(), host.size() * sizeof(float));
+
+  SampleOptions so;
+  so.tokens = opts.tokens;
+  so.temperature = opts.temperature;
+  so.top_k = opts.top_k;
+  so.seed = opts.seed;
+  std::vector<int32_t> ids = tokenizer->encode(opts.prompt);
+  const std::vector<int32_t> more = sample_tokens(model, ids, so);
+  ids.insert(ids.end(), more.begin(), more.end());
+  std::printf("%s\n", tokenizer->decode(ids).c_str());
+  return 0;
+}
+
+}  // namespace baton::app

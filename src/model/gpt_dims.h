@@ -1,0 +1,23 @@
+// Sizes of a GPT (DESIGN §5 letters): L layers, NH heads, C channels, T max sequence, V vocabulary
+// and Vp = V padded to a multiple of 128 (efficient GEMMs; padded logits are masked in the loss).
+#pragma once
+#include "config/config.h"
+
+namespace baton {
+
+struct GptDims {
+  int n_layer = 0;  // L
+  int n_head = 0;   // NH
+  int d_model = 0;  // C
+  int seq_len = 0;  // T (maximum; positions table size)
+  int vocab = 0;    // V
+  int vocab_padded = 0;  // Vp
+  int head_size() const { return d_model / n_head; }
+};
+
+inline int pad_vocab(int v, int multiple = 128) { return (v + multiple - 1) / multiple * multiple; }
+
+// model.vocab_size when set, else the tokenizer's.
+GptDims gpt_dims(const ModelConfig& m, int tokenizer_vocab);
+
+}  // namespace baton

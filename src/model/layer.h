@@ -1,0 +1,56 @@
+// Layer: the unit a model is built from and a pipeline stage holds a contiguous range of. A layer
+// registers its parameters in the ParamTable, says how many floats of activations it saves per
+// micro-batch and how much shared scratch it needs, and runs forward/backward on one micro-batch.
+//
+// Activations are stored explicitly per micro-batch in a `saved` buffer owned by the caller, so a
+// pipeline can keep several micro-batches in flight; scratch (`LayerCtx::workspace`) is shared and
+// only valid inside one call.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+#include "model/param_table.h"
+
+namespace baton {
+
+// Everything a layer call needs besides its input/output buffers.
+struct LayerCtx {
+  Backend* be = nullptr;
+  const ParamTable* table = nullptr;
+  float* params = nullptr;  // flat parameter buffer (backend memory)
+  float* grads = nullptr;   // flat gradient buffer (accumulated into)
+  float* workspace = nullptr;
+  int B = 0, T = 0;                   // micro-batch shape
+  const int32_t* tokens = nullptr;    // [B,T] (backend memory)
+  const int32_t* targets = nullptr;   // [B,T] (backend memory); null when only logits are wanted
+  bool training = true;  // forward also prepares what backward needs (e.g. logits gradient)
+  float dloss = 1.0f;    // d(total loss)/d(per-token loss): 1 / tokens in the optimizer step
+
+  float* param(int i) const { return table->at(params, i); }
+  float* grad(int i) const { return table->at(grads, i); }
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string name() const = 0;
+  virtual void add_params(ParamTable& table) = 0;
+  // Floats this layer keeps per micro-batch between forward and backward (its output included).
+  virtual size_t saved_floats(int B, int T) const = 0;
+  // Shared scratch floats one call needs.
+  virtual size_t workspace_floats(int B, int T) const = 0;
+  // Floats of this layer's output per micro-batch (what the next layer or stage receives).
+  virtual size_t output_floats(int B, int T) const = 0;
+  // The output lives inside `saved`; returns where.
+  virtual float* output(float* saved, int B, int T) const = 0;
+  // in: previous layer's output (unused by the first layer, which reads ctx.tokens).
+  virtual void forward(const LayerCtx& ctx, const float* in, float* saved) = 0;
+  // dout: gradient w.r.t. this layer's output (unused by the loss layer); din: gradient w.r.t.
+  // `in`, overwritten (null for the first layer).
+  virtual void backward(const LayerCtx& ctx, const float* in, const float* dout, float* din,
+                        float* saved) = 0;
+};
+
+}  // namespace baton

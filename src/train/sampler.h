@@ -1,0 +1,23 @@
+// Autoregressive sampling from a GPT: temperature and top-k over the last position's logits,
+// recomputing the context each token (no KV cache; the models sampled here are small).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt_model.h"
+
+namespace baton {
+
+struct SampleOptions {
+  int tokens = 64;
+  double temperature = 0.8;  // 0 = greedy
+  int top_k = 40;            // 0 = whole vocabulary
+  uint64_t seed = 1;
+  int32_t stop_token = -1;   // stop early when sampled (e.g. end of text); -1 = never
+};
+
+// Returns the generated continuation (without the prompt). `prompt` must not be empty.
+std::vector<int32_t> sample_tokens(GptModel& model, const std::vector<int32_t>& prompt,
+                                   const SampleOptions& opts);
+
+}  // namespace baton

@@ -1,0 +1,248 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "backend/device.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/stop_signal.h"
+#include "core/timer.h"
+#include "data/indexed_dataset.h"
+#include "data/token_loader.h"
+#include "data/tokenizer.h"
+#include "model/gpt_model.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/sampler.h"
+#include "train/weights_file.h"
+
+namespace baton {
+namespace {
+
+std::string human_count(double x) {
+  if (x >= 1e9) return fmt::format("{:.2f}G", x / 1e9);
+  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
+  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
+  return fmt::format("{:.0f}", x);
+}
+
+std::string human_duration(double s) {
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+std::unique_ptr<IndexedDataset> open_dataset(const std::string& prefix, const char* key,
+                                             int vocab) {
+  auto ds = IndexedDataset::open(prefix);
+  const int32_t max_id = ds->max_token_id();
+  BATON_REQUIRE(max_id < vocab,
+                fmt::format("dataset '{}' ({}) has token id {} but the model's vocabulary has {} "
+                            "tokens",
+                            prefix, key, max_id, vocab),
+                "data.tokenizer must be the tokenizer the dataset was built with");
+  return ds;
+}
+
+// Entropy (nats) of the unigram distribution of the first `limit` tokens: the loss of a model that
+// learned token frequencies and nothing else, the baseline a trained model must beat.
+double unigram_entropy(const IndexedDataset& ds, int vocab, int64_t limit = int64_t(1) << 24) {
+  const int64_t n = std::min(ds.num_tokens(), limit);
+  std::vector<int64_t> counts(vocab, 0);
+  std::vector<int32_t> chunk(1 << 16);
+  for (int64_t pos = 0; pos < n; pos += static_cast<int64_t>(chunk.size())) {
+    const int64_t k = std::min<int64_t>(static_cast<int64_t>(chunk.size()), n - pos);
+    ds.read_tokens(pos, k, chunk.data());
+    for (int64_t i = 0; i < k; ++i) counts[chunk[i]]++;
+  }
+  double h = 0;
+  for (int64_t c : counts)
+    if (c > 0) h -= (double(c) / n) * std::log(double(c) / n);
+  return h;
+}
+
+// Mean loss over `batches` validation batches of `rows` sequences, micro-batched.
+double evaluate(GptModel& model, const TokenLoader& loader, int batches, int rows, int micro) {
+  const int T = loader.seq_len();
+  std::vector<int32_t> x(size_t(micro) * T), y(size_t(micro) * T);
+  double sum = 0;
+  int64_t count = 0;
+  for (int b = 0; b < batches; ++b) {
+    for (int r = 0; r < rows; r += micro) {
+      loader.eval_rows(b, rows, r, micro, x.data(), y.data());
+      sum += model.forward(0, x.data(), y.data(), micro, T, false, 0.0f);
+      count += int64_t(micro) * T;
+    }
+  }
+  return sum / static_cast<double>(count);
+}
+
+}  // namespace
+
+TrainSummary train(const Config& cfg) {
+  BATON_REQUIRE(cfg.model.kind == "gpt",
+                fmt::format("model.kind = \"{}\" is not trainable yet", cfg.model.kind),
+                "only GPT models train today; CNNs arrive with the HetPipe/CNN issue");
+  BATON_REQUIRE(cfg.optim.kind == "adamw",
+                fmt::format("optim.kind = \"{}\" is not implemented yet", cfg.optim.kind),
+                "use optim.kind = \"adamw\"");
+  BATON_REQUIRE(cfg.model.dropout == 0.0, "model.dropout > 0 is not implemented yet",
+                "set model.dropout = 0");
+  BATON_REQUIRE(cfg.precision.compute == "fp32" || cfg.precision.device != "cpu",
+                "precision.compute = \"bf16\" needs the CUDA backend", "use compute = \"fp32\" on the CPU");
+  BATON_REQUIRE(cfg.parallel.recompute == "none",
+                fmt::format("parallel.recompute = \"{}\" is not implemented yet", cfg.parallel.recompute),
+                "use recompute = \"none\"");
+  BATON_REQUIRE(!cfg.data.train.empty(), "data.train is not set",
+                "set data.train to a dataset prefix built with `baton data build`");
+
+  // ---- data ----
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!cfg.data.tokenizer.empty()) tokenizer = Tokenizer::load(cfg.data.tokenizer);
+  const GptDims dims = gpt_dims(cfg.model, tokenizer ? tokenizer->vocab_size() : 0);
+  auto train_ds = open_dataset(cfg.data.train, "data.train", dims.vocab);
+  std::unique_ptr<IndexedDataset> valid_ds;
+  if (!cfg.data.valid.empty()) valid_ds = open_dataset(cfg.data.valid, "data.valid", dims.vocab);
+  const int T = cfg.model.seq_len;
+  TokenLoader train_loader(*train_ds, T, cfg.train.seed);
+  std::unique_ptr<TokenLoader> valid_loader;
+  if (valid_ds) valid_loader = std::make_unique<TokenLoader>(*valid_ds, T, cfg.train.seed);
+
+  // ---- model, optimizer ----
+  BackendChoice choice = choose_backend(cfg.precision.device);
+  Backend& be = *choice.backend;
+  GptModel model(dims, be);
+  model.init_weights(cfg.train.seed);
+  const int micro = cfg.train.micro_batch;
+  const int rows = cfg.global_batch_per_rank();
+  const int accum = cfg.micro_batches_per_step();
+  model.reserve(micro, T, 1);
+  AdamW opt(be, model.table(), cfg.optim);
+  LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps,
+                   cfg.optim.decay};
+
+  // ---- header ----
+  const double flops = gpt_model_flops_per_step(cfg.train.global_batch, T, dims.n_layer,
+                                                dims.d_model, dims.vocab_padded);
+  const double peak = peak_tflops_for(choice.device_name);
+  const int64_t tokens_per_step = int64_t(cfg.train.global_batch) * T;
+  log::info("baton {} | device {} ({})", build::version, choice.device, choice.device_name);
+  if (!choice.note.empty()) log::info("note: {}", choice.note);
+  log::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {} (padded {}) | {} parameters",
+            dims.n_layer, dims.d_model, dims.n_head, T, dims.vocab, dims.vocab_padded,
+            human_count(static_cast<double>(model.table().count())));
+  log::info("data: train {} ({} tokens){} | {} tokens/step = {} x {} micro-batches x {} seq",
+            cfg.data.train, human_count(static_cast<double>(train_ds->num_tokens())),
+            valid_ds ? fmt::format(", valid {} ({} tokens)", cfg.data.valid,
+                                   human_count(static_cast<double>(valid_ds->num_tokens())))
+                     : std::string(", no validation set"),
+            tokens_per_step, accum, micro, T);
+  log::info("baseline: unigram entropy of the training tokens = {:.3f} nats (a model that learned "
+            "only token frequencies scores this)", unigram_entropy(*train_ds, dims.vocab));
+  log::info("memory: params+grads+adam {:.1f} MiB, activations {:.1f} MiB",
+            4.0 * model.table().total() * sizeof(float) / 1048576.0,
+            model.activation_bytes() / 1048576.0);
+  log::info("flops: 72*B*s*l*h^2*(1 + s/6h + V/12lh) = {:.3g} per step; peak {}",
+            flops, peak > 0 ? fmt::format("{:.0f} TFLOP/s (MFU reported)", peak)
+                            : std::string("unknown for this device (MFU not reported)"));
+  const std::string config_path = write_resolved_config(cfg, cfg.run.dir);
+  MetricsWriter metrics(cfg.run.dir, false);
+  log::info("run dir: {} (config {}, metrics {})", cfg.run.dir, config_path, metrics.path());
+
+  // ---- loop ----
+  install_stop_handlers();
+  TrainSummary summary;
+  std::vector<int32_t> x(size_t(micro) * T), y(size_t(micro) * T);
+  const float dloss = 1.0f / static_cast<float>(int64_t(rows) * T);
+  Timer run_timer;
+  double loss_window = 0;
+  int window_steps = 0;
+  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+    Timer step_timer;
+    model.zero_grads();
+    double loss_sum = 0;
+    for (int mb = 0; mb < accum; ++mb) {
+      train_loader.train_rows(step, mb * micro, micro, x.data(), y.data());
+      loss_sum += model.forward(0, x.data(), y.data(), micro, T, true, dloss);
+      model.backward(0);
+    }
+    const double loss = loss_sum / (double(rows) * T);
+    const ClipResult clip = clip_by_global_norm(be, model.grads(), model.table().total(), cfg.optim.grad_clip);
+    BATON_REQUIRE(std::isfinite(loss) && std::isfinite(clip.norm),
+                  fmt::format("training diverged at step {} (loss {}, grad norm {})", step + 1, loss, clip.norm),
+                  "lower optim.lr or raise optim.warmup_steps");
+    const double lr = sched.at(step);
+    opt.step(model.params(), model.grads(), lr, clip.scale, step + 1);
+    be.synchronize();
+    const double step_s = step_timer.seconds();
+
+    summary.steps_done++;
+    summary.last_step = step + 1;
+    summary.last_loss = loss;
+    loss_window += loss;
+    window_steps++;
+
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = loss;
+    m.lr = lr;
+    m.grad_norm = clip.norm;
+    m.step_ms = step_s * 1e3;
+    m.tokens_per_s = tokens_per_step / step_s;
+    m.tflops_per_gpu = flops / step_s / 1e12;
+    if (peak > 0) m.mfu = m.tflops_per_gpu / peak;
+    const bool last = step + 1 == cfg.train.steps;
+    const bool eval_now = valid_loader && ((cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last);
+    if (eval_now) {
+      m.val_loss = evaluate(model, *valid_loader, cfg.train.eval_steps, rows, micro);
+      summary.last_val_loss = m.val_loss;
+    }
+    const bool log_now = (step + 1) % cfg.train.log_every == 0 || last || step == 0 || eval_now;
+    if (log_now || eval_now) metrics.write(m);
+    if (log_now) {
+      const double elapsed = run_timer.seconds();
+      const double eta = elapsed / (step + 1) * (cfg.train.steps - step - 1);
+      log::info("step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {} tok/s | "
+                "{:.3f} TFLOP/s{} | eta {}",
+                step + 1, cfg.train.steps, loss_window / window_steps,
+                m.val_loss ? fmt::format(" | val {:.4f}", *m.val_loss) : std::string(), lr,
+                clip.norm, m.step_ms, human_count(m.tokens_per_s), m.tflops_per_gpu,
+                m.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *m.mfu) : std::string(),
+                human_duration(eta));
+      loss_window = 0;
+      window_steps = 0;
+    }
+    if (stop_requested()) {
+      summary.stopped_by_signal = true;
+      log::info("stop requested (signal {}): stopping after step {}", stop_signal_number(), step + 1);
+      break;
+    }
+  }
+
+  // ---- final weights and a sample ----
+  std::vector<float> host(model.table().total());
+  be.to_host(host.data(), model.params(), host.size() * sizeof(float));
+  summary.weights_path = cfg.checkpoint_dir() + "/weights.bin";
+  save_weights(summary.weights_path, model.table(), host.data(), summary.last_step, cfg.to_toml());
+  log::info("saved weights: {} (step {}) in {}", summary.weights_path, summary.last_step,
+            human_duration(run_timer.seconds()));
+  if (tokenizer && !summary.stopped_by_signal) {
+    SampleOptions so;
+    so.seed = cfg.train.seed;
+    so.tokens = 48;
+    const std::string prompt = "The";
+    std::vector<int32_t> ids = tokenizer->encode(prompt);
+    const std::vector<int32_t> more = sample_tokens(model, ids, so);
+    ids.insert(ids.end(), more.begin(), more.end());
+    log::info("sample: {}", tokenizer->decode(ids));
+  }
+  return summary;
+}
+
+}  // namespace baton

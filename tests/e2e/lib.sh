@@ -1,0 +1,35 @@
+# Shared helpers for e2e tests (sourced). Env: BATON (binary), SRC (source dir), WORK (scratch).
+set -euo pipefail
+: "${BATON:?}" "${SRC:?}" "${WORK:?}"
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# expect_error "substring" cmd...: the command must exit non-zero, print `error: ...substring...`
+# and a `hint: ` line on stderr.
+expect_error() {
+  local want=$1; shift
+  local rc=0
+  "$@" >out.txt 2>err.txt || rc=$?
+  [ "$rc" -ne 0 ] || fail "expected failure: $*"
+  grep -q "^error: .*$want" err.txt || { cat err.txt >&2; fail "no 'error: ...$want' from: $*"; }
+  grep -q "^hint: " err.txt || { cat err.txt >&2; fail "no hint line from: $*"; }
+}
+
+# A small deterministic corpus with learnable structure: sentences from a tiny grammar.
+make_corpus() {
+  local out=$1 docs=${2:-40}
+  python3 - "$out" "$docs" <<'PY'
+import random, sys
+out, docs = sys.argv[1], int(sys.argv[2])
+rng = random.Random(7)
+subj = ["the cat", "a dog", "the old man", "my sister", "the jury", "a bird"]
+verb = ["saw", "liked", "followed", "heard", "found", "painted"]
+obj = ["the house", "a river", "the red car", "an apple", "the city", "a song"]
+with open(out, "w") as f:
+    for d in range(docs):
+        for s in range(30):
+            f.write(f"{rng.choice(subj).capitalize()} {rng.choice(verb)} {rng.choice(obj)}. ")
+        f.write("\n<|endoftext|>\n")
+PY
+}
