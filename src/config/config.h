@@ -3,6 +3,7 @@
 // unknown keys, wrong types, out-of-range values and inconsistent combinations.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,12 +17,16 @@ struct ModelConfig {
   int seq_len = 128;
   int vocab_size = 0;  // 0 = from the tokenizer
   double dropout = 0.0;
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct DataConfig {
   std::string train;      // dataset prefix (PREFIX.bin / PREFIX.idx)
   std::string valid;      // dataset prefix, optional
   std::string tokenizer;  // SentencePiece .model
+
+  bool operator==(const DataConfig&) const = default;
 };
 
 struct TrainConfig {
@@ -32,6 +37,8 @@ struct TrainConfig {
   int log_every = 10;
   int eval_every = 100;  // 0 = never
   int eval_steps = 10;   // validation batches per evaluation
+
+  bool operator==(const TrainConfig&) const = default;
 };
 
 struct OptimConfig {
@@ -46,6 +53,8 @@ struct OptimConfig {
   double eps = 1e-8;
   double momentum = 0.9;
   double grad_clip = 1.0;  // 0 = no clipping
+
+  bool operator==(const OptimConfig&) const = default;
 };
 
 struct ParallelConfig {
@@ -57,11 +66,15 @@ struct ParallelConfig {
   bool zero1 = false;
   std::string recompute = "none";  // "none" | "selective" | "full"
   bool scatter_gather = false;
+
+  bool operator==(const ParallelConfig&) const = default;
 };
 
 struct PrecisionConfig {
   std::string device = "auto";  // "auto" | "cpu" | "cuda"
   std::string compute = "fp32";  // "fp32" | "bf16"
+
+  bool operator==(const PrecisionConfig&) const = default;
 };
 
 struct CheckpointConfig {
@@ -69,10 +82,14 @@ struct CheckpointConfig {
   int64_t every = 0;  // 0 = only at the end
   int keep = 3;
   std::string resume = "auto";  // "auto" | "never" | path
+
+  bool operator==(const CheckpointConfig&) const = default;
 };
 
 struct RunConfig {
   std::string dir = "runs/default";
+
+  bool operator==(const RunConfig&) const = default;
 };
 
 struct HeteroConfig {
@@ -80,6 +97,15 @@ struct HeteroConfig {
   int staleness = 0;               // D
   std::string cluster;
   std::vector<std::string> virtual_workers;
+
+  bool operator==(const HeteroConfig&) const = default;
+};
+
+// Where a key's value came from: `file:line` or `--set`. `order` ranks sources so that the one
+// applied last wins (file keys by line, then --set overrides in command-line order).
+struct KeyOrigin {
+  std::string where;
+  int64_t order = 0;
 };
 
 struct Config {
@@ -94,6 +120,9 @@ struct Config {
   HeteroConfig hetero;
 
   std::string source_path;  // the TOML file it came from ("" if built in code)
+  // "section.key" -> where it was set; keys not listed kept their defaults. Filled by load_config*
+  // so that validate() can name the line of an inconsistent value.
+  std::map<std::string, KeyOrigin> origins;
 
   // Derived (valid after validate()):
   int dp = 1;  // data-parallel size = world / (tp * pp)
@@ -104,6 +133,9 @@ struct Config {
   // The resolved config as TOML text (every key, defaults included); load_config_string() of it
   // gives back an equal Config.
   std::string to_toml() const;
+
+  // Equal settings (the nine sections); source_path, origins and dp are bookkeeping and ignored.
+  bool operator==(const Config& other) const;
 };
 
 // Parse `path`, apply `overrides` ("section.key=value", same validation; the value is parsed as a

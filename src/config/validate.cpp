@@ -1,0 +1,140 @@
+// validate(): ranges and allowed values of every key (from the key table), then the combinations
+// that no single key can check. Errors name the key and the `file:line` it was set at
+// (Config::origins); for a combination, the line of the key set last (the one most likely edited).
+#include <algorithm>
+#include <initializer_list>
+
+#include "config/config.h"
+#include "config/config_keys.h"
+#include "core/error.h"
+
+namespace baton {
+namespace {
+
+using config_detail::KeyDesc;
+
+// Where `key` was set, or "(default)" when no file line or --set gave it.
+std::string where(const Config& cfg, const std::string& key) {
+  if (auto it = cfg.origins.find(key); it != cfg.origins.end()) return it->second.where;
+  return "(default)";
+}
+
+// The location of whichever of `keys` was set last; "(default)" when none was set.
+std::string latest(const Config& cfg, std::initializer_list<const char*> keys) {
+  const KeyOrigin* best = nullptr;
+  for (const char* k : keys)
+    if (auto it = cfg.origins.find(k); it != cfg.origins.end())
+      if (!best || it->second.order > best->order) best = &it->second;
+  return best ? best->where : where(cfg, *keys.begin());
+}
+
+void check_key(const Config& cfg, const KeyDesc& key) {
+  Config& c = const_cast<Config&>(cfg);  // the table's accessors serve reads and writes
+  std::visit(
+      [&](auto get) {
+        const auto& v = get(c);
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+          if (!key.range.contains(static_cast<double>(v)))
+            throw Error(fmt::format("{}: {} must be {}, got {}", where(cfg, key.full_name()),
+                                    key.full_name(), key.range.describe(),
+                                    config_detail::format_field(key, cfg)),
+                        fmt::format("set {} ({}) to a value {}", key.full_name(), key.doc,
+                                    key.range.describe()));
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!key.allowed.empty() &&
+              std::find(key.allowed.begin(), key.allowed.end(), v) == key.allowed.end())
+            throw Error(
+                fmt::format("{}: {} = {} is not an allowed value", where(cfg, key.full_name()),
+                            key.full_name(), config_detail::toml_string(v)),
+                config_detail::suggest_value(key, v));
+          if (key.non_empty && v.empty())
+            throw Error(fmt::format("{}: {} must not be empty", where(cfg, key.full_name()),
+                                    key.full_name()),
+                        fmt::format("set {} ({})", key.full_name(), key.doc));
+        }
+      },
+      key.field);
+}
+
+[[noreturn]] void inconsistent(const std::string& at, const std::string& what,
+                               const std::string& hint) {
+  throw Error(fmt::format("{}: {}", at, what), hint);
+}
+
+}  // namespace
+
+void validate(Config& cfg, int world_size) {
+  BATON_ASSERT(world_size >= 1, "world_size {} < 1", world_size);
+  for (const KeyDesc& key : config_detail::config_keys()) check_key(cfg, key);
+
+  const auto& m = cfg.model;
+  if (m.kind == "gpt" && m.d_model % m.n_head != 0)
+    inconsistent(
+        latest(cfg, {"model.d_model", "model.n_head"}),
+        fmt::format("model.n_head = {} does not divide model.d_model = {}", m.n_head, m.d_model),
+        fmt::format("each head gets d_model / n_head channels: use a d_model that is a "
+                    "multiple of {} (e.g. {}), or another n_head",
+                    m.n_head, (m.d_model / m.n_head + 1) * m.n_head));
+
+  const auto& o = cfg.optim;
+  if (o.min_lr > o.lr)
+    inconsistent(latest(cfg, {"optim.min_lr", "optim.lr"}),
+                 fmt::format("optim.min_lr = {} is greater than optim.lr = {}",
+                             config_detail::toml_float(o.min_lr), config_detail::toml_float(o.lr)),
+                 "the learning rate decays from optim.lr to optim.min_lr: set min_lr <= lr "
+                 "(e.g. min_lr = lr / 10)");
+
+  const auto& p = cfg.parallel;
+  if (p.vp > 1 && p.schedule != "interleaved")
+    inconsistent(
+        latest(cfg, {"parallel.vp", "parallel.schedule"}),
+        fmt::format("parallel.vp = {} needs parallel.schedule = \"interleaved\", got \"{}\"", p.vp,
+                    p.schedule),
+        "virtual pipeline chunks only exist in the interleaved 1F1B schedule: set "
+        "schedule = \"interleaved\" or vp = 1");
+  if (m.kind == "gpt" && m.n_head % p.tp != 0)
+    inconsistent(latest(cfg, {"parallel.tp", "model.n_head"}),
+                 fmt::format("parallel.tp = {} does not divide model.n_head = {}", p.tp, m.n_head),
+                 "tensor parallelism splits the attention heads: use a tp that divides n_head");
+  if (m.kind == "gpt" && m.n_layer < p.pp * p.vp)
+    inconsistent(
+        latest(cfg, {"model.n_layer", "parallel.pp", "parallel.vp"}),
+        fmt::format("model.n_layer = {} is fewer than parallel.pp × parallel.vp = {} model chunks",
+                    m.n_layer, p.pp * p.vp),
+        "every pipeline chunk needs at least one layer: raise n_layer or lower pp / vp");
+
+  const int64_t model_ranks = int64_t{p.tp} * p.pp;
+  if (world_size % model_ranks != 0)
+    inconsistent(
+        latest(cfg, {"parallel.tp", "parallel.pp"}),
+        fmt::format(
+            "the world size {} is not a multiple of parallel.tp × parallel.pp = {} × {} = {}",
+            world_size, p.tp, p.pp, model_ranks),
+        fmt::format("run on a multiple of {} ranks ({}, {}, {}, ...), or change tp / pp",
+                    model_ranks, model_ranks, 2 * model_ranks, 3 * model_ranks));
+  cfg.dp = static_cast<int>(world_size / model_ranks);
+
+  const auto& t = cfg.train;
+  const int64_t per_step = int64_t{t.micro_batch} * cfg.dp;
+  if (t.global_batch % per_step != 0) {
+    const bool batch_set =
+        cfg.origins.count("train.global_batch") || cfg.origins.count("train.micro_batch");
+    const std::string at = batch_set ? latest(cfg, {"train.global_batch", "train.micro_batch"})
+                                     : latest(cfg, {"parallel.tp", "parallel.pp"});
+    const int64_t up = (t.global_batch / per_step + 1) * per_step;
+    inconsistent(
+        at,
+        fmt::format("train.global_batch = {} is not a multiple of train.micro_batch × dp = "
+                    "{} × {} = {}",
+                    t.global_batch, t.micro_batch, cfg.dp, per_step),
+        fmt::format("dp = world size {} / (tp {} × pp {}); use global_batch = {}{}, or "
+                    "change micro_batch",
+                    world_size, p.tp, p.pp, up,
+                    t.global_batch > per_step
+                        ? fmt::format(" or {}", t.global_batch / per_step * per_step)
+                        : ""));
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,558 @@
+// Config layer (DESIGN §6): defaults, parsing of every key, every error class naming the key and
+// its file:line, --set overrides, and the to_toml() round trip.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/error.h"
+
+namespace baton {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct Failure {
+  bool thrown = false;
+  std::string what, hint;
+};
+
+Failure failure_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return {true, e.what(), e.hint()};
+  }
+  return {};
+}
+
+Failure load_fails(const std::string& text, const std::vector<std::string>& overrides = {},
+                   int world_size = 1) {
+  return failure_of([&] { load_config_string(text, "x.toml", overrides, world_size); });
+}
+
+// Asserts an error whose message starts at `where` and names every string in `names`.
+#define EXPECT_CONFIG_ERROR(failure, where, ...)                        \
+  do {                                                                  \
+    const Failure f_ = (failure);                                       \
+    ASSERT_TRUE(f_.thrown) << "expected an error at " << (where);       \
+    EXPECT_THAT(f_.what, StartsWith(std::string(where) + ":"));         \
+    for (const std::string& n_ : std::vector<std::string>{__VA_ARGS__}) \
+      EXPECT_THAT(f_.what, HasSubstr(n_));                              \
+    EXPECT_FALSE(f_.hint.empty()) << f_.what;                           \
+  } while (0)
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("baton-test-config-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string p = (path_ / name).string();
+    std::ofstream(p) << text;
+    return p;
+  }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// ---- defaults and parsing -------------------------------------------------------------------
+
+TEST(Config, EmptyFileGivesDefaults) {
+  const Config cfg = load_config_string("", "empty.toml");
+  EXPECT_EQ(cfg, Config{});
+  EXPECT_EQ(cfg.model.kind, "gpt");
+  EXPECT_EQ(cfg.model.n_layer, 4);
+  EXPECT_EQ(cfg.train.global_batch, 32);
+  EXPECT_DOUBLE_EQ(cfg.optim.lr, 6e-4);
+  EXPECT_EQ(cfg.parallel.schedule, "1f1b");
+  EXPECT_EQ(cfg.run.dir, "runs/default");
+  EXPECT_EQ(cfg.dp, 1);
+  EXPECT_EQ(cfg.micro_batches_per_step(), 4);
+  EXPECT_TRUE(cfg.origins.empty());
+}
+
+TEST(Config, MissingKeysKeepDefaults) {
+  const Config cfg = load_config_string("[model]\nn_layer = 2\n", "x.toml");
+  EXPECT_EQ(cfg.model.n_layer, 2);
+  EXPECT_EQ(cfg.model.n_head, 4);
+  EXPECT_EQ(cfg.train.steps, 1000);
+  ASSERT_EQ(cfg.origins.count("model.n_layer"), 1u);
+  EXPECT_EQ(cfg.origins.at("model.n_layer").where, "x.toml:2");
+}
+
+const char* kFullConfig = R"(# every key, none at its default
+[model]
+kind = "gpt"
+n_layer = 12
+n_head = 12
+d_model = 768
+seq_len = 1024
+vocab_size = 50304
+dropout = 0.1
+
+[data]
+train = "data/owt/train"
+valid = "data/owt/valid"
+tokenizer = "data/owt/tok.model"
+
+[train]
+steps = 5000
+global_batch = 512
+micro_batch = 4
+seed = 42
+log_every = 5
+eval_every = 250
+eval_steps = 20
+
+[optim]
+kind = "sgd"
+lr = 3e-4
+min_lr = 3e-5
+warmup_steps = 200
+decay = "linear"
+weight_decay = 0.01
+beta1 = 0.8
+beta2 = 0.999
+eps = 1e-10
+momentum = 0.5
+grad_clip = 0.5
+
+[parallel]
+tp = 2
+pp = 2
+vp = 2
+schedule = "interleaved"
+sequence_parallel = true
+zero1 = true
+recompute = "selective"
+scatter_gather = true
+
+[precision]
+device = "cuda"
+compute = "bf16"
+
+[checkpoint]
+dir = "/ckpt/run1"
+every = 1000
+keep = 5
+resume = "never"
+
+[run]
+dir = "runs/gpt2"
+
+[hetero]
+sync = "wsp"
+staleness = 3
+cluster = "configs/clusters/mixed.toml"
+virtual_workers = ["v100,v100", "rtx:4"]
+)";
+
+TEST(Config, FullFileParsesEveryKey) {
+  const Config c = load_config_string(kFullConfig, "full.toml", {}, /*world_size=*/8);
+  EXPECT_EQ(c.model.kind, "gpt");
+  EXPECT_EQ(c.model.n_layer, 12);
+  EXPECT_EQ(c.model.n_head, 12);
+  EXPECT_EQ(c.model.d_model, 768);
+  EXPECT_EQ(c.model.seq_len, 1024);
+  EXPECT_EQ(c.model.vocab_size, 50304);
+  EXPECT_DOUBLE_EQ(c.model.dropout, 0.1);
+  EXPECT_EQ(c.data.train, "data/owt/train");
+  EXPECT_EQ(c.data.valid, "data/owt/valid");
+  EXPECT_EQ(c.data.tokenizer, "data/owt/tok.model");
+  EXPECT_EQ(c.train.steps, 5000);
+  EXPECT_EQ(c.train.global_batch, 512);
+  EXPECT_EQ(c.train.micro_batch, 4);
+  EXPECT_EQ(c.train.seed, 42u);
+  EXPECT_EQ(c.train.log_every, 5);
+  EXPECT_EQ(c.train.eval_every, 250);
+  EXPECT_EQ(c.train.eval_steps, 20);
+  EXPECT_EQ(c.optim.kind, "sgd");
+  EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(c.optim.min_lr, 3e-5);
+  EXPECT_EQ(c.optim.warmup_steps, 200);
+  EXPECT_EQ(c.optim.decay, "linear");
+  EXPECT_DOUBLE_EQ(c.optim.weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(c.optim.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.optim.beta2, 0.999);
+  EXPECT_DOUBLE_EQ(c.optim.eps, 1e-10);
+  EXPECT_DOUBLE_EQ(c.optim.momentum, 0.5);
+  EXPECT_DOUBLE_EQ(c.optim.grad_clip, 0.5);
+  EXPECT_EQ(c.parallel.tp, 2);
+  EXPECT_EQ(c.parallel.pp, 2);
+  EXPECT_EQ(c.parallel.vp, 2);
+  EXPECT_EQ(c.parallel.schedule, "interleaved");
+  EXPECT_TRUE(c.parallel.sequence_parallel);
+  EXPECT_TRUE(c.parallel.zero1);
+  EXPECT_EQ(c.parallel.recompute, "selective");
+  EXPECT_TRUE(c.parallel.scatter_gather);
+  EXPECT_EQ(c.precision.device, "cuda");
+  EXPECT_EQ(c.precision.compute, "bf16");
+  EXPECT_EQ(c.checkpoint.dir, "/ckpt/run1");
+  EXPECT_EQ(c.checkpoint.every, 1000);
+  EXPECT_EQ(c.checkpoint.keep, 5);
+  EXPECT_EQ(c.checkpoint.resume, "never");
+  EXPECT_EQ(c.run.dir, "runs/gpt2");
+  EXPECT_EQ(c.hetero.sync, "wsp");
+  EXPECT_EQ(c.hetero.staleness, 3);
+  EXPECT_EQ(c.hetero.cluster, "configs/clusters/mixed.toml");
+  EXPECT_EQ(c.hetero.virtual_workers, (std::vector<std::string>{"v100,v100", "rtx:4"}));
+  // Derived: 8 ranks / (tp 2 x pp 2) = dp 2; 512 / 2 / 4 = 64 micro-batches per step.
+  EXPECT_EQ(c.dp, 2);
+  EXPECT_EQ(c.global_batch_per_rank(), 256);
+  EXPECT_EQ(c.micro_batches_per_step(), 64);
+  EXPECT_EQ(c.checkpoint_dir(), "/ckpt/run1");
+}
+
+TEST(Config, IntegerAcceptedWhereFloatExpected) {
+  const Config c = load_config_string("[optim]\nlr = 1\nmin_lr = 0\n", "x.toml");
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1.0);
+  EXPECT_DOUBLE_EQ(c.optim.min_lr, 0.0);
+}
+
+TEST(Config, WarmupLongerThanTrainingIsFine) {
+  const Config c =
+      load_config_string("[train]\nsteps = 10\n[optim]\nwarmup_steps = 100\n", "x.toml");
+  EXPECT_EQ(c.optim.warmup_steps, 100);
+}
+
+TEST(Config, LoadConfigReadsFileAndRecordsSourcePath) {
+  TempDir dir;
+  const std::string path = dir.write("a.toml", "[train]\nsteps = 7\n");
+  const Config c = load_config(path);
+  EXPECT_EQ(c.train.steps, 7);
+  EXPECT_EQ(c.source_path, path);
+  EXPECT_EQ(c.origins.at("train.steps").where, path + ":2");
+}
+
+// ---- errors: each names the key and file:line ---------------------------------------------
+
+TEST(ConfigErrors, UnknownKeySuggestsClosest) {
+  const Failure f = load_fails("[model]\nn_layer = 2\n\nn_heads = 4\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:4", "unknown key 'model.n_heads'");
+  EXPECT_THAT(f.hint, HasSubstr("did you mean 'model.n_head'?"));
+}
+
+TEST(ConfigErrors, UnknownKeyFarFromAnyListsSectionKeys) {
+  const Failure f = load_fails("[train]\nlearning_schedule = 4\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:2", "train.learning_schedule");
+  EXPECT_THAT(f.hint, HasSubstr("global_batch"));
+  EXPECT_THAT(f.hint, HasSubstr("eval_steps"));
+}
+
+TEST(ConfigErrors, KeyInWrongSectionPointsToItsSection) {
+  const Failure f = load_fails("[train]\nsteps = 3\nlr = 1e-3\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:3", "train.lr");
+  EXPECT_THAT(f.hint, HasSubstr("optim.lr"));
+}
+
+TEST(ConfigErrors, UnknownSection) {
+  const Failure f = load_fails("[train]\nsteps = 3\n\n[modle]\nn_layer = 2\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:4", "unknown section [modle]");
+  EXPECT_THAT(f.hint, HasSubstr("[model]"));
+}
+
+TEST(ConfigErrors, KeyOutsideAnySection) {
+  const Failure f = load_fails("steps = 3\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:1", "'steps'");
+  EXPECT_THAT(f.hint, HasSubstr("train.steps"));
+}
+
+TEST(ConfigErrors, SectionThatIsNotATable) {
+  EXPECT_CONFIG_ERROR(load_fails("\nmodel = 3\n"), "x.toml:2", "'model'");
+}
+
+TEST(ConfigErrors, WrongType) {
+  const Failure f = load_fails("[model]\nn_head = 4\nn_layer = \"4\"\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:3", "model.n_layer must be an integer, got string");
+  EXPECT_THAT(f.hint, HasSubstr("n_layer = 4"));
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\nlr = \"fast\"\n"), "x.toml:2",
+                      "optim.lr must be a number");
+  EXPECT_CONFIG_ERROR(load_fails("[parallel]\nzero1 = 1\n"), "x.toml:2",
+                      "parallel.zero1 must be a boolean");
+  EXPECT_CONFIG_ERROR(load_fails("[run]\ndir = 5\n"), "x.toml:2", "run.dir must be a string");
+  EXPECT_CONFIG_ERROR(load_fails("[hetero]\nvirtual_workers = [\"a\", 2]\n"), "x.toml:2",
+                      "hetero.virtual_workers must be an array of strings");
+  EXPECT_CONFIG_ERROR(load_fails("[hetero]\nvirtual_workers = \"a\"\n"), "x.toml:2",
+                      "hetero.virtual_workers must be an array of strings, got string");
+}
+
+TEST(ConfigErrors, FloatWhereIntegerExpected) {
+  const Failure f = load_fails("[train]\nsteps = 100.0\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:2", "train.steps must be an integer, got float");
+  EXPECT_THAT(f.hint, HasSubstr("steps = 100"));
+}
+
+TEST(ConfigErrors, IntegerTooLargeForField) {
+  EXPECT_CONFIG_ERROR(load_fails("[model]\nn_layer = 10000000000\n"), "x.toml:2", "model.n_layer",
+                      "out of range");
+  EXPECT_CONFIG_ERROR(load_fails("[train]\nseed = -1\n"), "x.toml:2", "train.seed", "out of range");
+}
+
+TEST(ConfigErrors, OutOfRange) {
+  const Failure f = load_fails("[model]\nn_layer = 2\ndropout = 1.0\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:3", "model.dropout must be in [0, 1), got 1.0");
+  EXPECT_CONFIG_ERROR(load_fails("[model]\n\nn_layer = 0\n"), "x.toml:3",
+                      "model.n_layer must be >= 1");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\nlr = 0\n"), "x.toml:2", "optim.lr must be > 0");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\nbeta2 = 1\n"), "x.toml:2", "optim.beta2");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\neps = 0.0\n"), "x.toml:2", "optim.eps");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\nwarmup_steps = -1\n"), "x.toml:2", "optim.warmup_steps");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\nweight_decay = -0.1\n"), "x.toml:2",
+                      "optim.weight_decay");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\ngrad_clip = -1\n"), "x.toml:2", "optim.grad_clip");
+  EXPECT_CONFIG_ERROR(load_fails("[train]\nmicro_batch = 0\n"), "x.toml:2", "train.micro_batch");
+  EXPECT_CONFIG_ERROR(load_fails("[train]\neval_every = -1\n"), "x.toml:2", "train.eval_every");
+  EXPECT_CONFIG_ERROR(load_fails("[parallel]\npp = 0\n"), "x.toml:2", "parallel.pp");
+  EXPECT_CONFIG_ERROR(load_fails("[checkpoint]\nkeep = 0\n"), "x.toml:2", "checkpoint.keep");
+  EXPECT_CONFIG_ERROR(load_fails("[hetero]\nstaleness = -2\n"), "x.toml:2", "hetero.staleness");
+  EXPECT_CONFIG_ERROR(load_fails("[run]\ndir = \"\"\n"), "x.toml:2", "run.dir must not be empty");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\nlr = inf\n"), "x.toml:2",
+                      "optim.lr must be a finite number");
+}
+
+TEST(ConfigErrors, BadEnumListsAllowedValues) {
+  const Failure f = load_fails("[parallel]\npp = 1\nschedule = \"1f1d\"\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:3", "parallel.schedule", "\"1f1d\"");
+  EXPECT_THAT(f.hint, HasSubstr("\"interleaved\""));
+  EXPECT_THAT(f.hint, HasSubstr("\"zb-h1\""));
+  EXPECT_THAT(f.hint, HasSubstr("did you mean \"1f1b\"?"));
+  EXPECT_CONFIG_ERROR(load_fails("[model]\nkind = \"bert\"\n"), "x.toml:2", "model.kind");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\ndecay = \"step\"\n"), "x.toml:2", "optim.decay");
+  EXPECT_CONFIG_ERROR(load_fails("[precision]\ncompute = \"fp16\"\n"), "x.toml:2",
+                      "precision.compute");
+  EXPECT_CONFIG_ERROR(load_fails("[hetero]\nsync = \"ssp\"\n"), "x.toml:2", "hetero.sync");
+}
+
+TEST(ConfigErrors, HeadsMustDivideModelWidthNamesTheLaterKey) {
+  const Failure f = load_fails("[model]\nn_head = 4\nn_layer = 2\nd_model = 250\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:4", "model.n_head", "model.d_model");
+  // Same keys the other way round: the error points at n_head, now the later line.
+  EXPECT_CONFIG_ERROR(load_fails("[model]\nd_model = 256\n\n\nn_head = 6\n"), "x.toml:5",
+                      "model.n_head", "model.d_model");
+  // Only n_head set: d_model is the default, the line is n_head's.
+  EXPECT_CONFIG_ERROR(load_fails("\n[model]\nn_head = 3\n"), "x.toml:3", "model.n_head");
+}
+
+TEST(ConfigErrors, GlobalBatchMustBeMultipleOfMicroBatchTimesDp) {
+  const std::string text = "[train]\nmicro_batch = 8\nglobal_batch = 24\n";
+  EXPECT_NO_THROW(load_config_string(text, "x.toml", {}, /*world_size=*/1));  // dp 1: 24 = 3 x 8
+  const Failure f = load_fails(text, {}, /*world_size=*/2);                   // dp 2: 16 ∤ 24
+  EXPECT_CONFIG_ERROR(f, "x.toml:3", "train.global_batch = 24", "train.micro_batch", "16");
+  EXPECT_THAT(f.hint, HasSubstr("global_batch = 32"));
+}
+
+TEST(ConfigErrors, WorldMustBeMultipleOfTpTimesPp) {
+  const Failure f =
+      load_fails("[parallel]\ntp = 2\n\npp = 2\n[model]\nn_layer = 4\n", {}, /*world_size=*/6);
+  EXPECT_CONFIG_ERROR(f, "x.toml:4", "parallel.tp", "parallel.pp", "6");
+  EXPECT_THAT(f.hint, HasSubstr("4, 8, 12"));
+}
+
+TEST(ConfigErrors, MinLrAboveLr) {
+  const Failure f = load_fails("[optim]\nlr = 1e-4\nwarmup_steps = 3\nmin_lr = 1e-3\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:4", "optim.min_lr", "optim.lr");
+}
+
+TEST(ConfigErrors, VirtualStagesNeedInterleaved) {
+  EXPECT_CONFIG_ERROR(load_fails("[parallel]\npp = 2\nvp = 2\n"), "x.toml:3", "parallel.vp",
+                      "interleaved");
+  EXPECT_NO_THROW(load_config_string("[parallel]\npp = 2\nvp = 2\nschedule = \"interleaved\"\n",
+                                     "x.toml", {}, 2));
+}
+
+TEST(ConfigErrors, DefaultsAreLabelled) {
+  // d_model comes from the file, n_head from the defaults: the error is at d_model's line.
+  EXPECT_CONFIG_ERROR(load_fails("[model]\nd_model = 250\n"), "x.toml:2", "model.d_model");
+  // tp set only by --set: a world of 3 is not a multiple of 2.
+  EXPECT_CONFIG_ERROR(load_fails("", {"parallel.tp=2"}, 3), "--set", "parallel.tp");
+  // Everything default but the world: micro_batch 8 x dp 3 does not divide global_batch 32.
+  EXPECT_CONFIG_ERROR(load_fails("", {}, 3), "(default)", "train.global_batch");
+}
+
+TEST(ConfigErrors, SyntaxErrorGivesLineAndColumn) {
+  const Failure f = load_fails("[model]\nn_layer = 4\nn_head = = 4\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:3", "TOML syntax error");
+  EXPECT_THAT(f.what, testing::MatchesRegex("x\\.toml:3:[0-9]+: .*"));
+  EXPECT_CONFIG_ERROR(load_fails("[model]\nn_layer = 1\nn_layer = 2\n"), "x.toml:3", "n_layer");
+}
+
+TEST(ConfigErrors, MissingFile) {
+  const Failure f = failure_of([] { load_config("/nonexistent/baton.toml"); });
+  ASSERT_TRUE(f.thrown);
+  EXPECT_THAT(f.what, HasSubstr("cannot read config '/nonexistent/baton.toml'"));
+  EXPECT_FALSE(f.hint.empty());
+  TempDir dir;
+  EXPECT_TRUE(failure_of([&] { load_config(dir.path()); }).thrown);  // a directory
+}
+
+TEST(ConfigErrors, FileErrorsNameThePath) {
+  TempDir dir;
+  const std::string path = dir.write("bad.toml", "[model]\nn_layer = 2\n[optim]\nlr = -1.0\n");
+  EXPECT_CONFIG_ERROR(failure_of([&] { load_config(path); }), path + ":4", "optim.lr");
+}
+
+// ---- --set overrides ------------------------------------------------------------------------
+
+TEST(ConfigOverrides, ValuesParseAsToml) {
+  const Config c =
+      load_config_string("[train]\nsteps = 100\n", "x.toml",
+                         {"train.steps=10", "optim.lr=3e-4", "parallel.zero1=true",
+                          "run.dir=runs/x", "hetero.virtual_workers=[\"a\",\"b\"]",
+                          "data.train=\"quoted/path\"", "optim.lr=1", "model.dropout=0.25"});
+  EXPECT_EQ(c.train.steps, 10);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1.0);  // the last --set wins
+  EXPECT_TRUE(c.parallel.zero1);
+  EXPECT_EQ(c.run.dir, "runs/x");
+  EXPECT_EQ(c.hetero.virtual_workers, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c.data.train, "quoted/path");
+  EXPECT_DOUBLE_EQ(c.model.dropout, 0.25);
+  EXPECT_EQ(c.origins.at("train.steps").where, "--set");
+}
+
+TEST(ConfigOverrides, FloatOverride) {
+  EXPECT_DOUBLE_EQ(load_config_string("", "x", {"optim.lr=3e-4"}).optim.lr, 3e-4);
+}
+
+TEST(ConfigOverrides, StringKeysTakeTheTextAsWritten) {
+  const Config c = load_config_string(
+      "", "x",
+      {"run.dir=2024", "data.valid=", "hetero.virtual_workers=[a, b]", "parallel.schedule=zb-h1"});
+  EXPECT_EQ(c.run.dir, "2024");
+  EXPECT_EQ(c.data.valid, "");
+  EXPECT_EQ(c.hetero.virtual_workers,
+            (std::vector<std::string>{"a", "b"}));  // shell ate the quotes
+  EXPECT_EQ(c.parallel.schedule, "zb-h1");
+}
+
+TEST(ConfigOverrides, ErrorsNameSet) {
+  Failure f = load_fails("", {"train.stepz=10"});
+  EXPECT_CONFIG_ERROR(f, "--set", "unknown key 'train.stepz'");
+  EXPECT_THAT(f.hint, HasSubstr("train.steps"));
+  EXPECT_CONFIG_ERROR(load_fails("", {"trian.steps=10"}), "--set", "trian");
+  EXPECT_CONFIG_ERROR(load_fails("", {"train.steps=abc"}), "--set",
+                      "train.steps must be an integer, got string");
+  EXPECT_CONFIG_ERROR(load_fails("", {"train.steps=0"}), "--set", "train.steps must be >= 1");
+  EXPECT_CONFIG_ERROR(load_fails("", {"parallel.zero1=yes"}), "--set", "parallel.zero1");
+  EXPECT_CONFIG_ERROR(load_fails("", {"precision.device=gpu"}), "--set", "precision.device");
+}
+
+TEST(ConfigOverrides, Malformed) {
+  Failure f = load_fails("", {"train.steps"});
+  EXPECT_CONFIG_ERROR(f, "--set", "train.steps");
+  EXPECT_THAT(f.hint, HasSubstr("section.key=value"));
+  f = load_fails("", {"steps=10"});
+  EXPECT_CONFIG_ERROR(f, "--set", "steps=10");
+  EXPECT_THAT(f.hint, HasSubstr("train.steps=10"));
+}
+
+TEST(ConfigOverrides, OverrideFixesABadFileValue) {
+  const Config c = load_config_string("[model]\nn_layer = 0\n", "x", {"model.n_layer=3"});
+  EXPECT_EQ(c.model.n_layer, 3);
+}
+
+TEST(ConfigOverrides, CombinationErrorPointsAtTheOverride) {
+  // The file is consistent; the --set makes min_lr > lr, so the error is the override's.
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\nlr = 1e-3\nmin_lr = 1e-4\n", {"optim.lr=1e-5"}), "--set",
+                      "optim.min_lr", "optim.lr");
+}
+
+// ---- to_toml round trip ---------------------------------------------------------------------
+
+TEST(ConfigToToml, DefaultsRoundTrip) {
+  const Config d;
+  const Config back = load_config_string(d.to_toml(), "resolved.toml");
+  EXPECT_EQ(back, d);
+}
+
+TEST(ConfigToToml, WritesEveryKeyOfDesignSection6) {
+  const std::string text = Config{}.to_toml();
+  const std::vector<std::pair<std::string, std::vector<std::string>>> keys = {
+      {"model", {"kind", "n_layer", "n_head", "d_model", "seq_len", "vocab_size", "dropout"}},
+      {"data", {"train", "valid", "tokenizer"}},
+      {"train",
+       {"steps", "global_batch", "micro_batch", "seed", "log_every", "eval_every", "eval_steps"}},
+      {"optim",
+       {"kind", "lr", "min_lr", "warmup_steps", "decay", "weight_decay", "beta1", "beta2", "eps",
+        "momentum", "grad_clip"}},
+      {"parallel",
+       {"tp", "pp", "vp", "schedule", "sequence_parallel", "zero1", "recompute", "scatter_gather"}},
+      {"precision", {"device", "compute"}},
+      {"checkpoint", {"dir", "every", "keep", "resume"}},
+      {"run", {"dir"}},
+      {"hetero", {"sync", "staleness", "cluster", "virtual_workers"}},
+  };
+  size_t last = 0;
+  for (const auto& [section, names] : keys) {
+    const size_t at = text.find("[" + section + "]\n");
+    ASSERT_NE(at, std::string::npos) << section;
+    EXPECT_GE(at, last) << section << " out of order";
+    last = at;
+    for (const std::string& k : names) {
+      const size_t key_at = text.find("\n" + k + " = ", at);
+      EXPECT_NE(key_at, std::string::npos) << section << "." << k;
+    }
+  }
+  EXPECT_THAT(text, HasSubstr("\nlr = 0.0006"));
+  EXPECT_THAT(text, HasSubstr("\ndropout = 0.0"));  // a float stays a float
+}
+
+TEST(ConfigToToml, NonDefaultValuesRoundTrip) {
+  Config c = load_config_string(kFullConfig, "full.toml", {}, 8);
+  c.optim.lr = 3e-4;
+  c.optim.min_lr = 1.0 / 3.0 * 1e-4;  // needs all 17 digits
+  c.optim.grad_clip = 2;              // integral double must come back as a float
+  c.model.dropout = 0.1 + 0.2;
+  c.train.seed = 9007199254740993u;  // above 2^53
+  c.train.steps = 1234567890123;
+  c.run.dir = "runs/with \"quotes\" and \\backslash\\";
+  c.data.train = "tab\there\nnewline \x01 ctrl ünïcode";
+  c.checkpoint.dir = "";
+  c.hetero.virtual_workers = {"a\"b", "c\\d", ""};
+  const std::string text = c.to_toml();
+  EXPECT_THAT(text, HasSubstr("lr = 0.0003"));
+  const Config back = load_config_string(text, "resolved.toml", {}, 8);
+  EXPECT_EQ(back, c) << text;
+  EXPECT_EQ(back.optim.min_lr, c.optim.min_lr);  // bit-exact, not just near
+  EXPECT_EQ(back.model.dropout, c.model.dropout);
+  EXPECT_EQ(back.run.dir, c.run.dir);
+  EXPECT_EQ(back.data.train, c.data.train);
+  EXPECT_EQ(back.hetero.virtual_workers, c.hetero.virtual_workers);
+}
+
+TEST(ConfigToToml, EqualityComparesSettings) {
+  Config a, b;
+  EXPECT_EQ(a, b);
+  b.parallel.scatter_gather = true;
+  EXPECT_NE(a, b);
+  b = a;
+  b.hetero.virtual_workers = {"x"};
+  EXPECT_NE(a, b);
+  b = a;
+  b.source_path = "elsewhere.toml";  // bookkeeping, not a setting
+  EXPECT_EQ(a, b);
+}
+
+TEST(ConfigToToml, ResolvedConfigFileLoadsBack) {
+  TempDir dir;
+  const Config c = load_config_string("[train]\nsteps = 77\n", "x", {"optim.lr=2.5e-4"});
+  const std::string path = write_resolved_config(c, dir.path() + "/run");
+  const Config back = load_config(path);
+  EXPECT_EQ(back, c);
+  EXPECT_EQ(back.train.steps, 77);
+}
+
+}  // namespace
+}  // namespace baton
