@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   DataBuildOptions build;
   auto* build_cmd = data_cmd->add_subcommand(
       "build", "tokenize text files into an indexed dataset (PREFIX.bin + PREFIX.idx)");
-  build_cmd->add_option("--input", build.inputs, "plain-text input files")->required();
+  build_cmd->add_option("--input", build.inputs, "plain-text input files (a line `<|endoftext|>` or the end of a file ends a document)")->required();
   build_cmd->add_option("--output", build.output, "output prefix")->required();
   auto* train_tok = build_cmd->add_option("--train-tokenizer", build.train_tokenizer,
                                           "train a BPE tokenizer with this vocabulary size");

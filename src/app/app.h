@@ -25,7 +25,7 @@ struct GenerateOptions {
 int run_generate(const GenerateOptions& opts);
 
 struct DataBuildOptions {
-  std::vector<std::string> inputs;  // plain-text files; one document per blank-line-separated block
+  std::vector<std::string> inputs;  // plain-text files; a line `<|endoftext|>` or the file's end ends a document
   std::string output;               // dataset prefix: writes PREFIX.bin, PREFIX.idx
   int train_tokenizer = 0;          // > 0: train a BPE tokenizer of this vocabulary size
   std::string tokenizer;            // else: an existing SentencePiece .model

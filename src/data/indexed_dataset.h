@@ -5,8 +5,11 @@
 // .idx layout (little endian): magic "MMIDIDX\0\0" (9 bytes), u64 version = 1, u8 dtype code
 // (1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 6 f64, 7 f32, 8 u16), u64 sequence count S, u64 document-index
 // count D+1, i32 sizes[S] (tokens per sequence), i64 pointers[S] (byte offsets into .bin),
-// i64 document_index[D+1]. One sequence per document here.
+// i64 document_index[D+1]. One sequence per document here. The reader requires what Megatron's
+// builder writes: sequences back to back from byte 0 of the .bin, so the dataset is also one token
+// stream (read_tokens) that the loaders sample windows from.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -52,7 +55,7 @@ class IndexedDataset {
   std::vector<int32_t> sequence(int64_t i) const;
   // Copies tokens [pos, pos+count) of the concatenation of all sequences into out.
   void read_tokens(int64_t pos, int64_t count, int32_t* out) const;
-  // Largest token id present (computed once, lazily, with a parallel scan).
+  // Largest token id present, -1 when empty (computed lazily with a parallel scan; thread-safe).
   int32_t max_token_id() const;
 
  private:
@@ -64,7 +67,8 @@ class IndexedDataset {
   int64_t num_tokens_ = 0;
   const uint8_t* bin_ = nullptr;
   size_t bin_bytes_ = 0;
-  mutable int32_t max_token_ = -1;
+  static constexpr int32_t kMaxUnknown = INT32_MIN;  // max_token_ not computed yet
+  mutable std::atomic<int32_t> max_token_{kMaxUnknown};
 };
 
 }  // namespace baton

@@ -2,9 +2,11 @@
 // (seed, s): row r of step s is the window of seq_len+1 tokens starting at a position drawn by
 // mix({seed, s, r}). Each data-parallel rank takes rows [rank*n, (rank+1)*n) of that batch, so any
 // layout and any resumed run sees exactly the same data. Validation batches tile the validation
-// set in order, the same way for every layout.
+// set in order, the same way for every layout. All methods are const and keep no scratch state,
+// so several threads may read batches from one loader at once.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/indexed_dataset.h"
@@ -13,7 +15,8 @@ namespace baton {
 
 class TokenLoader {
  public:
-  // Requires dataset.num_tokens() > seq_len + 1 (throws baton::Error otherwise).
+  // Requires dataset.num_tokens() > seq_len + 1 (throws baton::Error otherwise). Keeps a reference:
+  // the dataset must outlive the loader.
   TokenLoader(const IndexedDataset& dataset, int seq_len, uint64_t seed);
 
   int seq_len() const { return seq_len_; }
@@ -32,7 +35,12 @@ class TokenLoader {
   const IndexedDataset& data_;
   int seq_len_;
   uint64_t seed_;
-  mutable std::vector<int32_t> scratch_;
 };
+
+// Throws baton::Error when the dataset holds a token id >= vocab_size (it was built with another
+// tokenizer, or model.vocab_size is too small). `tokenizer` names the vocabulary's source in the
+// message (a .model path or "model.vocab_size"). Scans the dataset once (parallel, cached).
+void check_tokenizer_matches(const IndexedDataset& dataset, int vocab_size,
+                             const std::string& tokenizer = "the tokenizer");
 
 }  // namespace baton

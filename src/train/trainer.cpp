@@ -38,15 +38,10 @@ std::string human_duration(double s) {
   return fmt::format("{}s", t);
 }
 
-std::unique_ptr<IndexedDataset> open_dataset(const std::string& prefix, const char* key,
-                                             int vocab) {
+std::unique_ptr<IndexedDataset> open_dataset(const std::string& prefix, int vocab,
+                                             const std::string& vocab_source) {
   auto ds = IndexedDataset::open(prefix);
-  const int32_t max_id = ds->max_token_id();
-  BATON_REQUIRE(max_id < vocab,
-                fmt::format("dataset '{}' ({}) has token id {} but the model's vocabulary has {} "
-                            "tokens",
-                            prefix, key, max_id, vocab),
-                "data.tokenizer must be the tokenizer the dataset was built with");
+  check_tokenizer_matches(*ds, vocab, vocab_source);
   return ds;
 }
 
@@ -106,9 +101,11 @@ TrainSummary train(const Config& cfg) {
   std::unique_ptr<Tokenizer> tokenizer;
   if (!cfg.data.tokenizer.empty()) tokenizer = Tokenizer::load(cfg.data.tokenizer);
   const GptDims dims = gpt_dims(cfg.model, tokenizer ? tokenizer->vocab_size() : 0);
-  auto train_ds = open_dataset(cfg.data.train, "data.train", dims.vocab);
+  const std::string vocab_source =
+      cfg.model.vocab_size > 0 ? "model.vocab_size" : "tokenizer '" + cfg.data.tokenizer + "'";
+  auto train_ds = open_dataset(cfg.data.train, dims.vocab, vocab_source);
   std::unique_ptr<IndexedDataset> valid_ds;
-  if (!cfg.data.valid.empty()) valid_ds = open_dataset(cfg.data.valid, "data.valid", dims.vocab);
+  if (!cfg.data.valid.empty()) valid_ds = open_dataset(cfg.data.valid, dims.vocab, vocab_source);
   const int T = cfg.model.seq_len;
   TokenLoader train_loader(*train_ds, T, cfg.train.seed);
   std::unique_ptr<TokenLoader> valid_loader;

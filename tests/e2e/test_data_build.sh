@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# e2e: `baton data build` on generated text. Trains a tokenizer and writes a dataset, reuses the
+# tokenizer for a second dataset, checks the MMIDIDX header and document count, and checks that
+# bad invocations fail with `error:` / `hint:` lines and leave existing outputs untouched.
+# Environment (set by ctest): BATON (binary), WORK (scratch directory).
+set -euo pipefail
+: "${BATON:?set BATON to the baton binary}"
+WORK=${WORK:-$(mktemp -d)}
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# 60 pseudo-English documents separated by `<|endoftext|>` lines (deterministic).
+awk 'BEGIN {
+  srand(7)
+  n = split("the jury said that county election was held in a city and new laws", w, " ")
+  for (d = 0; d < 60; d++) {
+    for (s = 0; s < 5; s++) {
+      line = ""
+      for (k = 0; k < 12; k++) line = line w[int(rand() * n) + 1] " "
+      print line "."
+    }
+    print "<|endoftext|>"
+  }
+}' > train.txt
+head -n 12 train.txt > valid.txt   # two documents, the second ends at end of file
+sed -i '$d' valid.txt
+
+"$BATON" data build --input train.txt --output out/train --train-tokenizer 320 > build.log \
+  || { cat build.log; fail "data build with --train-tokenizer failed"; }
+for f in out/train.bin out/train.idx out/train.model out/train.vocab; do
+  [ -s "$f" ] || fail "$f missing or empty"
+done
+ls out | grep -q tmp && fail "temporary files left in out/: $(ls out)"
+grep -q "60 documents" build.log || { cat build.log; fail "summary does not report 60 documents"; }
+
+# Header: magic, version 1, dtype code 8 (uint16), 60 sequences, 61 document-index entries.
+[ "$(head -c 7 out/train.idx)" = "MMIDIDX" ] || fail "bad magic in out/train.idx"
+read -r version code sequences documents < <(python3 -c '
+import struct, sys
+print(*struct.unpack("<QBQQ", open(sys.argv[1], "rb").read(34)[9:]))' out/train.idx)
+[ "$version $code $sequences $documents" = "1 8 60 61" ] \
+  || fail "header says version=$version dtype=$code sequences=$sequences doc-index=$documents"
+
+"$BATON" data build --input valid.txt --output out/valid --tokenizer out/train.model > valid.log \
+  || { cat valid.log; fail "data build with --tokenizer failed"; }
+[ -s out/valid.bin ] && [ -s out/valid.idx ] || fail "out/valid.{bin,idx} missing"
+[ ! -e out/valid.model ] || fail "--tokenizer must not write a new model"
+grep -q "2 documents" valid.log || { cat valid.log; fail "valid set should have 2 documents"; }
+
+# Bad invocations: non-zero exit, `error:` and `hint:` lines, existing outputs untouched.
+before=$(cksum out/train.bin out/train.idx out/train.model)
+expect_failure() {
+  local expect=$1; shift
+  if "$BATON" "$@" > bad.out 2> bad.err; then fail "'$*' succeeded"; fi
+  grep -q '^error: ' bad.err || { cat bad.err; fail "'$*' printed no error: line"; }
+  grep -q '^hint: ' bad.err || { cat bad.err; fail "'$*' printed no hint: line"; }
+  grep -q -- "$expect" bad.err || { cat bad.err; fail "'$*' error does not mention $expect"; }
+}
+expect_failure "missing.txt" data build --input missing.txt --output out/train --train-tokenizer 320
+expect_failure "nope.model" data build --input train.txt --output out/train --tokenizer nope.model
+expect_failure "too small" data build --input train.txt --output out/train --train-tokenizer 50
+expect_failure "train-tokenizer" data build --input train.txt --output out/train
+[ "$(cksum out/train.bin out/train.idx out/train.model)" = "$before" ] \
+  || fail "a failed build changed the existing dataset or tokenizer"
+
+echo "test_data_build: ok"
