@@ -1,0 +1,81 @@
+// CpuBackend: the fp32 reference implementation of baton::Backend (DESIGN §5). Every faster
+// backend is tested against it, so it favours exactness and determinism over the last percent:
+// - matmuls go through OpenBLAS cblas_sgemm (the pthread build), always called from serial code,
+//   never from inside an OpenMP region (that would oversubscribe the cores);
+// - everything else is OpenMP loops parallel over rows (or over column blocks for reductions down
+//   columns), so a result never depends on thread scheduling: same inputs -> same bits;
+// - reductions that feed gradient norms (sum_squares) run in double over fixed-size chunks.
+// The op definitions live in one source file per concern: cpu_backend.cpp (memory, elementwise,
+// GELU), cpu_matmul.cpp, cpu_layernorm.cpp, cpu_attention.cpp, cpu_embedding.cpp,
+// cpu_classifier.cpp, cpu_adamw.cpp.
+#pragma once
+#include "backend/backend.h"
+
+namespace baton {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  void* alloc(size_t bytes) override;
+  void release(void* p) override;
+  void to_device(void* dst, const void* src_host, size_t bytes) override;
+  void to_host(void* dst_host, const void* src, size_t bytes) override;
+  void zero(float* x, size_t n) override;
+  void copy(float* dst, const float* src, size_t n) override;
+  void scale(float* x, float s, size_t n) override;
+  void add(float* dst, const float* src, size_t n) override;
+  double sum_squares(const float* x, size_t n) override;
+
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int C, int OC) override;
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int C, int OC,
+                       bool accumulate_dinp) override;
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override;
+  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                  const float* a, const float* b, const float* weight,
+                                  const float* bias, int N, int C) override;
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override;
+
+  void gelu_forward(float* out, const float* inp, size_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
+
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                          int T, int C, int NH) override;
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                          int T, int C) override;
+
+  void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+                             const int32_t* targets, int N, int V, int Vp, float dloss) override;
+
+  void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
+                  const AdamWArgs& args) override;
+};
+
+namespace cpu_detail {
+// Elementwise loops below this many elements run on one thread: forking the OpenMP team costs
+// more than the work.
+inline constexpr size_t kSerialBelow = 1 << 15;
+// Column-block width for reductions down columns (dbias, layernorm dweight, embedding scatter):
+// each block belongs to one thread, so sums are formed in row order whatever the thread count.
+inline constexpr int kColBlock = 64;
+
+// Instruction set of the attention kernels (cpu_attention.cpp), the best this CPU has, detected at
+// start-up. Tests force each supported one so all three code paths are checked on one machine.
+enum class KernelIsa { BASE, AVX2, AVX512 };  // ordered: each implies the ones before
+KernelIsa kernel_isa();
+bool set_kernel_isa(KernelIsa isa);  // false (nothing changed) when this CPU lacks `isa`
+}  // namespace cpu_detail
+
+}  // namespace baton

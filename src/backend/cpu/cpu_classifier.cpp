@@ -1,0 +1,60 @@
+// CpuBackend fused softmax + cross-entropy over logits[N,Vp], of which the first V columns are real
+// (Vp pads the vocabulary to a GEMM-friendly size; the padding never enters the softmax).
+//   losses[n] = logsumexp(logits[n,:V]) - logits[n, target[n]]
+//   dlogits[n,:V] = (softmax(logits[n,:V]) - onehot(target[n])) * dloss,  dlogits[n,V:] = 0.
+// dlogits may alias logits: each element is read before it is written, and the row max/sum are
+// taken first. No __restrict here on purpose. Targets < 0 mark ignored rows (loss 0, gradient 0).
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace baton {
+
+void CpuBackend::softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+                                       const int32_t* targets, int N, int V, int Vp, float dloss) {
+  BATON_ASSERT(N >= 0 && V > 0 && Vp >= V, "softmax_cross_entropy: bad shape N={} V={} Vp={}", N, V,
+               Vp);
+  // Checked before the parallel loop: an exception must not escape an OpenMP region.
+  for (int n = 0; n < N; n++)
+    BATON_ASSERT(targets[n] < V, "softmax_cross_entropy: target {} >= V={} at row {}", targets[n],
+                 V, n);
+#pragma omp parallel for schedule(static) if (size_t(N) * Vp >= cpu_detail::kSerialBelow)
+  for (int n = 0; n < N; n++) {
+    const float* x = logits + size_t(n) * Vp;
+    const int32_t target = targets[n];
+    if (target < 0) {
+      losses[n] = 0.0f;
+      if (dlogits != nullptr) {
+        float* d = dlogits + size_t(n) * Vp;
+        for (int v = 0; v < Vp; v++) d[v] = 0.0f;
+      }
+      continue;
+    }
+    // Max-shifted softmax: exp never overflows. With a gradient requested, the exponentials are
+    // parked in dlogits during the sum pass so each is computed once; x[target] is read first
+    // because that pass may overwrite logits (in-place use).
+    const float x_target = x[target];
+    float maxv = x[0];
+    for (int v = 1; v < V; v++) maxv = std::max(maxv, x[v]);
+    float sum = 0.0f;
+    if (dlogits == nullptr) {
+      for (int v = 0; v < V; v++) sum += std::exp(x[v] - maxv);
+    } else {
+      float* d = dlogits + size_t(n) * Vp;
+      for (int v = 0; v < V; v++) {
+        const float e = std::exp(x[v] - maxv);  // reads x[v] before d[v] (may alias)
+        d[v] = e;
+        sum += e;
+      }
+      const float inv_sum = 1.0f / sum;
+      for (int v = 0; v < V; v++) d[v] = d[v] * inv_sum * dloss;
+      d[target] -= dloss;
+      for (int v = V; v < Vp; v++) d[v] = 0.0f;
+    }
+    losses[n] = std::log(sum) + maxv - x_target;
+  }
+}
+
+}  // namespace baton

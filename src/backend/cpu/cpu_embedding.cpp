@@ -1,0 +1,60 @@
+// CpuBackend token + position embeddings: out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :].
+// The backward is a scatter-add into dwte[V,C]; two rows with the same token would race if rows
+// were split among threads, so it is split by channel blocks instead: each thread owns whole
+// columns and adds the (b,t) rows in order. No atomics, bit-identical results for any thread count.
+#include <algorithm>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+
+namespace baton {
+
+void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                   const float* wpe, int B, int T, int C) {
+  BATON_ASSERT(B >= 0 && T >= 0 && C > 0, "embedding_forward: bad shape B={} T={} C={}", B, T, C);
+  const int N = B * T;
+  // Checked before the parallel loop: an exception must not escape an OpenMP region.
+  for (int n = 0; n < N; n++)
+    BATON_ASSERT(tokens[n] >= 0, "embedding_forward: negative token {} at row {}", tokens[n], n);
+#pragma omp parallel for schedule(static) if (size_t(N) * C >= cpu_detail::kSerialBelow)
+  for (int n = 0; n < N; n++) {
+    const int t = n % T;
+    const int32_t tok = tokens[n];
+    const float* we = wte + size_t(tok) * C;
+    const float* pe = wpe + size_t(t) * C;
+    float* o = out + size_t(n) * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+  }
+}
+
+void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                    const int32_t* tokens, int B, int T, int C) {
+  BATON_ASSERT(B >= 0 && T >= 0 && C > 0, "embedding_backward: bad shape B={} T={} C={}", B, T, C);
+  const int N = B * T;
+  const bool parallel = size_t(N) * C >= cpu_detail::kSerialBelow;
+  const int nblocks = (C + cpu_detail::kColBlock - 1) / cpu_detail::kColBlock;
+  // dwte[V,C] += dout[n,:] at row tokens[n], for n in order, per column block.
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int blk = 0; blk < nblocks; blk++) {
+    const int c0 = blk * cpu_detail::kColBlock, c1 = std::min(C, c0 + cpu_detail::kColBlock);
+    for (int n = 0; n < N; n++) {
+      float* dw = dwte + size_t(tokens[n]) * C;
+      const float* dy = dout + size_t(n) * C;
+#pragma omp simd
+      for (int c = c0; c < c1; c++) dw[c] += dy[c];
+    }
+  }
+  // dwpe[T,C] += sum_b dout[b,t,:]: rows t are independent, b summed in order.
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int t = 0; t < T; t++) {
+    float* dp = dwpe + size_t(t) * C;
+    for (int b = 0; b < B; b++) {
+      const float* dy = dout + (size_t(b) * T + t) * C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) dp[c] += dy[c];
+    }
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,640 @@
+// Tests of the CPU reference backend (src/backend/cpu). Every op is compared with an independent,
+// naive double-precision reference written here, and every backward with central differences of
+// that double reference (DESIGN §7: finite-difference gradient check of every op).
+//
+// Tolerances, and why:
+// - kTol = 1e-5, normwise relative (max|got - want| / max|want|), float op vs double truth.
+//   The float ops round at ~6e-8 per operation and sum at most a few hundred terms here; the
+//   observed errors are 3e-8..4e-7, so 1e-5 leaves a 25x margin yet catches any wrong term (a
+//   missing, doubled or mis-scaled term moves the result by 1e-3 or more).
+// - Finite differences run on the double reference, never on the float op: with step h = 1e-5 the
+//   truncation error (~h^2) and the rounding error (~1e-16 / h) are both ~1e-10, far below kTol,
+//   so a gradient mismatch can only be the op's fault. (Differencing the float op instead would
+//   need h ~ 1e-2 and a 1e-2 tolerance, which hides real bugs.)
+// Shapes are small and odd on purpose (N=7, C=12, OC=5; B=2, T=5, C=8, NH=2, ...) so edge handling
+// is exercised; a few larger ones cover the multi-tile and multi-thread paths. Runtime ~1-2 s.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+
+namespace baton {
+namespace {
+
+constexpr double kTol = 1e-5;
+constexpr double kFdStep = 1e-5;
+
+using VecF = std::vector<float>;
+using VecD = std::vector<double>;
+
+VecF random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  VecF v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+VecD to_d(const VecF& v) { return VecD(v.begin(), v.end()); }
+
+// Normwise relative error of a float result against double truth.
+double rel_err(const float* got, const VecD& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); i++) {
+    num = std::max(num, std::abs(double(got[i]) - want[i]));
+    den = std::max(den, std::abs(want[i]));
+  }
+  return den == 0 ? num : num / den;
+}
+double rel_err(const VecF& got, const VecD& want) {
+  EXPECT_EQ(got.size(), want.size());
+  return rel_err(got.data(), want);
+}
+
+// Central differences, in double, of a scalar loss with respect to every element of x.
+VecD fd_grad(const std::function<double(const VecD&)>& loss, VecD x) {
+  VecD g(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const double x0 = x[i];
+    x[i] = x0 + kFdStep;
+    const double lp = loss(x);
+    x[i] = x0 - kFdStep;
+    const double lm = loss(x);
+    x[i] = x0;
+    g[i] = (lp - lm) / (2 * kFdStep);
+  }
+  return g;
+}
+
+double dot(const VecD& a, const VecF& r) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); i++) s += a[i] * r[i];
+  return s;
+}
+
+bool same_bits(const VecF& a, const VecF& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---- naive double references -------------------------------------------------------------------
+
+VecD ref_matmul(const VecD& inp, const VecD& w, const VecD* bias, int N, int C, int OC) {
+  VecD out(size_t(N) * OC);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double s = bias ? (*bias)[o] : 0.0;
+      for (int c = 0; c < C; c++) s += inp[n * C + c] * w[o * C + c];
+      out[n * OC + o] = s;
+    }
+  return out;
+}
+
+VecD ref_layernorm(const VecD& x, const VecD& w, const VecD& b, int N, int C, VecD* mean = nullptr,
+                   VecD* rstd = nullptr) {
+  VecD out(size_t(N) * C);
+  if (mean) mean->resize(N);
+  if (rstd) rstd->resize(N);
+  for (int n = 0; n < N; n++) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += x[n * C + c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (x[n * C + c] - m) * (x[n * C + c] - m);
+    v /= C;
+    const double s = 1.0 / std::sqrt(v + 1e-5);
+    for (int c = 0; c < C; c++) out[n * C + c] = (x[n * C + c] - m) * s * w[c] + b[c];
+    if (mean) (*mean)[n] = m;
+    if (rstd) (*rstd)[n] = s;
+  }
+  return out;
+}
+
+double ref_gelu(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+// Causal attention straight from the definition; returns out[B,T,C], fills att[B,NH,T,T].
+VecD ref_attention(const VecD& qkv, int B, int T, int C, int NH, VecD* att = nullptr) {
+  const int HS = C / NH;
+  VecD out(size_t(B) * T * C, 0.0);
+  if (att) att->assign(size_t(B) * NH * T * T, 0.0);
+  std::vector<double> p(T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const double* q = &qkv[(size_t(b) * T + t) * 3 * C + h * HS];
+        double mx = -1e300;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const double* k = &qkv[(size_t(b) * T + t2) * 3 * C + C + h * HS];
+          double s = 0;
+          for (int i = 0; i < HS; i++) s += q[i] * k[i];
+          p[t2] = s / std::sqrt(double(HS));
+          mx = std::max(mx, p[t2]);
+        }
+        double sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) sum += (p[t2] = std::exp(p[t2] - mx));
+        for (int t2 = 0; t2 <= t; t2++) {
+          p[t2] /= sum;
+          if (att) (*att)[((size_t(b) * NH + h) * T + t) * T + t2] = p[t2];
+          const double* v = &qkv[(size_t(b) * T + t2) * 3 * C + 2 * C + h * HS];
+          for (int i = 0; i < HS; i++) out[(size_t(b) * T + t) * C + h * HS + i] += p[t2] * v[i];
+        }
+      }
+  return out;
+}
+
+VecD ref_embedding(const std::vector<int32_t>& tok, const VecD& wte, const VecD& wpe, int B, int T,
+                   int C) {
+  VecD out(size_t(B) * T * C);
+  for (int n = 0; n < B * T; n++)
+    for (int c = 0; c < C; c++) out[n * C + c] = wte[tok[n] * C + c] + wpe[(n % T) * C + c];
+  return out;
+}
+
+VecD ref_xent(const VecD& logits, const std::vector<int32_t>& tg, int N, int V, int Vp) {
+  VecD loss(N, 0.0);
+  for (int n = 0; n < N; n++) {
+    if (tg[n] < 0) continue;
+    double mx = -1e300, s = 0;
+    for (int v = 0; v < V; v++) mx = std::max(mx, logits[n * Vp + v]);
+    for (int v = 0; v < V; v++) s += std::exp(logits[n * Vp + v] - mx);
+    loss[n] = std::log(s) + mx - logits[n * Vp + tg[n]];
+  }
+  return loss;
+}
+
+class CpuOps : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> be = make_cpu_backend();
+};
+
+// ---- memory and elementwise --------------------------------------------------------------------
+
+TEST_F(CpuOps, AllocIsAlignedAndZeroed) {
+  EXPECT_EQ(be->name(), "cpu");
+  for (size_t bytes : {size_t(0), size_t(1), size_t(13), size_t(4096 + 3)}) {
+    void* p = be->alloc(bytes);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << bytes;
+    const auto* c = static_cast<const unsigned char*>(p);
+    EXPECT_TRUE(std::all_of(c, c + bytes, [](unsigned char x) { return x == 0; })) << bytes;
+    be->release(p);
+  }
+  VecF src = random_vec(100, 1), back(100);
+  auto* d = static_cast<float*>(be->alloc(100 * sizeof(float)));
+  be->to_device(d, src.data(), 100 * sizeof(float));
+  be->to_host(back.data(), d, 100 * sizeof(float));
+  be->release(d);
+  EXPECT_TRUE(same_bits(src, back));
+}
+
+TEST_F(CpuOps, ElementwiseOpsMatchLoops) {
+  for (size_t n : {size_t(7), size_t(100003)}) {  // serial and OpenMP paths
+    VecF a = random_vec(n, 2), b = random_vec(n, 3), x = a, out(n);
+    be->add(x.data(), b.data(), n);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(x[i], a[i] + b[i]);
+    be->scale(x.data(), 0.5f, n);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(x[i], (a[i] + b[i]) * 0.5f);
+    be->residual_forward(out.data(), a.data(), b.data(), n);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], a[i] + b[i]);
+    be->copy(out.data(), b.data(), n);
+    EXPECT_TRUE(same_bits(out, b));
+    be->zero(out.data(), n);
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 0.0f; }));
+  }
+}
+
+TEST_F(CpuOps, SumSquaresIsDoubleAndDeterministic) {
+  const size_t n = 300001;
+  VecF x = random_vec(n, 4);
+  double want = 0;
+  for (float v : x) want += double(v) * v;
+  const double got = be->sum_squares(x.data(), n);
+  EXPECT_NEAR(got, want, 1e-12 * want);  // double accumulation: far tighter than float could be
+  EXPECT_EQ(got, be->sum_squares(x.data(), n));
+  EXPECT_EQ(be->sum_squares(x.data(), 0), 0.0);
+}
+
+// ---- matmul ------------------------------------------------------------------------------------
+
+struct MatShape {
+  int N, C, OC;
+};
+
+TEST_F(CpuOps, MatmulForwardMatchesReference) {
+  for (MatShape s :
+       {MatShape{7, 12, 5}, MatShape{1, 3, 1}, MatShape{33, 70, 19}, MatShape{64, 96, 130}}) {
+    VecF inp = random_vec(size_t(s.N) * s.C, 5), w = random_vec(size_t(s.OC) * s.C, 6),
+         bias = random_vec(s.OC, 7), out(size_t(s.N) * s.OC, 123.0f);
+    VecD bias_d = to_d(bias);
+    be->matmul_forward(out.data(), inp.data(), w.data(), bias.data(), s.N, s.C, s.OC);
+    EXPECT_LT(rel_err(out, ref_matmul(to_d(inp), to_d(w), &bias_d, s.N, s.C, s.OC)), kTol)
+        << s.N << "x" << s.C << "x" << s.OC;
+    be->matmul_forward(out.data(), inp.data(), w.data(), nullptr, s.N, s.C, s.OC);
+    EXPECT_LT(rel_err(out, ref_matmul(to_d(inp), to_d(w), nullptr, s.N, s.C, s.OC)), kTol);
+  }
+}
+
+TEST_F(CpuOps, MatmulBackwardGradcheck) {
+  for (MatShape s : {MatShape{7, 12, 5}, MatShape{4, 9, 3}}) {
+    const int N = s.N, C = s.C, OC = s.OC;
+    VecF inp = random_vec(size_t(N) * C, 8), w = random_vec(size_t(OC) * C, 9),
+         bias = random_vec(OC, 10), R = random_vec(size_t(N) * OC, 11);
+    VecD inp_d = to_d(inp), w_d = to_d(w), b_d = to_d(bias);
+    // Parameter grads start non-zero to check they accumulate; dinp starts as garbage that
+    // must be overwritten.
+    VecF dw0 = random_vec(w.size(), 12), db0 = random_vec(OC, 13);
+    VecF dinp(inp.size(), 77.0f), dw = dw0, db = db0;
+    be->matmul_backward(dinp.data(), dw.data(), db.data(), R.data(), inp.data(), w.data(), N, C, OC,
+                        false);
+    VecD g_inp =
+        fd_grad([&](const VecD& x) { return dot(ref_matmul(x, w_d, &b_d, N, C, OC), R); }, inp_d);
+    VecD g_w =
+        fd_grad([&](const VecD& x) { return dot(ref_matmul(inp_d, x, &b_d, N, C, OC), R); }, w_d);
+    VecD g_b =
+        fd_grad([&](const VecD& x) { return dot(ref_matmul(inp_d, w_d, &x, N, C, OC), R); }, b_d);
+    for (size_t i = 0; i < dw.size(); i++) dw[i] -= dw0[i];
+    for (size_t i = 0; i < db.size(); i++) db[i] -= db0[i];
+    EXPECT_LT(rel_err(dinp, g_inp), kTol);
+    EXPECT_LT(rel_err(dw, g_w), kTol);
+    EXPECT_LT(rel_err(db, g_b), kTol);
+
+    // accumulate_dinp = true adds onto what is there; null dinp/dbias are skipped.
+    VecF dinp2 = dinp, dw2(w.size(), 0.0f);
+    be->matmul_backward(dinp2.data(), dw2.data(), nullptr, R.data(), inp.data(), w.data(), N, C, OC,
+                        true);
+    for (size_t i = 0; i < dinp.size(); i++) dinp2[i] -= dinp[i];
+    EXPECT_LT(rel_err(dinp2, g_inp), kTol);
+    be->matmul_backward(nullptr, dw2.data(), nullptr, R.data(), inp.data(), w.data(), N, C, OC,
+                        false);
+    for (size_t i = 0; i < dw2.size(); i++) dw2[i] *= 0.5f;
+    EXPECT_LT(rel_err(dw2, g_w), kTol);
+  }
+}
+
+TEST_F(CpuOps, MatmulBackwardTwiceDoublesParamGrads) {
+  const int N = 7, C = 12, OC = 5;
+  VecF inp = random_vec(N * C, 14), w = random_vec(OC * C, 15), dout = random_vec(N * OC, 16);
+  VecF dinp(N * C), dw(OC * C, 0.0f), db(OC, 0.0f);
+  be->matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
+                      OC, false);
+  VecF dw1 = dw, db1 = db, dinp1 = dinp;
+  be->matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
+                      OC, false);
+  // x + x is exact in float, so "doubled" is an exact comparison.
+  for (size_t i = 0; i < dw.size(); i++) ASSERT_EQ(dw[i], 2 * dw1[i]);
+  for (size_t i = 0; i < db.size(); i++) ASSERT_EQ(db[i], 2 * db1[i]);
+  EXPECT_TRUE(same_bits(dinp, dinp1));  // activation grad overwritten, not accumulated
+}
+
+// ---- layernorm ---------------------------------------------------------------------------------
+
+TEST_F(CpuOps, LayernormForwardMatchesReference) {
+  for (auto [N, C] : {std::pair{7, 12}, std::pair{5, 130}, std::pair{1, 1}}) {
+    VecF x = random_vec(N * C, 17, -2, 3), w = random_vec(C, 18), b = random_vec(C, 19);
+    VecF out(N * C), mean(N), rstd(N);
+    be->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    VecD m, r;
+    VecD want = ref_layernorm(to_d(x), to_d(w), to_d(b), N, C, &m, &r);
+    EXPECT_LT(rel_err(out, want), kTol) << N << "x" << C;
+    EXPECT_LT(rel_err(mean, m), kTol);
+    EXPECT_LT(rel_err(rstd, r), kTol);
+  }
+}
+
+TEST_F(CpuOps, LayernormBackwardGradcheckAndAccumulates) {
+  const int N = 7, C = 12;
+  VecF x = random_vec(N * C, 20, -2, 3), w = random_vec(C, 21), b = random_vec(C, 22),
+       R = random_vec(N * C, 23);
+  VecF out(N * C), mean(N), rstd(N);
+  be->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  // All three outputs accumulate: start them from random values and subtract afterwards.
+  VecF dx0 = random_vec(N * C, 24), dw0 = random_vec(C, 25), db0 = random_vec(C, 26);
+  VecF dx = dx0, dw = dw0, db = db0;
+  be->layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(),
+                         rstd.data(), N, C);
+  for (size_t i = 0; i < dx.size(); i++) dx[i] -= dx0[i];
+  for (int i = 0; i < C; i++) dw[i] -= dw0[i], db[i] -= db0[i];
+  VecD xd = to_d(x), wd = to_d(w), bd = to_d(b);
+  EXPECT_LT(
+      rel_err(dx,
+              fd_grad([&](const VecD& v) { return dot(ref_layernorm(v, wd, bd, N, C), R); }, xd)),
+      kTol);
+  EXPECT_LT(
+      rel_err(dw,
+              fd_grad([&](const VecD& v) { return dot(ref_layernorm(xd, v, bd, N, C), R); }, wd)),
+      kTol);
+  EXPECT_LT(
+      rel_err(db,
+              fd_grad([&](const VecD& v) { return dot(ref_layernorm(xd, wd, v, N, C), R); }, bd)),
+      kTol);
+}
+
+TEST_F(CpuOps, ResidualLayernormForwardAndGradcheck) {
+  const int N = 5, C = 12;
+  VecF a = random_vec(N * C, 27), b = random_vec(N * C, 28), w = random_vec(C, 29),
+       bias = random_vec(C, 30), R = random_vec(N * C, 31);
+  VecF res(N * C), out(N * C), mean(N), rstd(N);
+  be->residual_layernorm_forward(res.data(), out.data(), mean.data(), rstd.data(), a.data(),
+                                 b.data(), w.data(), bias.data(), N, C);
+  for (int i = 0; i < N * C; i++) ASSERT_EQ(res[i], a[i] + b[i]);
+  // The fused op is bit-identical to residual_forward + layernorm_forward.
+  VecF res2(N * C), out2(N * C), mean2(N), rstd2(N);
+  be->residual_forward(res2.data(), a.data(), b.data(), N * C);
+  be->layernorm_forward(out2.data(), mean2.data(), rstd2.data(), res2.data(), w.data(), bias.data(),
+                        N, C);
+  EXPECT_TRUE(same_bits(out, out2));
+  EXPECT_TRUE(same_bits(mean, mean2));
+  EXPECT_TRUE(same_bits(rstd, rstd2));
+  // Backward goes through layernorm_backward on the saved residual; d/da = d/db.
+  VecF dres(N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
+  be->layernorm_backward(dres.data(), dw.data(), db.data(), R.data(), res.data(), w.data(),
+                         mean.data(), rstd.data(), N, C);
+  VecD ad = to_d(a), bd = to_d(b), wd = to_d(w), biasd = to_d(bias);
+  auto loss_a = [&](const VecD& v) {
+    VecD s(v.size());
+    for (size_t i = 0; i < v.size(); i++) s[i] = v[i] + bd[i];
+    return dot(ref_layernorm(s, wd, biasd, N, C), R);
+  };
+  EXPECT_LT(rel_err(dres, fd_grad(loss_a, ad)), kTol);
+}
+
+// ---- GELU --------------------------------------------------------------------------------------
+
+TEST_F(CpuOps, GeluForwardAndGradcheck) {
+  const int n = 37;
+  VecF x = random_vec(n, 32, -4, 4), R = random_vec(n, 33), out(n), dx(n, 55.0f);
+  x[0] = 0.0f;
+  be->gelu_forward(out.data(), x.data(), n);
+  VecD want(n);
+  for (int i = 0; i < n; i++) want[i] = ref_gelu(x[i]);
+  EXPECT_LT(rel_err(out, want), kTol);
+  be->gelu_backward(dx.data(), x.data(), R.data(), n);  // overwrites the 55s
+  VecD g = fd_grad(
+      [&](const VecD& v) {
+        double s = 0;
+        for (int i = 0; i < n; i++) s += ref_gelu(v[i]) * R[i];
+        return s;
+      },
+      to_d(x));
+  EXPECT_LT(rel_err(dx, g), kTol);
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+
+struct AttShape {
+  int B, T, C, NH;
+};
+
+// Runs `check` once per attention-kernel instruction set this CPU supports (baseline SSE2, AVX2,
+// AVX-512), so every compiled variant is tested, then restores the default.
+template <class F>
+void for_each_kernel_isa(F check) {
+  using cpu_detail::KernelIsa;
+  const KernelIsa saved = cpu_detail::kernel_isa();
+  for (KernelIsa isa : {KernelIsa::BASE, KernelIsa::AVX2, KernelIsa::AVX512}) {
+    if (!cpu_detail::set_kernel_isa(isa)) continue;
+    SCOPED_TRACE(testing::Message() << "kernel isa " << int(isa));
+    check();
+  }
+  cpu_detail::set_kernel_isa(saved);
+}
+
+TEST_F(CpuOps, AttentionForwardMatchesReference) {
+  // Covers HS = 4, 4, 32, 48 and T across several register tiles (the kernel tiles 4 x 8..32).
+  for_each_kernel_isa([&] {
+    for (AttShape s : {AttShape{2, 5, 8, 2}, AttShape{1, 19, 12, 3}, AttShape{2, 37, 64, 2},
+                       AttShape{1, 70, 48, 1}, AttShape{1, 1, 4, 1}}) {
+      const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+      VecF qkv = random_vec(size_t(B) * T * 3 * C, 34, -2, 2);
+      VecF out(size_t(B) * T * C, 9.0f), att(size_t(B) * NH * T * T, 9.0f);
+      be->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+      VecD att_ref;
+      VecD out_ref = ref_attention(to_d(qkv), B, T, C, NH, &att_ref);
+      EXPECT_LT(rel_err(out, out_ref), kTol) << B << "," << T << "," << C << "," << NH;
+      EXPECT_LT(rel_err(att, att_ref), kTol);
+      for (int r = 0; r < B * NH * T; r++) {
+        const int t = r % T;
+        const float* row = &att[size_t(r) * T];
+        double sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) sum += row[t2];
+        ASSERT_NEAR(sum, 1.0, 1e-5) << "row " << r;
+        for (int t2 = t + 1; t2 < T; t2++) ASSERT_EQ(row[t2], 0.0f) << "above diagonal " << r;
+      }
+    }
+  });
+}
+
+TEST_F(CpuOps, AttentionBackwardGradcheck) {
+  for_each_kernel_isa([&] {
+    for (AttShape s : {AttShape{2, 5, 8, 2}, AttShape{1, 21, 32, 2}}) {
+      const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+      VecF qkv = random_vec(size_t(B) * T * 3 * C, 35, -2, 2),
+           R = random_vec(size_t(B) * T * C, 36);
+      VecF out(size_t(B) * T * C), att(size_t(B) * NH * T * T), dqkv(qkv.size(), 99.0f);
+      be->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+      be->attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
+      VecD g =
+          fd_grad([&](const VecD& x) { return dot(ref_attention(x, B, T, C, NH), R); }, to_d(qkv));
+      EXPECT_LT(rel_err(dqkv, g), kTol) << B << "," << T << "," << C << "," << NH;
+    }
+  });
+}
+
+TEST_F(CpuOps, AttentionBackwardDirectionalDerivativeLargerShape) {
+  // Too many inputs for a full finite-difference sweep; check <grad, d> against the central
+  // difference of L along random directions d instead (still in double on the reference).
+  for_each_kernel_isa([&] {
+    const int B = 2, T = 37, C = 64, NH = 2;
+    VecF qkv = random_vec(size_t(B) * T * 3 * C, 37, -2, 2), R = random_vec(size_t(B) * T * C, 38);
+    VecF out(size_t(B) * T * C), att(size_t(B) * NH * T * T), dqkv(qkv.size());
+    be->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    be->attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
+    const VecD x0 = to_d(qkv);
+    for (uint32_t seed : {39u, 40u, 41u}) {
+      VecF d = random_vec(qkv.size(), seed);
+      VecD xp = x0, xm = x0;
+      for (size_t i = 0; i < x0.size(); i++) xp[i] += kFdStep * d[i], xm[i] -= kFdStep * d[i];
+      const double want =
+          (dot(ref_attention(xp, B, T, C, NH), R) - dot(ref_attention(xm, B, T, C, NH), R)) /
+          (2 * kFdStep);
+      double got = 0, scale = 0;
+      for (size_t i = 0; i < x0.size(); i++) {
+        got += double(dqkv[i]) * d[i];
+        scale += std::abs(double(dqkv[i]) * d[i]);
+      }
+      EXPECT_NEAR(got, want, kTol * scale);  // relative to the sum of |terms|: no cancellation luck
+    }
+  });
+}
+
+// ---- embeddings --------------------------------------------------------------------------------
+
+TEST_F(CpuOps, EmbeddingForwardAndGradcheck) {
+  const int B = 2, T = 5, C = 8, V = 11;
+  std::vector<int32_t> tok = {3, 0, 3, 10, 7, 3, 3, 1, 10, 0};  // repeats collide in dwte
+  VecF wte = random_vec(V * C, 42), wpe = random_vec(T * C, 43), R = random_vec(B * T * C, 44);
+  VecF out(B * T * C);
+  be->embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  VecD wte_d = to_d(wte), wpe_d = to_d(wpe);
+  EXPECT_LT(rel_err(out, ref_embedding(tok, wte_d, wpe_d, B, T, C)), kTol);
+  VecF dwte0 = random_vec(V * C, 45), dwpe0 = random_vec(T * C, 46);
+  VecF dwte = dwte0, dwpe = dwpe0;
+  be->embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
+  for (size_t i = 0; i < dwte.size(); i++) dwte[i] -= dwte0[i];
+  for (size_t i = 0; i < dwpe.size(); i++) dwpe[i] -= dwpe0[i];
+  EXPECT_LT(
+      rel_err(dwte,
+              fd_grad([&](const VecD& v) { return dot(ref_embedding(tok, v, wpe_d, B, T, C), R); },
+                      wte_d)),
+      kTol);
+  EXPECT_LT(
+      rel_err(dwpe,
+              fd_grad([&](const VecD& v) { return dot(ref_embedding(tok, wte_d, v, B, T, C), R); },
+                      wpe_d)),
+      kTol);
+  // Rows of unused tokens are untouched.
+  for (int c = 0; c < C; c++) EXPECT_EQ(dwte[2 * C + c], 0.0f);
+}
+
+// ---- classifier --------------------------------------------------------------------------------
+
+TEST_F(CpuOps, SoftmaxCrossEntropyMatchesReferenceAndGradcheck) {
+  const int N = 7, V = 10, Vp = 16;
+  const float dloss = 1.0f / 6;  // mean over the 6 counted rows
+  std::vector<int32_t> tg = {3, 9, -1, 0, 5, 5, 2};
+  VecF logits = random_vec(N * Vp, 47, -3, 3);
+  for (int n = 0; n < N; n++)
+    for (int v = V; v < Vp; v++) logits[n * Vp + v] = 1e4f;  // padding must not enter the softmax
+  VecF losses(N), dlogits(N * Vp, 7.0f);
+  be->softmax_cross_entropy(losses.data(), dlogits.data(), logits.data(), tg.data(), N, V, Vp,
+                            dloss);
+  VecD ref = ref_xent(to_d(logits), tg, N, V, Vp);
+  EXPECT_LT(rel_err(losses, ref), kTol);
+  EXPECT_EQ(losses[2], 0.0f);
+  for (int n = 0; n < N; n++)
+    for (int v = V; v < Vp; v++) ASSERT_EQ(dlogits[n * Vp + v], 0.0f);  // padded columns
+  for (int v = 0; v < Vp; v++) ASSERT_EQ(dlogits[2 * Vp + v], 0.0f);    // ignored row
+  // d(dloss * sum_n loss_n) / dlogits by finite differences (padded columns included: 0).
+  VecD g = fd_grad(
+      [&](const VecD& x) {
+        double s = 0;
+        for (double l : ref_xent(x, tg, N, V, Vp)) s += l;
+        return s * dloss;
+      },
+      to_d(logits));
+  EXPECT_LT(rel_err(dlogits, g), kTol);
+
+  // In place (dlogits aliases logits) gives the same bits; no gradient requested works too.
+  VecF inplace = logits, losses2(N), losses3(N);
+  be->softmax_cross_entropy(losses2.data(), inplace.data(), inplace.data(), tg.data(), N, V, Vp,
+                            dloss);
+  EXPECT_TRUE(same_bits(inplace, dlogits));
+  EXPECT_TRUE(same_bits(losses2, losses));
+  be->softmax_cross_entropy(losses3.data(), nullptr, logits.data(), tg.data(), N, V, Vp, dloss);
+  EXPECT_LT(rel_err(losses3, ref), kTol);
+}
+
+TEST_F(CpuOps, SoftmaxCrossEntropyUniformAndExtremeLogits) {
+  const int N = 3, V = 50257, Vp = 50304;
+  VecF logits(size_t(N) * Vp, 0.0f), losses(N);
+  std::vector<int32_t> tg = {0, 50256, 123};
+  logits[size_t(2) * Vp + 5] = 1000.0f;  // would overflow exp without the max shift
+  be->softmax_cross_entropy(losses.data(), nullptr, logits.data(), tg.data(), N, V, Vp, 1.0f);
+  // Uniform logits: ln V. The float sum of 50257 ones is exact; only the log rounds.
+  EXPECT_NEAR(losses[0], std::log(double(V)), 1e-5);
+  EXPECT_NEAR(losses[1], std::log(double(V)), 1e-5);
+  EXPECT_NEAR(losses[2], 1000.0, 1e-3);
+}
+
+// ---- AdamW -------------------------------------------------------------------------------------
+
+TEST_F(CpuOps, AdamWTwoStepsMatchFormula) {
+  const size_t n = 9;
+  VecF p = random_vec(n, 48), g1 = random_vec(n, 49), g2 = random_vec(n, 50);
+  VecF m(n, 0.0f), v(n, 0.0f);
+  AdamWArgs a;
+  a.lr = 0.01f;
+  a.beta1 = 0.9f;
+  a.beta2 = 0.95f;
+  a.eps = 1e-8f;
+  a.weight_decay = 0.1f;
+  a.grad_scale = 0.5f;
+  VecD pd = to_d(p), md(n, 0.0), vd(n, 0.0);
+  for (int step = 1; step <= 2; step++) {
+    const VecF& g = step == 1 ? g1 : g2;
+    a.step = step;
+    be->adamw_step(p.data(), g.data(), m.data(), v.data(), n, a);
+    // Hand-derived: g' = s g; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+    // p -= lr (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd p).
+    for (size_t i = 0; i < n; i++) {
+      const double gs = double(g[i]) * a.grad_scale;
+      md[i] = double(a.beta1) * md[i] + (1 - double(a.beta1)) * gs;
+      vd[i] = double(a.beta2) * vd[i] + (1 - double(a.beta2)) * gs * gs;
+      const double mh = md[i] / (1 - std::pow(double(a.beta1), step));
+      const double vh = vd[i] / (1 - std::pow(double(a.beta2), step));
+      pd[i] -=
+          double(a.lr) * (mh / (std::sqrt(vh) + double(a.eps)) + double(a.weight_decay) * pd[i]);
+    }
+    EXPECT_LT(rel_err(m, md), 1e-6) << step;
+    EXPECT_LT(rel_err(v, vd), 1e-6) << step;
+    EXPECT_LT(rel_err(p, pd), 1e-6) << step;  // few float ops per element: ~1e-7
+  }
+  // Step 1 with bias correction moves each weight by ~lr * sign(g) (+ decay).
+  VecF q = {1.0f}, gq = {-3.0f}, mq = {0.0f}, vq = {0.0f};
+  a.step = 1;
+  a.grad_scale = 1.0f;
+  be->adamw_step(q.data(), gq.data(), mq.data(), vq.data(), 1, a);
+  EXPECT_NEAR(q[0], 1.0 + 0.01 - 0.01 * 0.1, 1e-6);
+}
+
+// ---- determinism -------------------------------------------------------------------------------
+
+TEST_F(CpuOps, RepeatedCallsGiveIdenticalBits) {
+  // Shapes large enough to take the multi-threaded paths.
+  const int B = 4, T = 64, C = 96, NH = 3, N = B * T, OC = 200, V = 300;
+  VecF x = random_vec(size_t(N) * C, 51), w = random_vec(size_t(OC) * C, 52),
+       dy = random_vec(size_t(N) * OC, 53), lw = random_vec(C, 54), lb = random_vec(C, 55),
+       dyc = random_vec(size_t(N) * C, 56), qkv = random_vec(size_t(N) * 3 * C, 57);
+  std::vector<int32_t> tok(N);
+  for (int i = 0; i < N; i++) tok[i] = (i * 7) % 13;  // heavy collisions in dwte
+  auto run_all = [&]() {
+    std::vector<VecF> r;
+    VecF dinp(size_t(N) * C), dw(w.size(), 0.0f), db(OC, 0.0f);
+    be->matmul_backward(dinp.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC,
+                        false);
+    r.insert(r.end(), {dinp, dw, db});
+    VecF out(size_t(N) * C), mean(N), rstd(N), dx(size_t(N) * C, 0.0f), dlw(C, 0.0f), dlb(C, 0.0f);
+    be->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), lw.data(), lb.data(), N,
+                          C);
+    be->layernorm_backward(dx.data(), dlw.data(), dlb.data(), dyc.data(), x.data(), lw.data(),
+                           mean.data(), rstd.data(), N, C);
+    r.insert(r.end(), {out, dx, dlw, dlb});
+    VecF aout(size_t(N) * C), att(size_t(B) * NH * T * T), dqkv(qkv.size());
+    be->attention_forward(aout.data(), att.data(), qkv.data(), B, T, C, NH);
+    be->attention_backward(dqkv.data(), dyc.data(), qkv.data(), att.data(), B, T, C, NH);
+    r.insert(r.end(), {aout, att, dqkv});
+    VecF dwte(size_t(V) * C, 0.0f), dwpe(size_t(T) * C, 0.0f);
+    be->embedding_backward(dwte.data(), dwpe.data(), dyc.data(), tok.data(), B, T, C);
+    r.insert(r.end(), {dwte, dwpe});
+    VecF losses(N), dl(dy.size());
+    be->softmax_cross_entropy(losses.data(), dl.data(), dy.data(), tok.data(), N, OC - 3, OC,
+                              0.01f);
+    r.insert(r.end(), {losses, dl});
+    return r;
+  };
+  auto first = run_all(), second = run_all();
+  ASSERT_EQ(first.size(), second.size());
+  for (size_t i = 0; i < first.size(); i++)
+    EXPECT_TRUE(same_bits(first[i], second[i])) << "output " << i;
+}
+
+}  // namespace
+}  // namespace baton
