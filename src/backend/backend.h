@@ -82,12 +82,17 @@ class Backend {
                                   const float* att, int B, int T, int C, int NH) = 0;
 
   // ---- embeddings ----
-  // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
+  // Vocab-parallel aware: this rank holds rows [vocab_start, vocab_start + vocab_rows) of the
+  // token table in wte[vocab_rows,C].
+  // out[B,T,C] = (token in range ? wte[token - vocab_start, :] : 0) + (wpe ? wpe[t, :] : 0)
   virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                 const float* wpe, int B, int T, int C) = 0;
-  // dwte[V,C] += scatter of dout by token; dwpe[T,C] += sum over b. Deterministic.
+                                 const float* wpe, int B, int T, int C, int vocab_start,
+                                 int vocab_rows) = 0;
+  // dwte[vocab_rows,C] += scatter of dout by in-range token; dwpe[T,C] += sum over b (skipped
+  // when null). Deterministic.
   virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                  const int32_t* tokens, int B, int T, int C) = 0;
+                                  const int32_t* tokens, int B, int T, int C, int vocab_start,
+                                  int vocab_rows) = 0;
 
   // ---- classifier ----
   // Fused softmax + cross-entropy over logits[N,Vp] of which the first V columns are real.
@@ -97,6 +102,25 @@ class Backend {
   virtual void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
                                      const int32_t* targets, int N, int V, int Vp,
                                      float dloss) = 0;
+
+  // Vocab-parallel classifier (Megatron): the caller holds logits[N,Vl] for global vocabulary ids
+  // vocab_start + j, of which the first V_local columns are real (the rest padding), and combines
+  // the per-rank statistics with collectives between the passes, never gathering the logits:
+  //   1. logits_row_max -> all-reduce MAX        2. logits_sumexp_target -> all-reduce SUM
+  //   3. cross_entropy_finish (losses, and the logits gradient in place when dlogits != null).
+  // maxv[N]: row max over real local columns (-inf when V_local = 0).
+  virtual void logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl) = 0;
+  // With the global max: sumexp[N] = sum_j exp(l[n,j] - maxv[n]) over real local columns;
+  // target_logit[N] = l[n, target - vocab_start] if the target is in this shard, else 0.
+  virtual void logits_sumexp_target(float* sumexp, float* target_logit, const float* logits,
+                                    const float* maxv, const int32_t* targets, int N, int V_local,
+                                    int Vl, int vocab_start) = 0;
+  // losses[N] = log(sumexp) + maxv - target_logit (0 for targets < 0); dlogits (may alias logits):
+  // (exp(l - maxv) / sumexp - [vocab_start + j == target]) * dloss on real columns, 0 on padding.
+  virtual void cross_entropy_finish(float* losses, float* dlogits, const float* logits,
+                                    const float* maxv, const float* sumexp,
+                                    const float* target_logit, const int32_t* targets, int N,
+                                    int V_local, int Vl, int vocab_start, float dloss) = 0;
 
   // ---- optimizer ----
   virtual void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,

@@ -11,12 +11,12 @@ void Embedding::add_params(ParamTable& table) {
 
 void Embedding::forward(const LayerCtx& ctx, const float*, float* saved) {
   ctx.be->embedding_forward(saved, ctx.tokens, ctx.param(wte_), ctx.param(wpe_), ctx.B, ctx.T,
-                            d_.d_model);
+                            d_.d_model, 0, d_.vocab_padded);
 }
 
 void Embedding::backward(const LayerCtx& ctx, const float*, const float* dout, float*, float*) {
   ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), dout, ctx.tokens, ctx.B, ctx.T,
-                             d_.d_model);
+                             d_.d_model, 0, d_.vocab_padded);
 }
 
 }  // namespace baton

@@ -482,12 +482,12 @@ TEST_F(CpuOps, EmbeddingForwardAndGradcheck) {
   std::vector<int32_t> tok = {3, 0, 3, 10, 7, 3, 3, 1, 10, 0};  // repeats collide in dwte
   VecF wte = random_vec(V * C, 42), wpe = random_vec(T * C, 43), R = random_vec(B * T * C, 44);
   VecF out(B * T * C);
-  be->embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  be->embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C, 0, V);
   VecD wte_d = to_d(wte), wpe_d = to_d(wpe);
   EXPECT_LT(rel_err(out, ref_embedding(tok, wte_d, wpe_d, B, T, C)), kTol);
   VecF dwte0 = random_vec(V * C, 45), dwpe0 = random_vec(T * C, 46);
   VecF dwte = dwte0, dwpe = dwpe0;
-  be->embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
+  be->embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C, 0, V);
   for (size_t i = 0; i < dwte.size(); i++) dwte[i] -= dwte0[i];
   for (size_t i = 0; i < dwpe.size(); i++) dwpe[i] -= dwpe0[i];
   EXPECT_LT(
@@ -505,6 +505,73 @@ TEST_F(CpuOps, EmbeddingForwardAndGradcheck) {
 }
 
 // ---- classifier --------------------------------------------------------------------------------
+
+// Vocab-parallel embedding: the shards' outputs (wpe on one shard only) add up to the full
+// embedding, and the shards' gradients are the matching row blocks of the full gradient.
+TEST_F(CpuOps, EmbeddingVocabShardsSumToFull) {
+  const int B = 2, T = 5, C = 8, V = 12;
+  std::vector<int32_t> tok = {3, 0, 3, 11, 7, 3, 5, 1, 10, 0};
+  VecF wte = random_vec(V * C, 42), wpe = random_vec(T * C, 43), dy = random_vec(B * T * C, 44);
+  VecF full(B * T * C), dwte_full(V * C, 0.0f), dwpe_full(T * C, 0.0f);
+  be->embedding_forward(full.data(), tok.data(), wte.data(), wpe.data(), B, T, C, 0, V);
+  be->embedding_backward(dwte_full.data(), dwpe_full.data(), dy.data(), tok.data(), B, T, C, 0, V);
+  for (int shards : {2, 3, 4}) {
+    const int rows = V / shards;
+    VecF sum(B * T * C, 0.0f);
+    for (int s = 0; s < shards; s++) {
+      VecF part(B * T * C), dw(rows * C, 0.0f);
+      be->embedding_forward(part.data(), tok.data(), wte.data() + s * rows * C, s == 0 ? wpe.data() : nullptr,
+                            B, T, C, s * rows, rows);
+      for (size_t i = 0; i < sum.size(); i++) sum[i] += part[i];
+      be->embedding_backward(dw.data(), nullptr, dy.data(), tok.data(), B, T, C, s * rows, rows);
+      for (int i = 0; i < rows * C; i++) EXPECT_EQ(dw[i], dwte_full[s * rows * C + i]) << shards;
+    }
+    for (size_t i = 0; i < sum.size(); i++) EXPECT_NEAR(sum[i], full[i], 1e-6f);
+  }
+}
+
+// Vocab-parallel cross-entropy: per-shard statistics combined as the tensor-parallel collectives
+// would (max, then sums) give the fused op's losses and logits gradient, padding included.
+TEST_F(CpuOps, VocabParallelCrossEntropyMatchesFused) {
+  const int N = 7, V = 45, Vp = 48;
+  VecF logits = random_vec(N * Vp, 50);
+  for (auto& x : logits) x *= 4.0f;
+  std::vector<int32_t> tgt = {0, 44, 17, -1, 23, 5, 40};
+  VecF want_loss(N), want_d(N * Vp);
+  be->softmax_cross_entropy(want_loss.data(), want_d.data(), logits.data(), tgt.data(), N, V, Vp, 0.1f);
+  for (int shards : {1, 2, 3, 4}) {
+    const int Vl = Vp / shards;
+    std::vector<VecF> part(shards);
+    VecF gmax(N, -INFINITY), gsum(N, 0.0f), gtgt(N, 0.0f);
+    for (int s = 0; s < shards; s++) {
+      part[s].resize(N * Vl);
+      for (int n = 0; n < N; n++)
+        for (int j = 0; j < Vl; j++) part[s][n * Vl + j] = logits[n * Vp + s * Vl + j];
+    }
+    auto vlocal = [&](int s) { return std::clamp(V - s * Vl, 0, Vl); };
+    for (int s = 0; s < shards; s++) {
+      VecF m(N);
+      be->logits_row_max(m.data(), part[s].data(), N, vlocal(s), Vl);
+      for (int n = 0; n < N; n++) gmax[n] = std::max(gmax[n], m[n]);
+    }
+    for (int s = 0; s < shards; s++) {
+      VecF se(N), tl(N);
+      be->logits_sumexp_target(se.data(), tl.data(), part[s].data(), gmax.data(), tgt.data(), N,
+                               vlocal(s), Vl, s * Vl);
+      for (int n = 0; n < N; n++) gsum[n] += se[n], gtgt[n] += tl[n];
+    }
+    for (int s = 0; s < shards; s++) {
+      VecF loss(N);
+      be->cross_entropy_finish(loss.data(), part[s].data(), part[s].data(), gmax.data(), gsum.data(),
+                               gtgt.data(), tgt.data(), N, vlocal(s), Vl, s * Vl, 0.1f);
+      for (int n = 0; n < N; n++) {
+        EXPECT_NEAR(loss[n], want_loss[n], 1e-5f * (1 + std::abs(want_loss[n])));
+        for (int j = 0; j < Vl; j++)
+          EXPECT_NEAR(part[s][n * Vl + j], want_d[n * Vp + s * Vl + j], 1e-6f) << shards;
+      }
+    }
+  }
+}
 
 TEST_F(CpuOps, SoftmaxCrossEntropyMatchesReferenceAndGradcheck) {
   const int N = 7, V = 10, Vp = 16;
@@ -622,7 +689,7 @@ TEST_F(CpuOps, RepeatedCallsGiveIdenticalBits) {
     be->attention_backward(dqkv.data(), dyc.data(), qkv.data(), att.data(), B, T, C, NH);
     r.insert(r.end(), {aout, att, dqkv});
     VecF dwte(size_t(V) * C, 0.0f), dwpe(size_t(T) * C, 0.0f);
-    be->embedding_backward(dwte.data(), dwpe.data(), dyc.data(), tok.data(), B, T, C);
+    be->embedding_backward(dwte.data(), dwpe.data(), dyc.data(), tok.data(), B, T, C, 0, V);
     r.insert(r.end(), {dwte, dwpe});
     VecF losses(N), dl(dy.size());
     be->softmax_cross_entropy(losses.data(), dl.data(), dy.data(), tok.data(), N, OC - 3, OC,

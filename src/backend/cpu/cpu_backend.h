@@ -52,12 +52,20 @@ class CpuBackend final : public Backend {
                           int T, int C, int NH) override;
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                         int B, int T, int C) override;
+                         int B, int T, int C, int vocab_start, int vocab_rows) override;
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                          int T, int C) override;
+                          int T, int C, int vocab_start, int vocab_rows) override;
 
   void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
                              const int32_t* targets, int N, int V, int Vp, float dloss) override;
+  void logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl) override;
+  void logits_sumexp_target(float* sumexp, float* target_logit, const float* logits,
+                            const float* maxv, const int32_t* targets, int N, int V_local, int Vl,
+                            int vocab_start) override;
+  void cross_entropy_finish(float* losses, float* dlogits, const float* logits, const float* maxv,
+                            const float* sumexp, const float* target_logit,
+                            const int32_t* targets, int N, int V_local, int Vl, int vocab_start,
+                            float dloss) override;
 
   void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
                   const AdamWArgs& args) override;

@@ -5,6 +5,7 @@
 // dlogits may alias logits: each element is read before it is written, and the row max/sum are
 // taken first. No __restrict here on purpose. Targets < 0 mark ignored rows (loss 0, gradient 0).
 #include <algorithm>
+#include <limits>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -54,6 +55,54 @@ void CpuBackend::softmax_cross_entropy(float* losses, float* dlogits, const floa
       for (int v = V; v < Vp; v++) d[v] = 0.0f;
     }
     losses[n] = std::log(sum) + maxv - x_target;
+  }
+}
+
+// ---- vocab-parallel classifier: three passes, the caller reduces across ranks in between ----
+
+void CpuBackend::logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl) {
+  BATON_ASSERT(N >= 0 && V_local >= 0 && Vl >= V_local, "logits_row_max: bad shape");
+#pragma omp parallel for schedule(static) if (size_t(N) * Vl >= cpu_detail::kSerialBelow)
+  for (int n = 0; n < N; n++) {
+    const float* x = logits + size_t(n) * Vl;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int v = 0; v < V_local; v++) m = std::max(m, x[v]);
+    maxv[n] = m;
+  }
+}
+
+void CpuBackend::logits_sumexp_target(float* sumexp, float* target_logit, const float* logits,
+                                      const float* maxv, const int32_t* targets, int N,
+                                      int V_local, int Vl, int vocab_start) {
+  BATON_ASSERT(N >= 0 && V_local >= 0 && Vl >= V_local, "logits_sumexp_target: bad shape");
+#pragma omp parallel for schedule(static) if (size_t(N) * Vl >= cpu_detail::kSerialBelow)
+  for (int n = 0; n < N; n++) {
+    const float* x = logits + size_t(n) * Vl;
+    float s = 0.0f;
+    for (int v = 0; v < V_local; v++) s += std::exp(x[v] - maxv[n]);
+    sumexp[n] = s;
+    const int32_t j = targets[n] - vocab_start;
+    target_logit[n] = (targets[n] >= 0 && j >= 0 && j < V_local) ? x[j] : 0.0f;
+  }
+}
+
+void CpuBackend::cross_entropy_finish(float* losses, float* dlogits, const float* logits,
+                                      const float* maxv, const float* sumexp,
+                                      const float* target_logit, const int32_t* targets, int N,
+                                      int V_local, int Vl, int vocab_start, float dloss) {
+  BATON_ASSERT(N >= 0 && V_local >= 0 && Vl >= V_local, "cross_entropy_finish: bad shape");
+#pragma omp parallel for schedule(static) if (size_t(N) * Vl >= cpu_detail::kSerialBelow)
+  for (int n = 0; n < N; n++) {
+    const bool ignored = targets[n] < 0;
+    losses[n] = ignored ? 0.0f : std::log(sumexp[n]) + maxv[n] - target_logit[n];
+    if (dlogits == nullptr) continue;
+    const float* x = logits + size_t(n) * Vl;
+    float* d = dlogits + size_t(n) * Vl;
+    const float scale = ignored ? 0.0f : dloss / sumexp[n];
+    for (int v = 0; v < V_local; v++) d[v] = std::exp(x[v] - maxv[n]) * scale;
+    for (int v = V_local; v < Vl; v++) d[v] = 0.0f;
+    const int32_t j = targets[n] - vocab_start;
+    if (!ignored && j >= 0 && j < V_local) d[j] -= dloss;
   }
 }
 

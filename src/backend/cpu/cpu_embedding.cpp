@@ -1,4 +1,6 @@
-// CpuBackend token + position embeddings: out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :].
+// CpuBackend token + position embeddings: out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :], where
+// wte may be this rank's vocab-parallel shard (rows [vocab_start, vocab_start + vocab_rows)): tokens
+// outside it contribute zeros, and the tensor-parallel all-reduce adds the shards up.
 // The backward is a scatter-add into dwte[V,C]; two rows with the same token would race if rows
 // were split among threads, so it is split by channel blocks instead: each thread owns whole
 // columns and adds the (b,t) rows in order. No atomics, bit-identical results for any thread count.
@@ -10,7 +12,8 @@
 namespace baton {
 
 void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                   const float* wpe, int B, int T, int C) {
+                                   const float* wpe, int B, int T, int C, int vocab_start,
+                                   int vocab_rows) {
   BATON_ASSERT(B >= 0 && T >= 0 && C > 0, "embedding_forward: bad shape B={} T={} C={}", B, T, C);
   const int N = B * T;
   // Checked before the parallel loop: an exception must not escape an OpenMP region.
@@ -19,17 +22,26 @@ void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const floa
 #pragma omp parallel for schedule(static) if (size_t(N) * C >= cpu_detail::kSerialBelow)
   for (int n = 0; n < N; n++) {
     const int t = n % T;
-    const int32_t tok = tokens[n];
-    const float* we = wte + size_t(tok) * C;
-    const float* pe = wpe + size_t(t) * C;
+    const int32_t row = tokens[n] - vocab_start;
     float* o = out + size_t(n) * C;
+    if (row >= 0 && row < vocab_rows) {
+      const float* we = wte + size_t(row) * C;
 #pragma omp simd
-    for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+      for (int c = 0; c < C; c++) o[c] = we[c];
+    } else {
+      std::fill(o, o + C, 0.0f);
+    }
+    if (wpe != nullptr) {
+      const float* pe = wpe + size_t(t) * C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) o[c] += pe[c];
+    }
   }
 }
 
 void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                    const int32_t* tokens, int B, int T, int C) {
+                                    const int32_t* tokens, int B, int T, int C, int vocab_start,
+                                    int vocab_rows) {
   BATON_ASSERT(B >= 0 && T >= 0 && C > 0, "embedding_backward: bad shape B={} T={} C={}", B, T, C);
   const int N = B * T;
   const bool parallel = size_t(N) * C >= cpu_detail::kSerialBelow;
@@ -39,13 +51,16 @@ void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
   for (int blk = 0; blk < nblocks; blk++) {
     const int c0 = blk * cpu_detail::kColBlock, c1 = std::min(C, c0 + cpu_detail::kColBlock);
     for (int n = 0; n < N; n++) {
-      float* dw = dwte + size_t(tokens[n]) * C;
+      const int32_t row = tokens[n] - vocab_start;
+      if (row < 0 || row >= vocab_rows) continue;
+      float* dw = dwte + size_t(row) * C;
       const float* dy = dout + size_t(n) * C;
 #pragma omp simd
       for (int c = c0; c < c1; c++) dw[c] += dy[c];
     }
   }
   // dwpe[T,C] += sum_b dout[b,t,:]: rows t are independent, b summed in order.
+  if (dwpe == nullptr) return;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int t = 0; t < T; t++) {
     float* dp = dwpe + size_t(t) * C;
