@@ -3,20 +3,27 @@
 namespace baton {
 
 void Embedding::add_params(ParamTable& table) {
-  wte_ = table.add({.name = "wte", .shape = {d_.vocab_padded, d_.d_model}, .decay = true,
-                    .tp_dim = 0, .tied = "lm_head"});
+  wte_ = table.add({.name = "wte", .shape = {d_.vocab_padded / tp_.size, d_.d_model},
+                    .decay = true, .tp_dim = 0, .tied = "lm_head"});
   wpe_ = table.add({.name = "wpe", .shape = {d_.seq_len, d_.d_model}, .decay = true,
                     .init_std = 0.01f});
 }
 
 void Embedding::forward(const LayerCtx& ctx, const float*, float* saved) {
-  ctx.be->embedding_forward(saved, ctx.tokens, ctx.param(wte_), ctx.param(wpe_), ctx.B, ctx.T,
-                            d_.d_model, 0, d_.vocab_padded);
+  const int N = ctx.B * ctx.T, C = d_.d_model, rows = d_.vocab_padded / tp_.size;
+  // With sequence parallelism the full partial sum goes to scratch, then is reduce-scattered.
+  float* full = tp_.sp() ? ctx.workspace : saved;
+  ctx.be->embedding_forward(full, ctx.tokens, ctx.param(wte_), tp_.rank == 0 ? ctx.param(wpe_) : nullptr,
+                            ctx.B, ctx.T, C, tp_.rank * rows, rows);
+  float* out = tp_.exit(full, saved, N, C);
+  if (out != saved) ctx.be->copy(saved, out, size_t(tp_.local_rows(N)) * C);
 }
 
 void Embedding::backward(const LayerCtx& ctx, const float*, const float* dout, float*, float*) {
-  ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), dout, ctx.tokens, ctx.B, ctx.T,
-                             d_.d_model, 0, d_.vocab_padded);
+  const int N = ctx.B * ctx.T, C = d_.d_model, rows = d_.vocab_padded / tp_.size;
+  const float* dfull = tp_.exit_backward(dout, ctx.workspace, N, C);
+  ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), dfull, ctx.tokens, ctx.B, ctx.T, C,
+                             tp_.rank * rows, rows);
 }
 
 }  // namespace baton

@@ -1,19 +1,25 @@
 // Token + learned position embedding (GPT-2): out[B,T,C] = wte[token] + wpe[t].
+// Vocab-parallel (Megatron): each tensor-parallel rank holds Vp/tp rows of wte, looks up the tokens
+// in its range (zeros elsewhere; wpe is added on rank 0 only) and the shards are summed by the
+// tensor-parallel exit (all-reduce, or reduce-scatter to local rows with sequence parallelism).
 // wte [Vp,C] is tied with the LM head (lm_head.h), which looks it up by name.
 #pragma once
 #include "model/gpt_dims.h"
 #include "model/layer.h"
+#include "model/tensor_parallel.h"
 
 namespace baton {
 
 class Embedding : public Layer {
  public:
-  explicit Embedding(const GptDims& d) : d_(d) {}
+  Embedding(const GptDims& d, const TensorParallel& tp) : d_(d), tp_(tp) {}
   std::string name() const override { return "embedding"; }
   void add_params(ParamTable& table) override;
   size_t saved_floats(int B, int T) const override { return output_floats(B, T); }
-  size_t workspace_floats(int, int) const override { return 0; }
-  size_t output_floats(int B, int T) const override { return size_t(B) * T * d_.d_model; }
+  size_t workspace_floats(int B, int T) const override { return size_t(B) * T * d_.d_model; }
+  size_t output_floats(int B, int T) const override {
+    return size_t(tp_.local_rows(B * T)) * d_.d_model;
+  }
   float* output(float* saved, int, int) const override { return saved; }
   void forward(const LayerCtx& ctx, const float* in, float* saved) override;
   void backward(const LayerCtx& ctx, const float* in, const float* dout, float* din,
@@ -21,6 +27,7 @@ class Embedding : public Layer {
 
  private:
   GptDims d_;
+  const TensorParallel& tp_;
   int wte_ = -1, wpe_ = -1;
 };
 

@@ -10,14 +10,24 @@
 
 namespace baton {
 
-GptModel::GptModel(const GptDims& dims, Backend& backend) : dims_(dims), be_(backend) {
+GptModel::GptModel(const GptDims& dims, Backend& backend, TensorParallel tp, size_t flat_multiple)
+    : dims_(dims), be_(backend), tp_(tp) {
   BATON_ASSERT(dims.d_model % dims.n_head == 0, "n_head must divide d_model");
-  layers_.push_back(std::make_unique<Embedding>(dims));
-  for (int l = 0; l < dims.n_layer; ++l) layers_.push_back(std::make_unique<TransformerBlock>(dims, l));
-  layers_.push_back(std::make_unique<LmHead>(dims));
-  for (auto& layer : layers_) layer->add_params(table_);
-  params_ = static_cast<float*>(be_.alloc(table_.total() * sizeof(float)));
-  grads_ = static_cast<float*>(be_.alloc(table_.total() * sizeof(float)));
+  BATON_ASSERT(dims.n_head % tp.size == 0 && dims.vocab_padded % tp.size == 0,
+               "tp={} must divide n_head={} and the padded vocabulary {}", tp.size, dims.n_head,
+               dims.vocab_padded);
+  BATON_ASSERT(!tp.active() || tp.comm != nullptr, "tensor parallelism without a communicator");
+  layers_.push_back(std::make_unique<Embedding>(dims, tp_));
+  for (int l = 0; l < dims.n_layer; ++l)
+    layers_.push_back(std::make_unique<TransformerBlock>(dims, l, tp_));
+  layers_.push_back(std::make_unique<LmHead>(dims, tp_));
+  for (int l = 0; l < num_layers(); ++l) {
+    layers_[l]->add_params(table_);
+    layer_of_param_.resize(table_.size(), l);
+  }
+  flat_size_ = (table_.total() + flat_multiple - 1) / flat_multiple * flat_multiple;
+  params_ = static_cast<float*>(be_.alloc(flat_size_ * sizeof(float)));
+  grads_ = static_cast<float*>(be_.alloc(flat_size_ * sizeof(float)));
 }
 
 GptModel::~GptModel() {
@@ -41,7 +51,7 @@ void GptModel::free_activations() {
 }
 
 void GptModel::init_weights(uint64_t seed) {
-  std::vector<float> host(table_.total(), 0.0f);
+  std::vector<float> host(table_.total(), 0.0f), full;
   for (int i = 0; i < table_.size(); ++i) {
     const ParamSpec& spec = table_.spec(i);
     float* p = table_.at(host.data(), i);
@@ -50,8 +60,12 @@ void GptModel::init_weights(uint64_t seed) {
       case ParamSpec::Init::ZEROS: std::fill(p, p + n, 0.0f); break;
       case ParamSpec::Init::ONES: std::fill(p, p + n, 1.0f); break;
       case ParamSpec::Init::NORMAL: {
+        // Draw the full logical tensor and keep this rank's shard: every layout starts from the
+        // single-process model's weights.
+        full.resize(n * (spec.tp_dim >= 0 ? tp_.size : 1));
         Rng rng(mix({seed, hash_string(spec.name)}));
-        for (size_t k = 0; k < n; ++k) p[k] = spec.init_std * rng.normal();
+        for (float& x : full) x = spec.init_std * rng.normal();
+        extract_shard(spec, tp_.rank, tp_.size, full.data(), p);
         break;
       }
     }
@@ -59,7 +73,22 @@ void GptModel::init_weights(uint64_t seed) {
   be_.to_device(params_, host.data(), host.size() * sizeof(float));
 }
 
-void GptModel::zero_grads() { be_.zero(grads_, table_.total()); }
+void GptModel::zero_grads() { be_.zero(grads_, flat_size_); }
+
+void GptModel::reduce_sequence_parallel_grads(int layer) {
+  if (!tp_.sp()) return;
+  for (int i = 0; i < table_.size(); ++i)
+    if (table_.spec(i).sp_partial && layer_of_param_[i] == layer)
+      tp_.all_reduce_sum(table_.at(grads_, i), table_.numel(i));
+}
+
+double GptModel::grad_sumsq_share() {
+  double s = 0;
+  for (int i = 0; i < table_.size(); ++i)
+    if (table_.spec(i).tp_dim >= 0 || tp_.rank == 0)
+      s += be_.sum_squares(table_.at(grads_, i), table_.numel(i));
+  return s;
+}
 
 void GptModel::reserve(int B, int T, int slots) {
   BATON_ASSERT(T <= dims_.seq_len, "sequence of {} tokens exceeds seq_len {}", T, dims_.seq_len);
@@ -134,7 +163,7 @@ double GptModel::forward(int slot, const int32_t* tokens, const int32_t* targets
   return sum;
 }
 
-void GptModel::backward(int slot) {
+void GptModel::backward(int slot, const std::function<void(int)>& after_layer) {
   Slot& s = slots_[slot];
   BATON_ASSERT(s.has_targets, "backward of slot {} without targets", slot);
   LayerCtx ctx = ctx_for(s, true, 0.0f);
@@ -143,11 +172,13 @@ void GptModel::backward(int slot) {
     const float* in = l > 0 ? layers_[l - 1]->output(layer_saved(s, l - 1), s.B, s.T) : nullptr;
     float* din = l > 0 ? dbuf_[l % 2] : nullptr;
     layers_[l]->backward(ctx, in, dout, din, layer_saved(s, l));
+    if (after_layer) after_layer(l);
     dout = din;
   }
 }
 
 const float* GptModel::logits(int slot) const {
+  BATON_ASSERT(!tp_.active(), "full logits are not available under tensor parallelism");
   const Slot& s = slots_[slot];
   auto* head = static_cast<const LmHead*>(layers_.back().get());
   return head->logits(const_cast<float*>(layer_saved(s, num_layers() - 1)), s.B, s.T);

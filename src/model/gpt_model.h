@@ -4,6 +4,7 @@
 // Parameters and gradients are one flat buffer each, laid out by the ParamTable. Activations are
 // kept in `slots`, one micro-batch per slot, so a schedule can keep several micro-batches in flight.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -11,18 +12,24 @@
 #include "model/gpt_dims.h"
 #include "model/layer.h"
 #include "model/param_table.h"
+#include "model/tensor_parallel.h"
 
 namespace baton {
 
 class GptModel {
  public:
-  GptModel(const GptDims& dims, Backend& backend);
+  // `tp` describes this rank's tensor-parallel group (default: none). With tp > 1 the ParamTable
+  // holds this rank's shards; names and full shapes are those of the single-process model.
+  // The flat buffers are padded to a multiple of `flat_multiple` floats (data-parallel buckets
+  // split them evenly over ranks).
+  GptModel(const GptDims& dims, Backend& backend, TensorParallel tp = {}, size_t flat_multiple = 16);
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
 
   const GptDims& dims() const { return dims_; }
   const ParamTable& table() const { return table_; }
+  const TensorParallel& tp() const { return tp_; }
   Backend& backend() { return be_; }
   float* params() { return params_; }
   float* grads() { return grads_; }
@@ -33,6 +40,14 @@ class GptModel {
   // seeded by (seed, name), so the weights do not depend on the order or sharding of parameters.
   void init_weights(uint64_t seed);
   void zero_grads();
+  // Sums, across the tensor-parallel group, the partial gradients that sequence parallelism leaves
+  // on each rank (layernorm parameters) of `layer`. Call once per step, after the layer's last
+  // backward and before its gradients are reduced over data-parallel ranks.
+  void reduce_sequence_parallel_grads(int layer);
+  // This rank's share of the squared global gradient norm: tensor-parallel shards count on every
+  // rank, replicated parameters on tensor-parallel rank 0 only, so that the sum over the
+  // tensor-parallel group is the norm of the full model's gradient.
+  double grad_sumsq_share();
 
   // Allocates `slots` activation slots for micro-batches of up to B x T (T <= seq_len) and the
   // shared scratch. Call again to change the shape; allocation happens only when it grows.
@@ -44,8 +59,12 @@ class GptModel {
   // `dloss`. Returns the sum of per-token losses (0 without targets).
   double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                  bool training, float dloss);
-  // Backward of the micro-batch in `slot`; accumulates into grads().
-  void backward(int slot);
+  // Backward of the micro-batch in `slot`; accumulates into grads(). `after_layer(l)`, if given,
+  // runs when layer l's backward is done (layers finish in descending order).
+  void backward(int slot, const std::function<void(int)>& after_layer = {});
+  // The layer whose backward completes each parameter's gradient (the tied wte: the embedding).
+  const std::vector<int>& layer_of_param() const { return layer_of_param_; }
+  size_t flat_size() const { return flat_size_; }
   // Logits [B*T, Vp] of `slot` after a forward without targets (backend memory).
   const float* logits(int slot) const;
 
@@ -63,8 +82,11 @@ class GptModel {
 
   GptDims dims_;
   Backend& be_;
+  TensorParallel tp_;  // before layers_: they keep a reference
   std::vector<std::unique_ptr<Layer>> layers_;
   ParamTable table_;
+  std::vector<int> layer_of_param_;
+  size_t flat_size_ = 0;
   float* params_ = nullptr;
   float* grads_ = nullptr;
   std::vector<Slot> slots_;

@@ -1,17 +1,23 @@
-// Final LayerNorm + language-model head tied to the token embedding + fused softmax cross-entropy.
+// Final LayerNorm + language-model head tied to the token embedding + softmax cross-entropy.
 //   lnf = layernorm(x); logits[N,Vp] = lnf . wte^T; loss[n] = -log softmax(logits[n,:V])[target]
+// Tensor-parallel: the head is column-parallel over the vocabulary (each rank's wte shard gives
+// logits[N, Vp/tp]) and the cross-entropy is vocab-parallel: ranks exchange per-row max, sum of
+// exponentials and target logit, never the logits (Megatron). Per-token losses end up on every
+// tensor-parallel rank.
 // In training mode the forward pass also turns the saved logits into their gradient in place
 // (fused classifier, as llm.c does), so backward is two GEMMs and no softmax is recomputed.
-// Saved per micro-batch: lnf[N,C] mean[N] rstd[N] logits[N,Vp] losses[N] (the output).
+// Saved per micro-batch: lnf[Nl,C] mean[Nl] rstd[Nl] (lnf gathered [N,C] with sequence
+// parallelism) logits[N,Vl] losses[N] (the output). Vl = Vp/tp.
 #pragma once
 #include "model/gpt_dims.h"
 #include "model/layer.h"
+#include "model/tensor_parallel.h"
 
 namespace baton {
 
 class LmHead : public Layer {
  public:
-  explicit LmHead(const GptDims& d) : d_(d) {}
+  LmHead(const GptDims& d, const TensorParallel& tp) : d_(d), tp_(tp) {}
   std::string name() const override { return "lm_head"; }
   // Registers lnf; uses the embedding's "wte" (tied), registering it when this table has none
   // (a pipeline stage without the embedding).
@@ -21,14 +27,18 @@ class LmHead : public Layer {
   size_t output_floats(int B, int T) const override { return size_t(B) * T; }
   // Per-token losses [N].
   float* output(float* saved, int B, int T) const override;
-  // Logits [N,Vp] (after a non-training forward; gradients after a training one).
+  // This rank's logits [N,Vl] (after a non-training forward; gradients after a training one).
   float* logits(float* saved, int B, int T) const;
   void forward(const LayerCtx& ctx, const float* in, float* saved) override;
   void backward(const LayerCtx& ctx, const float* in, const float* dout, float* din,
                 float* saved) override;
 
  private:
+  struct Saved;
+  Saved views(float* saved, int B, int T) const;
+  void cross_entropy(const LayerCtx& ctx, float* logits, float* losses, int N) const;
   GptDims d_;
+  const TensorParallel& tp_;
   int lnf_w_ = -1, lnf_b_ = -1, wte_ = -1;
 };
 

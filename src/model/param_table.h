@@ -15,11 +15,32 @@ struct ParamSpec {
   std::vector<int64_t> shape;  // logical shape of this rank's tensor
   bool decay = false;          // AdamW weight decay applies (2-D weights only)
   int tp_dim = -1;             // dimension split across tensor-parallel ranks, -1 = replicated
+  int tp_blocks = 1;           // tp_dim holds this many equal blocks, each split across ranks
+                               // (fused q|k|v: rank r holds slice r of q, of k and of v)
+  bool sp_partial = false;     // with sequence parallelism each rank's gradient is a partial sum
+                               // over its rows (layernorm gains/biases): summed over tp after
+                               // backward
   std::string tied;            // non-empty: also used as this role (e.g. wte is also "lm_head")
   enum class Init : uint8_t { NORMAL, ZEROS, ONES };
   Init init = Init::NORMAL;
   float init_std = 0.02f;      // for Init::NORMAL
 };
+
+// Where this rank's tensor sits inside the full logical tensor: one box per tp block.
+struct ShardBox {
+  std::vector<int64_t> offset;  // in the full tensor
+  std::vector<int64_t> extent;
+  size_t local_offset = 0;      // first element of this box in the local tensor (C order)
+};
+
+// Full logical shape of a parameter whose local shape is spec.shape on `tp_size` ranks.
+std::vector<int64_t> full_shape(const ParamSpec& spec, int tp_size);
+// The boxes of the full tensor held by `tp_rank` (one per tp block; one box when replicated).
+// Local tensor = the boxes' contents, box after box along tp_dim, i.e. for each index of the
+// dimensions before tp_dim, block 0's slice, then block 1's, ...
+std::vector<ShardBox> shard_boxes(const ParamSpec& spec, int tp_rank, int tp_size);
+// Copies this rank's shard out of a full tensor (C order) into `local` (numel of spec.shape).
+void extract_shard(const ParamSpec& spec, int tp_rank, int tp_size, const float* full, float* local);
 
 class ParamTable {
  public:

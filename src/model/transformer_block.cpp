@@ -7,115 +7,170 @@
 namespace baton {
 
 struct TransformerBlock::Saved {
-  float *ln1, *mean1, *rstd1, *qkv, *atty, *att, *x2, *ln2, *mean2, *rstd2, *fch, *fch_gelu, *out;
+  float *ln1, *mean1, *rstd1, *ln1_full, *qkv, *atty, *att, *x2, *ln2, *mean2, *rstd2, *ln2_full,
+      *fch, *fch_gelu, *out;
 };
+
+struct TransformerBlock::Workspace {
+  float* dx2;       // [Nl,C] gradient of the mid-block residual stream
+  float* dlocal;    // [Nl,C] reduce-scatter target; forward: reduced projection output
+  float* dfull;     // [N,C]  all-gather target
+  float* dpartial;  // [N,C]  partial sums leaving/entering a tensor-parallel region
+  float* big;       // [N,8Cl] dfch_gelu | dfch, later datty | dqkv
+};
+
+namespace {
+// Bump allocator over a buffer: views in declaration order.
+struct Carver {
+  float* p;
+  size_t used = 0;
+  float* take(size_t n) {
+    float* r = p + used;
+    used += n;
+    return r;
+  }
+};
+}  // namespace
 
 std::string TransformerBlock::name() const { return fmt::format("h.{}", index_); }
 
 void TransformerBlock::add_params(ParamTable& t) {
-  const int64_t C = d_.d_model;
+  const int64_t C = d_.d_model, Cl = C / tp_.size;
   const std::string p = name();
   // GPT-2: residual projections start at std 0.02/sqrt(2L) so the residual stream's variance does
   // not grow with depth.
   const float proj_std = 0.02f / std::sqrt(2.0f * d_.n_layer);
   using I = ParamSpec::Init;
-  ln1_w_ = t.add({.name = p + ".ln1.weight", .shape = {C}, .init = I::ONES});
-  ln1_b_ = t.add({.name = p + ".ln1.bias", .shape = {C}, .init = I::ZEROS});
-  qkv_w_ = t.add({.name = p + ".attn.qkv.weight", .shape = {3 * C, C}, .decay = true, .tp_dim = 0});
-  qkv_b_ = t.add({.name = p + ".attn.qkv.bias", .shape = {3 * C}, .tp_dim = 0, .init = I::ZEROS});
-  proj_w_ = t.add({.name = p + ".attn.proj.weight", .shape = {C, C}, .decay = true, .tp_dim = 1,
+  const bool sp = tp_.sequence_parallel;
+  ln1_w_ = t.add({.name = p + ".ln1.weight", .shape = {C}, .sp_partial = sp, .init = I::ONES});
+  ln1_b_ = t.add({.name = p + ".ln1.bias", .shape = {C}, .sp_partial = sp, .init = I::ZEROS});
+  qkv_w_ = t.add({.name = p + ".attn.qkv.weight", .shape = {3 * Cl, C}, .decay = true, .tp_dim = 0,
+                  .tp_blocks = 3});
+  qkv_b_ = t.add({.name = p + ".attn.qkv.bias", .shape = {3 * Cl}, .tp_dim = 0, .tp_blocks = 3,
+                  .init = I::ZEROS});
+  proj_w_ = t.add({.name = p + ".attn.proj.weight", .shape = {C, Cl}, .decay = true, .tp_dim = 1,
                    .init_std = proj_std});
   proj_b_ = t.add({.name = p + ".attn.proj.bias", .shape = {C}, .init = I::ZEROS});
-  ln2_w_ = t.add({.name = p + ".ln2.weight", .shape = {C}, .init = I::ONES});
-  ln2_b_ = t.add({.name = p + ".ln2.bias", .shape = {C}, .init = I::ZEROS});
-  fc_w_ = t.add({.name = p + ".mlp.fc.weight", .shape = {4 * C, C}, .decay = true, .tp_dim = 0});
-  fc_b_ = t.add({.name = p + ".mlp.fc.bias", .shape = {4 * C}, .tp_dim = 0, .init = I::ZEROS});
-  fcproj_w_ = t.add({.name = p + ".mlp.proj.weight", .shape = {C, 4 * C}, .decay = true,
+  ln2_w_ = t.add({.name = p + ".ln2.weight", .shape = {C}, .sp_partial = sp, .init = I::ONES});
+  ln2_b_ = t.add({.name = p + ".ln2.bias", .shape = {C}, .sp_partial = sp, .init = I::ZEROS});
+  fc_w_ = t.add({.name = p + ".mlp.fc.weight", .shape = {4 * Cl, C}, .decay = true, .tp_dim = 0});
+  fc_b_ = t.add({.name = p + ".mlp.fc.bias", .shape = {4 * Cl}, .tp_dim = 0, .init = I::ZEROS});
+  fcproj_w_ = t.add({.name = p + ".mlp.proj.weight", .shape = {C, 4 * Cl}, .decay = true,
                      .tp_dim = 1, .init_std = proj_std});
   fcproj_b_ = t.add({.name = p + ".mlp.proj.bias", .shape = {C}, .init = I::ZEROS});
 }
 
 TransformerBlock::Saved TransformerBlock::views(float* s, int B, int T) const {
-  const size_t N = size_t(B) * T, C = d_.d_model, NH = d_.n_head;
+  const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model;
+  const size_t Cl = C / tp_.size, NHl = d_.n_head / tp_.size;
+  Carver c{s};
   Saved v{};
-  auto take = [&s](size_t n) { float* p = s; s += n; return p; };
-  v.ln1 = take(N * C);
-  v.mean1 = take(N);
-  v.rstd1 = take(N);
-  v.qkv = take(N * 3 * C);
-  v.atty = take(N * C);
-  v.att = take(size_t(B) * NH * T * T);
-  v.x2 = take(N * C);
-  v.ln2 = take(N * C);
-  v.mean2 = take(N);
-  v.rstd2 = take(N);
-  v.fch = take(N * 4 * C);
-  v.fch_gelu = take(N * 4 * C);
-  v.out = take(N * C);
+  v.ln1 = c.take(Nl * C);
+  v.mean1 = c.take(Nl);
+  v.rstd1 = c.take(Nl);
+  v.ln1_full = tp_.sp() ? c.take(N * C) : v.ln1;
+  v.qkv = c.take(N * 3 * Cl);
+  v.atty = c.take(N * Cl);
+  v.att = c.take(size_t(B) * NHl * T * T);
+  v.x2 = c.take(Nl * C);
+  v.ln2 = c.take(Nl * C);
+  v.mean2 = c.take(Nl);
+  v.rstd2 = c.take(Nl);
+  v.ln2_full = tp_.sp() ? c.take(N * C) : v.ln2;
+  v.fch = c.take(N * 4 * Cl);
+  v.fch_gelu = c.take(N * 4 * Cl);
+  v.out = c.take(Nl * C);
   return v;
 }
 
 size_t TransformerBlock::saved_floats(int B, int T) const {
-  const size_t N = size_t(B) * T, C = d_.d_model, NH = d_.n_head;
-  return N * C * 5 + N * 4 + N * 3 * C + size_t(B) * NH * T * T + N * 8 * C;
+  const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model;
+  const size_t Cl = C / tp_.size, NHl = d_.n_head / tp_.size;
+  return Nl * C * 4 + Nl * 4 + (tp_.sp() ? 2 * N * C : 0) + N * 3 * Cl + N * Cl +
+         size_t(B) * NHl * T * T + N * 8 * Cl;
 }
 
-// Backward needs: dres[N,C], d_ln[N,C], dqkv[N,3C] or dfch[N,4C] + dfch_gelu[N,4C] (not at once).
+TransformerBlock::Workspace TransformerBlock::scratch(float* ws, int B, int T) const {
+  const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model;
+  Carver c{ws};
+  Workspace w{};
+  w.dx2 = c.take(Nl * C);
+  w.dlocal = c.take(Nl * C);
+  w.dfull = c.take(N * C);
+  w.dpartial = c.take(N * C);
+  w.big = c.take(N * 8 * (C / tp_.size));
+  return w;
+}
+
 size_t TransformerBlock::workspace_floats(int B, int T) const {
-  const size_t N = size_t(B) * T, C = d_.d_model;
-  return N * C * 2 + N * 8 * C;
+  const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model;
+  return 2 * Nl * C + 2 * N * C + N * 8 * (C / tp_.size);
 }
 
 float* TransformerBlock::output(float* saved, int B, int T) const { return views(saved, B, T).out; }
 
 void TransformerBlock::forward(const LayerCtx& ctx, const float* x, float* saved) {
   Backend& be = *ctx.be;
-  const int N = ctx.B * ctx.T, C = d_.d_model;
+  const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model, Cl = C / tp_.size;
+  const int NHl = d_.n_head / tp_.size;
   Saved s = views(saved, ctx.B, ctx.T);
-  float* tmp = ctx.workspace;  // [N,C] projection outputs before the residual add
-  be.layernorm_forward(s.ln1, s.mean1, s.rstd1, x, ctx.param(ln1_w_), ctx.param(ln1_b_), N, C);
-  be.matmul_forward(s.qkv, s.ln1, ctx.param(qkv_w_), ctx.param(qkv_b_), N, C, 3 * C);
-  be.attention_forward(s.atty, s.att, s.qkv, ctx.B, ctx.T, C, d_.n_head);
-  be.matmul_forward(tmp, s.atty, ctx.param(proj_w_), ctx.param(proj_b_), N, C, C);
-  be.residual_layernorm_forward(s.x2, s.ln2, s.mean2, s.rstd2, x, tmp, ctx.param(ln2_w_),
-                                ctx.param(ln2_b_), N, C);
-  be.matmul_forward(s.fch, s.ln2, ctx.param(fc_w_), ctx.param(fc_b_), N, C, 4 * C);
-  be.gelu_forward(s.fch_gelu, s.fch, size_t(N) * 4 * C);
-  be.matmul_forward(tmp, s.fch_gelu, ctx.param(fcproj_w_), ctx.param(fcproj_b_), N, 4 * C, C);
-  be.residual_forward(s.out, s.x2, tmp, size_t(N) * C);
+  Workspace w = scratch(ctx.workspace, ctx.B, ctx.T);
+  // Row-parallel biases are added once, by tensor-parallel rank 0, before the partial sums meet.
+  const bool add_bias = tp_.rank == 0;
+  // Attention: x2 = x + proj(attention(qkv(ln1(x))))
+  be.layernorm_forward(s.ln1, s.mean1, s.rstd1, x, ctx.param(ln1_w_), ctx.param(ln1_b_), Nl, C);
+  const float* ln1 = tp_.enter(s.ln1, s.ln1_full, N, C);
+  be.matmul_forward(s.qkv, ln1, ctx.param(qkv_w_), ctx.param(qkv_b_), N, C, 3 * Cl);
+  be.attention_forward(s.atty, s.att, s.qkv, ctx.B, ctx.T, Cl, NHl);
+  be.matmul_forward(w.dpartial, s.atty, ctx.param(proj_w_), add_bias ? ctx.param(proj_b_) : nullptr,
+                    N, Cl, C);
+  const float* attn_out = tp_.exit(w.dpartial, w.dlocal, N, C);
+  be.residual_layernorm_forward(s.x2, s.ln2, s.mean2, s.rstd2, x, attn_out, ctx.param(ln2_w_),
+                                ctx.param(ln2_b_), Nl, C);
+  // MLP: out = x2 + fcproj(gelu(fc(ln2(x2))))
+  const float* ln2 = tp_.enter(s.ln2, s.ln2_full, N, C);
+  be.matmul_forward(s.fch, ln2, ctx.param(fc_w_), ctx.param(fc_b_), N, C, 4 * Cl);
+  be.gelu_forward(s.fch_gelu, s.fch, size_t(N) * 4 * Cl);
+  be.matmul_forward(w.dpartial, s.fch_gelu, ctx.param(fcproj_w_),
+                    add_bias ? ctx.param(fcproj_b_) : nullptr, N, 4 * Cl, C);
+  const float* mlp_out = tp_.exit(w.dpartial, w.dlocal, N, C);
+  be.residual_forward(s.out, s.x2, mlp_out, size_t(Nl) * C);
 }
 
 void TransformerBlock::backward(const LayerCtx& ctx, const float* x, const float* dout, float* dx,
                                 float* saved) {
   Backend& be = *ctx.be;
-  const int N = ctx.B * ctx.T, C = d_.d_model;
-  const size_t NC = size_t(N) * C;
+  const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model, Cl = C / tp_.size;
+  const int NHl = d_.n_head / tp_.size;
+  const size_t NlC = size_t(Nl) * C, NCl = size_t(N) * Cl;
   Saved s = views(saved, ctx.B, ctx.T);
-  float* dx2 = ctx.workspace;       // [N,C] gradient of the mid-block residual stream
-  float* dln = dx2 + NC;            // [N,C] gradient of a layernorm output
-  float* big = dln + NC;            // [N,8C]: dfch_gelu | dfch, later dqkv
-  float* dfch_gelu = big;
-  float* dfch = big + 4 * NC;
+  Workspace w = scratch(ctx.workspace, ctx.B, ctx.T);
+  float* dfch_gelu = w.big;
+  float* dfch = w.big + 4 * NCl;
   // MLP: out = x2 + fcproj(gelu(fc(ln2(x2))))
-  be.matmul_backward(dfch_gelu, ctx.grad(fcproj_w_), ctx.grad(fcproj_b_), dout, s.fch_gelu,
-                     ctx.param(fcproj_w_), N, 4 * C, C, false);
-  be.gelu_backward(dfch, s.fch, dfch_gelu, 4 * NC);
-  be.matmul_backward(dln, ctx.grad(fc_w_), ctx.grad(fc_b_), dfch, s.ln2, ctx.param(fc_w_), N, C,
-                     4 * C, false);
-  be.copy(dx2, dout, NC);
-  be.layernorm_backward(dx2, ctx.grad(ln2_w_), ctx.grad(ln2_b_), dln, s.x2, ctx.param(ln2_w_),
-                        s.mean2, s.rstd2, N, C);
+  const float* dmlp = tp_.exit_backward(dout, w.dfull, N, C);
+  be.matmul_backward(dfch_gelu, ctx.grad(fcproj_w_), ctx.grad(fcproj_b_), dmlp, s.fch_gelu,
+                     ctx.param(fcproj_w_), N, 4 * Cl, C, false);
+  be.gelu_backward(dfch, s.fch, dfch_gelu, 4 * NCl);
+  be.matmul_backward(w.dpartial, ctx.grad(fc_w_), ctx.grad(fc_b_), dfch, s.ln2_full,
+                     ctx.param(fc_w_), N, C, 4 * Cl, false);
+  const float* dln2 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
+  be.copy(w.dx2, dout, NlC);
+  be.layernorm_backward(w.dx2, ctx.grad(ln2_w_), ctx.grad(ln2_b_), dln2, s.x2, ctx.param(ln2_w_),
+                        s.mean2, s.rstd2, Nl, C);
   // Attention: x2 = x + proj(attention(qkv(ln1(x))))
-  float* datty = dln;
-  float* dqkv = big;
-  be.matmul_backward(datty, ctx.grad(proj_w_), ctx.grad(proj_b_), dx2, s.atty, ctx.param(proj_w_),
-                     N, C, C, false);
-  be.attention_backward(dqkv, datty, s.qkv, s.att, ctx.B, ctx.T, C, d_.n_head);
-  be.matmul_backward(dln, ctx.grad(qkv_w_), ctx.grad(qkv_b_), dqkv, s.ln1, ctx.param(qkv_w_), N, C,
-                     3 * C, false);
-  be.copy(dx, dx2, NC);
-  be.layernorm_backward(dx, ctx.grad(ln1_w_), ctx.grad(ln1_b_), dln, x, ctx.param(ln1_w_), s.mean1,
-                        s.rstd1, N, C);
+  float* datty = w.big;
+  float* dqkv = w.big + NCl;
+  const float* dattn = tp_.exit_backward(w.dx2, w.dfull, N, C);
+  be.matmul_backward(datty, ctx.grad(proj_w_), ctx.grad(proj_b_), dattn, s.atty,
+                     ctx.param(proj_w_), N, Cl, C, false);
+  be.attention_backward(dqkv, datty, s.qkv, s.att, ctx.B, ctx.T, Cl, NHl);
+  be.matmul_backward(w.dpartial, ctx.grad(qkv_w_), ctx.grad(qkv_b_), dqkv, s.ln1_full,
+                     ctx.param(qkv_w_), N, C, 3 * Cl, false);
+  const float* dln1 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
+  be.copy(dx, w.dx2, NlC);
+  be.layernorm_backward(dx, ctx.grad(ln1_w_), ctx.grad(ln1_b_), dln1, x, ctx.param(ln1_w_),
+                        s.mean1, s.rstd1, Nl, C);
 }
 
 }  // namespace baton

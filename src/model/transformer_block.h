@@ -1,32 +1,44 @@
-// One GPT-2 transformer block (pre-LayerNorm):
-//   x2  = x + proj(attention(qkv(ln1(x))))
-//   out = x2 + fcproj(gelu(fc(ln2(x2))))
-// Saved per micro-batch (shapes for N = B*T rows): ln1[N,C] mean1/rstd1[N] qkv[N,3C] atty[N,C]
-// att[B,NH,T,T] x2[N,C] ln2[N,C] mean2/rstd2[N] fch[N,4C] fch_gelu[N,4C] out[N,C].
+// One GPT-2 transformer block (pre-LayerNorm), Megatron tensor-parallel:
+//   x2  = x + proj(attention(qkv(ln1(x))))      qkv column-parallel (NH/tp heads per rank),
+//   out = x2 + fcproj(gelu(fc(ln2(x2))))        proj row-parallel; fc column-, fcproj row-parallel
+// One tensor-parallel exit per sub-block forward and one entry backward: one all-reduce each for
+// attention and MLP in each direction (or all-gather/reduce-scatter with sequence parallelism).
+// Shapes: N = B*T rows, Nl = rows held outside tensor-parallel regions (N, or N/tp with sequence
+// parallelism), Cl = C/tp, NHl = NH/tp.
+// Saved per micro-batch: ln1[Nl,C] mean1/rstd1[Nl] (ln1 gathered [N,C] with SP) qkv[N,3Cl]
+// atty[N,Cl] att[B,NHl,T,T] x2[Nl,C] ln2[Nl,C] mean2/rstd2[Nl] (ln2 gathered [N,C] with SP)
+// fch[N,4Cl] fch_gelu[N,4Cl] out[Nl,C].
 #pragma once
 #include "model/gpt_dims.h"
 #include "model/layer.h"
+#include "model/tensor_parallel.h"
 
 namespace baton {
 
 class TransformerBlock : public Layer {
  public:
-  TransformerBlock(const GptDims& d, int index) : d_(d), index_(index) {}
+  TransformerBlock(const GptDims& d, int index, const TensorParallel& tp)
+      : d_(d), index_(index), tp_(tp) {}
   std::string name() const override;
   void add_params(ParamTable& table) override;
   size_t saved_floats(int B, int T) const override;
   size_t workspace_floats(int B, int T) const override;
-  size_t output_floats(int B, int T) const override { return size_t(B) * T * d_.d_model; }
+  size_t output_floats(int B, int T) const override {
+    return size_t(tp_.local_rows(B * T)) * d_.d_model;
+  }
   float* output(float* saved, int B, int T) const override;
   void forward(const LayerCtx& ctx, const float* in, float* saved) override;
   void backward(const LayerCtx& ctx, const float* in, const float* dout, float* din,
                 float* saved) override;
 
  private:
-  struct Saved;  // views into the saved buffer
+  struct Saved;      // views into the saved buffer
+  struct Workspace;  // views into the shared scratch
   Saved views(float* saved, int B, int T) const;
+  Workspace scratch(float* ws, int B, int T) const;
   GptDims d_;
   int index_;
+  const TensorParallel& tp_;
   int ln1_w_ = -1, ln1_b_ = -1, qkv_w_ = -1, qkv_b_ = -1, proj_w_ = -1, proj_b_ = -1;
   int ln2_w_ = -1, ln2_b_ = -1, fc_w_ = -1, fc_b_ = -1, fcproj_w_ = -1, fcproj_b_ = -1;
 };

@@ -1,13 +1,28 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace baton {
 
+namespace {
+std::vector<UpdateSegment> every_parameter(const ParamTable& table) {
+  std::vector<UpdateSegment> segs;
+  for (int i = 0; i < table.size(); ++i)
+    segs.push_back({.flat = table.offset(i), .state = table.offset(i), .n = table.numel(i),
+                    .decay = table.spec(i).decay});
+  return segs;
+}
+}  // namespace
+
 AdamW::AdamW(Backend& be, const ParamTable& table, const OptimConfig& cfg)
-    : be_(be), table_(table), cfg_(cfg) {
-  m_ = static_cast<float*>(be_.alloc(table_.total() * sizeof(float)));
-  v_ = static_cast<float*>(be_.alloc(table_.total() * sizeof(float)));
+    : AdamW(be, every_parameter(table), table.total(), cfg) {}
+
+AdamW::AdamW(Backend& be, std::vector<UpdateSegment> segments, size_t state_size,
+             const OptimConfig& cfg)
+    : be_(be), segments_(std::move(segments)), state_size_(state_size), cfg_(cfg) {
+  m_ = static_cast<float*>(be_.alloc(std::max<size_t>(state_size_, 1) * sizeof(float)));
+  v_ = static_cast<float*>(be_.alloc(std::max<size_t>(state_size_, 1) * sizeof(float)));
 }
 
 AdamW::~AdamW() {
@@ -23,10 +38,9 @@ void AdamW::step(float* params, const float* grads, double lr, float grad_scale,
   a.eps = static_cast<float>(cfg_.eps);
   a.step = t;
   a.grad_scale = grad_scale;
-  for (int i = 0; i < table_.size(); ++i) {
-    a.weight_decay = table_.spec(i).decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    const size_t off = table_.offset(i);
-    be_.adamw_step(params + off, grads + off, m_ + off, v_ + off, table_.numel(i), a);
+  for (const UpdateSegment& s : segments_) {
+    a.weight_decay = s.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    be_.adamw_step(params + s.flat, grads + s.flat, m_ + s.state, v_ + s.state, s.n, a);
   }
 }
 

@@ -1,0 +1,86 @@
+// dist::Comm: the collectives and point-to-point messages baton's parallelism needs, over a group
+// of ranks. Implementations: MPI (host buffers; also bootstraps NCCL) and NCCL (device buffers, on
+// the communicator's own CUDA stream). Groups are explicit objects passed to whoever needs them
+// (ProcessGroups in rank_grid.h); there is no global communicator state.
+//
+// Semantics common to every implementation:
+// - Collective calls (all_reduce, reduce_scatter, all_gather, broadcast, barrier, split) must be
+//   made by every rank of the group in the same order.
+// - Blocking calls return when this rank's buffers may be reused (MPI) or when the operation is
+//   enqueued on the communicator's stream (NCCL: the caller orders compute against it with
+//   events; `synchronize()` waits for everything enqueued).
+// - Asynchronous calls return a Request; `wait` completes it. A Request must be waited on once.
+// - Counts are in elements of `dtype`.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace baton::dist {
+
+enum class DType : uint8_t { F32, F64, I32, I64, BF16, U8 };
+enum class ReduceOp : uint8_t { SUM, MAX, MIN };
+
+size_t dtype_size(DType t);
+
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;  // true when complete (then wait() returns at once)
+};
+using RequestPtr = std::unique_ptr<Request>;
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi" | "nccl"
+
+  // In place: buf[i] = op over ranks of buf[i].
+  virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual RequestPtr all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
+  // send[size * recv_count] -> recv[recv_count]: rank r receives the op-reduction of block r.
+  virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                              ReduceOp op) = 0;
+  virtual RequestPtr reduce_scatter_async(const void* send, void* recv, size_t recv_count,
+                                          DType dtype, ReduceOp op) = 0;
+  // send[send_count] -> recv[size * send_count], block r from rank r. send may equal
+  // recv + rank * send_count (in place).
+  virtual void all_gather(const void* send, void* recv, size_t send_count, DType dtype) = 0;
+  virtual void broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  virtual RequestPtr send(const void* buf, size_t count, DType dtype, int peer, int tag) = 0;
+  virtual RequestPtr recv(void* buf, size_t count, DType dtype, int peer, int tag) = 0;
+  // Brackets several send/recv calls that must progress together (NCCL group semantics; MPI:
+  // no-op since its point-to-point calls are already non-blocking).
+  virtual void group_begin() {}
+  virtual void group_end() {}
+  virtual void barrier() = 0;
+  virtual void synchronize() {}
+  // Ranks with the same color form a new group, ordered by key (then by rank in this group).
+  virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+
+  // Typed conveniences for host-side scalars (MPI) — e.g. loss and norm reductions.
+  double all_reduce_scalar(double x, ReduceOp op = ReduceOp::SUM);
+
+ protected:
+  // all_reduce_scalar's transport. The default reduces the host double in place, which is right
+  // for host-buffer communicators; device-buffer ones (NCCL) stage it through device memory.
+  virtual double all_reduce_host_scalar(double x, ReduceOp op);
+};
+
+// MPI runtime. init() is idempotent and safe when not launched by mpirun (singleton); world()
+// wraps MPI_COMM_WORLD. abort() tears the whole job down (every rank) with `code`.
+class MpiRuntime {
+ public:
+  static void init(int* argc, char*** argv);
+  static bool initialized();
+  static void finalize();
+  [[noreturn]] static void abort(int code);
+  static std::unique_ptr<Comm> world();
+};
+
+}  // namespace baton::dist

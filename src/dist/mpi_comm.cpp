@@ -1,0 +1,169 @@
+// MpiComm: each Comm call is one MPI call on host buffers (see mpi_comm.h for the invariants).
+#include "dist/mpi_comm.h"
+
+#include <climits>
+
+#include "core/error.h"
+#include "dist/mpi_types.h"
+
+namespace baton::dist {
+namespace {
+
+int to_count(size_t n, const char* what) {
+  BATON_REQUIRE(n <= static_cast<size_t>(INT_MAX),
+                fmt::format("{}: {} elements exceed MPI's per-call limit of {}", what, n, INT_MAX),
+                "split the message (e.g. smaller gradient buckets)");
+  return static_cast<int>(n);
+}
+
+int tag_upper_bound() {
+  int* ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+  return found && ub ? *ub : 32767;  // 32767 is the least the standard guarantees
+}
+
+// One outstanding MPI request. For receives it also checks that the message had the expected
+// length: a short message is legal MPI but always a pairing bug in baton's schedules.
+class MpiRequest : public Request {
+ public:
+  MpiRequest(MPI_Request r, MPI_Datatype dt, int expected_count)
+      : req_(r), dt_(dt), expected_(expected_count) {}
+
+  void wait() override {
+    if (req_ == MPI_REQUEST_NULL) return;
+    MPI_Status st;
+    check_mpi(MPI_Wait(&req_, &st), "MPI_Wait");
+    check_length(st);
+  }
+
+  bool test() override {
+    if (req_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    MPI_Status st;
+    check_mpi(MPI_Test(&req_, &done, &st), "MPI_Test");
+    if (done) check_length(st);
+    return done != 0;
+  }
+
+ private:
+  void check_length(const MPI_Status& st) const {
+    if (expected_ < 0) return;
+    int got = 0;
+    check_mpi(MPI_Get_count(&st, dt_, &got), "MPI_Get_count");
+    BATON_ASSERT(got == expected_, "recv from rank {} tag {}: got {} elements, expected {}",
+                 st.MPI_SOURCE, st.MPI_TAG, got, expected_);
+  }
+
+  MPI_Request req_;
+  MPI_Datatype dt_;
+  int expected_;  // -1: not a receive
+};
+
+RequestPtr wrap(MPI_Request r, MPI_Datatype dt = MPI_DATATYPE_NULL, int expected = -1) {
+  return std::make_unique<MpiRequest>(r, dt, expected);
+}
+
+}  // namespace
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) len = 0;
+  throw Error(fmt::format("{} failed: {}", what, len ? std::string(msg, len) : "unknown MPI error"),
+              "an MPI failure usually means a rank died or the network failed; check every "
+              "rank's output above");
+}
+
+MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  // Errors come back as return codes so they become baton::Errors with a message (mpi_comm.h).
+  check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+}
+
+MpiComm::~MpiComm() {
+  int finalized = 1;
+  MPI_Finalized(&finalized);
+  // After MPI_Finalize every communicator is gone already; freeing would be an error.
+  if (owned_ && !finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiComm::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, to_count(count, "all_reduce"), mpi::datatype(dtype),
+                          mpi::op(op, dtype), comm_),
+            "MPI_Allreduce");
+}
+
+RequestPtr MpiComm::all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) {
+  MPI_Request r;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, to_count(count, "all_reduce_async"),
+                           mpi::datatype(dtype), mpi::op(op, dtype), comm_, &r),
+            "MPI_Iallreduce");
+  return wrap(r);
+}
+
+void MpiComm::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
+                             ReduceOp op) {
+  check_mpi(MPI_Reduce_scatter_block(send, recv, to_count(recv_count, "reduce_scatter"),
+                                     mpi::datatype(dtype), mpi::op(op, dtype), comm_),
+            "MPI_Reduce_scatter_block");
+}
+
+RequestPtr MpiComm::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
+                                         DType dtype, ReduceOp op) {
+  MPI_Request r;
+  check_mpi(MPI_Ireduce_scatter_block(send, recv, to_count(recv_count, "reduce_scatter_async"),
+                                      mpi::datatype(dtype), mpi::op(op, dtype), comm_, &r),
+            "MPI_Ireduce_scatter_block");
+  return wrap(r);
+}
+
+void MpiComm::all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
+  const int n = to_count(send_count, "all_gather");
+  const auto* own_block =
+      static_cast<const char*>(recv) + static_cast<size_t>(rank_) * send_count * dtype_size(dtype);
+  // MPI forbids aliasing send and recv buffers except through MPI_IN_PLACE.
+  const void* src = (send == own_block) ? MPI_IN_PLACE : send;
+  check_mpi(MPI_Allgather(src, n, mpi::datatype(dtype), recv, n, mpi::datatype(dtype), comm_),
+            "MPI_Allgather");
+}
+
+void MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
+  BATON_ASSERT(root >= 0 && root < size_, "broadcast root {} outside group of {}", root, size_);
+  check_mpi(MPI_Bcast(buf, to_count(count, "broadcast"), mpi::datatype(dtype), root, comm_),
+            "MPI_Bcast");
+}
+
+RequestPtr MpiComm::send(const void* buf, size_t count, DType dtype, int peer, int tag) {
+  static const int tag_ub = tag_upper_bound();
+  BATON_ASSERT(peer >= 0 && peer < size_, "send to rank {} outside group of {}", peer, size_);
+  BATON_ASSERT(tag >= 0 && tag <= tag_ub, "send tag {} outside [0, {}]", tag, tag_ub);
+  MPI_Request r;
+  check_mpi(MPI_Isend(buf, to_count(count, "send"), mpi::datatype(dtype), peer, tag, comm_, &r),
+            "MPI_Isend");
+  return wrap(r);
+}
+
+RequestPtr MpiComm::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
+  static const int tag_ub = tag_upper_bound();
+  BATON_ASSERT(peer >= 0 && peer < size_, "recv from rank {} outside group of {}", peer, size_);
+  BATON_ASSERT(tag >= 0 && tag <= tag_ub, "recv tag {} outside [0, {}]", tag, tag_ub);
+  const int n = to_count(count, "recv");
+  MPI_Request r;
+  check_mpi(MPI_Irecv(buf, n, mpi::datatype(dtype), peer, tag, comm_, &r), "MPI_Irecv");
+  return wrap(r, mpi::datatype(dtype), n);
+}
+
+void MpiComm::barrier() { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+std::unique_ptr<Comm> MpiComm::split(int color, int key) {
+  // MPI_UNDEFINED (negative) would return MPI_COMM_NULL; the contract has every rank in a group.
+  BATON_ASSERT(color >= 0, "split color {} must be non-negative", color);
+  MPI_Comm out = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm_, color, key, &out), "MPI_Comm_split");
+  return std::make_unique<MpiComm>(out, /*owned=*/true);
+}
+
+}  // namespace baton::dist

@@ -1,0 +1,114 @@
+#include "optim/data_parallel.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace baton {
+
+DataParallelGrads::DataParallelGrads(Backend& be, const ParamTable& table,
+                                     std::vector<int> layer_of_param, dist::Comm* dp, bool zero1,
+                                     size_t bucket_bytes, bool tp_rank0)
+    : be_(be), dp_(dp && dp->size() > 1 ? dp : nullptr), zero1_(zero1 && dp_), tp_rank0_(tp_rank0) {
+  BATON_ASSERT(static_cast<int>(layer_of_param.size()) == table.size(), "layer_of_param size");
+  const size_t align = 16 * size_t(dp_size());
+  const size_t padded = (table.total() + align - 1) / align * align;
+  const size_t bucket = std::max(align, (bucket_bytes / sizeof(float)) / align * align);
+  // Buckets from the end of the buffer (last layers, first to finish) to the start.
+  for (size_t hi = padded; hi > 0;) {
+    Bucket b;
+    b.hi = hi;
+    b.lo = hi > bucket ? hi - bucket : 0;
+    b.min_layer = 1 << 30;
+    for (int i = 0; i < table.size(); ++i) {
+      const size_t off = table.offset(i), end = off + table.numel(i);
+      if (off < b.hi && end > b.lo) b.min_layer = std::min(b.min_layer, layer_of_param[i]);
+    }
+    if (b.min_layer == (1 << 30)) b.min_layer = 0;  // only padding: launch with the last bucket
+    hi = b.lo;
+    buckets_.push_back(std::move(b));
+  }
+  build_segments(table);
+  if (zero1_) scratch_.assign(padded / dp_size(), 0.0f);
+}
+
+void DataParallelGrads::build_segments(const ParamTable& table) {
+  auto add_overlaps = [&](size_t lo, size_t hi, size_t state_base) {
+    for (int i = 0; i < table.size(); ++i) {
+      const size_t off = table.offset(i), end = off + table.numel(i);
+      const size_t a = std::max(lo, off), z = std::min(hi, end);
+      if (a >= z) continue;
+      const ParamSpec& spec = table.spec(i);
+      segments_.push_back({.flat = a, .state = state_base + (a - lo), .n = z - a,
+                           .decay = spec.decay, .in_norm = spec.tp_dim >= 0 || tp_rank0_});
+    }
+  };
+  if (!zero1_) {
+    add_overlaps(0, table.total(), 0);
+    state_size_ = table.total();
+    return;
+  }
+  // Rank r owns piece r of every bucket; its state is the pieces back to back (bucket.lo / dp).
+  const size_t r = static_cast<size_t>(dp_->rank()), n = static_cast<size_t>(dp_size());
+  for (const Bucket& b : buckets_) {
+    const size_t piece = (b.hi - b.lo) / n;
+    add_overlaps(b.lo + r * piece, b.lo + (r + 1) * piece, b.lo / n);
+    state_size_ = std::max(state_size_, b.lo / n + piece);
+  }
+  std::sort(segments_.begin(), segments_.end(),
+            [](const UpdateSegment& x, const UpdateSegment& y) { return x.flat < y.flat; });
+}
+
+void DataParallelGrads::launch(Bucket& b, float* grads) {
+  b.launched = true;
+  if (!dp_) return;
+  if (zero1_) {
+    const size_t piece = (b.hi - b.lo) / dp_size();
+    b.request = dp_->reduce_scatter_async(grads + b.lo, scratch_.data() + b.lo / dp_size(), piece,
+                                          dist::DType::F32, dist::ReduceOp::SUM);
+  } else {
+    b.request = dp_->all_reduce_async(grads + b.lo, b.hi - b.lo, dist::DType::F32,
+                                      dist::ReduceOp::SUM);
+  }
+}
+
+void DataParallelGrads::layer_done(int layer, float* grads) {
+  for (Bucket& b : buckets_) {
+    if (b.launched) continue;
+    if (b.min_layer < layer) break;  // buckets are ordered by descending min_layer
+    launch(b, grads);
+  }
+}
+
+void DataParallelGrads::finish(float* grads) {
+  for (Bucket& b : buckets_)
+    if (!b.launched) launch(b, grads);
+  const size_t r = dp_ ? static_cast<size_t>(dp_->rank()) : 0;
+  for (Bucket& b : buckets_) {
+    if (b.request) b.request->wait();
+    b.request.reset();
+    b.launched = false;
+    if (zero1_) {
+      const size_t piece = (b.hi - b.lo) / dp_size();
+      std::copy_n(scratch_.data() + b.lo / dp_size(), piece, grads + b.lo + r * piece);
+    }
+  }
+}
+
+double DataParallelGrads::grad_sumsq(const float* grads) const {
+  double s = 0;
+  for (const UpdateSegment& seg : segments_)
+    if (seg.in_norm) s += be_.sum_squares(grads + seg.flat, seg.n);
+  return s;
+}
+
+void DataParallelGrads::gather_params(float* params) {
+  if (!zero1_) return;
+  const size_t r = static_cast<size_t>(dp_->rank());
+  for (const Bucket& b : buckets_) {
+    const size_t piece = (b.hi - b.lo) / dp_size();
+    dp_->all_gather(params + b.lo + r * piece, params + b.lo, piece, dist::DType::F32);
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,81 @@
+// Data-parallel gradient reduction with buckets overlapped with the backward pass, and ZeRO-1
+// optimizer-state sharding (Rajbhandari et al., stage 1).
+//
+// The flat gradient buffer (ParamTable layout, parameters in layer order) is cut into buckets of
+// about `bucket_bytes`, walking from the end of the buffer (last layer: first to finish backward)
+// to the start. A bucket is launched as an asynchronous all-reduce (or, with ZeRO-1, a
+// reduce-scatter) as soon as the lowest layer it touches has finished its backward on the step's
+// last micro-batch. Bucket boundaries are multiples of 16·dp floats, so with ZeRO-1 each bucket
+// splits evenly: rank r owns piece r of every bucket, keeps AdamW state for its pieces only, updates
+// them, and all-gathers the parameters afterwards.
+//
+// Gradients are summed, not averaged: the loss scale (1 / tokens of the global batch) already
+// makes the sum the mean over the global batch.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "backend/backend.h"
+#include "dist/comm.h"
+#include "model/param_table.h"
+
+namespace baton {
+
+// A run of flat-buffer floats inside one parameter that this rank updates.
+struct UpdateSegment {
+  size_t flat = 0;    // offset in the flat parameter/gradient buffers
+  size_t state = 0;   // offset in this rank's optimizer-state buffers
+  size_t n = 0;
+  bool decay = false;
+  bool in_norm = true;  // counts towards the global grad norm on this rank (see grad_sumsq)
+};
+
+class DataParallelGrads {
+ public:
+  // `layer_of_param[i]`: the layer whose backward completes parameter i's gradient.
+  // `dp` may be null (no data parallelism). `tp_rank0`: replicated parameters count towards the
+  // grad norm only on tensor-parallel rank 0.
+  DataParallelGrads(Backend& be, const ParamTable& table, std::vector<int> layer_of_param,
+                    dist::Comm* dp, bool zero1, size_t bucket_bytes, bool tp_rank0);
+
+  int dp_size() const { return dp_ ? dp_->size() : 1; }
+  bool zero1() const { return zero1_; }
+  size_t num_buckets() const { return buckets_.size(); }
+  // Segments of the flat buffers this rank's optimizer updates, and the state length they need.
+  const std::vector<UpdateSegment>& segments() const { return segments_; }
+  size_t state_size() const { return state_size_; }
+
+  // Launches every not-yet-launched bucket whose gradients are complete once layers >= `layer`
+  // have finished backward. Call with the layer index after each layer's backward of the last
+  // micro-batch (layers finish in descending order).
+  void layer_done(int layer, float* grads);
+  // Launches what is left and waits for every bucket; afterwards the gradients this rank updates
+  // hold the sum over data-parallel ranks.
+  void finish(float* grads);
+  // Sum of squares of this rank's reduced gradients (its segments with in_norm). Summed over the
+  // data-parallel (ZeRO-1) and tensor-parallel groups it gives the squared global norm.
+  double grad_sumsq(const float* grads) const;
+  // ZeRO-1: all-gathers the updated parameter pieces so every rank holds the full parameters.
+  void gather_params(float* params);
+
+ private:
+  struct Bucket {
+    size_t lo = 0, hi = 0;  // flat range [lo, hi), (hi - lo) % dp == 0
+    int min_layer = 0;      // launch once this layer's backward is done
+    bool launched = false;
+    dist::RequestPtr request;
+  };
+  void launch(Bucket& b, float* grads);
+  void build_segments(const ParamTable& table);
+
+  Backend& be_;
+  dist::Comm* dp_;
+  bool zero1_;
+  bool tp_rank0_;
+  std::vector<Bucket> buckets_;  // in launch order (descending flat offsets)
+  std::vector<UpdateSegment> segments_;
+  size_t state_size_ = 0;
+  std::vector<float> scratch_;  // reduce-scatter needs a separate receive buffer per bucket
+};
+
+}  // namespace baton
