@@ -8,6 +8,9 @@
 // - Counts above INT_MAX elements are rejected (MPI-3 counts are int); callers bucket.
 // - BF16 is carried as 2-byte words; SUM/MAX/MIN use user-defined ops that compute in float and
 //   round to nearest even, so results match a float reduction rounded once per partial sum.
+// - Open MPI (no progress thread) advances non-blocking operations only inside MPI calls. To
+//   overlap a bucket's all-reduce with compute, call test() on outstanding requests between
+//   compute steps (e.g. after each layer's backward); otherwise most of the work happens in wait().
 // - A Request dropped without wait() is leaked, never waited for: waiting in a destructor could
 //   block stack unwinding after an error on a collective a failed peer never joins.
 #pragma once

@@ -73,6 +73,10 @@ void DataParallelGrads::launch(Bucket& b, float* grads) {
 }
 
 void DataParallelGrads::layer_done(int layer, float* grads) {
+  // MPI moves a non-blocking collective forward only inside MPI calls: poll the buckets in flight
+  // after every layer so they progress while the next layers compute.
+  for (Bucket& b : buckets_)
+    if (b.request) b.request->test();
   for (Bucket& b : buckets_) {
     if (b.launched) continue;
     if (b.min_layer < layer) break;  // buckets are ordered by descending min_layer
