@@ -1,0 +1,60 @@
+// Op names and the rank <-> stage layout of a Program (see instr.h for the conventions).
+#include "pipeline/instr.h"
+
+#include <numeric>
+
+#include "core/error.h"
+
+namespace baton::pipeline {
+
+namespace {
+constexpr std::string_view kNames[kNumOps] = {
+    "FWD",       "BWD",       "BWD_INPUT", "BWD_WEIGHT",   "SEND_ACT",
+    "RECV_ACT",  "SEND_GRAD", "RECV_GRAD", "REDUCE_GRADS", "OPT_STEP"};
+// Text-form mnemonics: the compute ops are one letter (F, B, I = input gradient, W = weight
+// gradient, as in the zero-bubble paper's figures); the rest keep their names.
+constexpr std::string_view kMnemonics[kNumOps] = {
+    "F",        "B",         "I",         "W",            "SEND_ACT",
+    "RECV_ACT", "SEND_GRAD", "RECV_GRAD", "REDUCE_GRADS", "OPT_STEP"};
+}  // namespace
+
+std::string_view op_name(Op op) { return kNames[static_cast<int>(op)]; }
+std::string_view op_mnemonic(Op op) { return kMnemonics[static_cast<int>(op)]; }
+
+bool is_compute(Op op) {
+  return op == Op::FWD || op == Op::BWD || op == Op::BWD_INPUT || op == Op::BWD_WEIGHT;
+}
+bool is_comm(Op op) {
+  return op == Op::SEND_ACT || op == Op::RECV_ACT || op == Op::SEND_GRAD || op == Op::RECV_GRAD;
+}
+
+int Program::replicas(int stage) const {
+  BATON_ASSERT(stage >= 0 && stage < num_stages(), "stage {} out of range", stage);
+  if (spec.replicas.empty()) return 1;
+  return spec.replicas[stage];
+}
+
+int Program::num_ranks() const {
+  if (spec.replicas.empty()) return spec.pp;
+  return std::accumulate(spec.replicas.begin(), spec.replicas.end(), 0);
+}
+
+int Program::first_rank(int stage) const {
+  BATON_ASSERT(stage >= 0 && stage < num_stages(), "stage {} out of range", stage);
+  if (spec.replicas.empty()) return stage % spec.pp;  // chunk c of rank r is stage c·pp + r
+  return std::accumulate(spec.replicas.begin(), spec.replicas.begin() + stage, 0);
+}
+
+int Program::rank_of(int stage, int microbatch) const {
+  // 1F1B-RR: deterministic round-robin on the microbatch id (notes-pipedream §1).
+  return first_rank(stage) + (microbatch < 0 ? 0 : microbatch % replicas(stage));
+}
+
+std::vector<int> Program::stages_of(int rank) const {
+  std::vector<int> out;
+  for (int s = 0; s < num_stages(); ++s)
+    if (rank >= first_rank(s) && rank < first_rank(s) + replicas(s)) out.push_back(s);
+  return out;
+}
+
+}  // namespace baton::pipeline

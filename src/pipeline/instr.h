@@ -1,0 +1,81 @@
+// The pipeline IR (DESIGN §4 "Pipeline schedules are data"): a Program is the whole instruction
+// list of every rank of one pipeline, produced by a generator (schedules.h), completed by `lower`,
+// checked by `validate`, costed by `simulate` and finally run by the executor, which is one switch
+// over Op. Pure data: no model, no communicator, no globals.
+//
+// Indexing conventions (used everywhere in src/pipeline and in the text form):
+// - `stage` is the *model* stage, 0 .. pp·vp − 1. With interleaving (vp > 1) model stage
+//   s = c·pp + r is chunk c of rank r (PTD-P, notes-dissertation §1.6). With PipeDream's replicated
+//   stages the stages are laid out on consecutive ranks and microbatch k runs on replica k mod r_s
+//   (1F1B-RR, notes-pipedream §1).
+// - `microbatch` is 0-based and global over the whole program: step t (optimizer step t for flush
+//   schedules and 2BW) holds microbatches t·m .. t·m + m − 1.
+// - `weight_version` n means "this stage's weights after n optimizer steps" (W(n) in the papers).
+// - `slot` indexes this rank's activation arena; one slot holds the stashed activations of one
+//   (stage, microbatch) from its FWD until its last backward op.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace baton::pipeline {
+
+enum class Op : uint8_t {
+  FWD,           // forward of (stage, microbatch); allocates `slot`
+  BWD,           // full backward (input and weight gradients); frees `slot`
+  BWD_INPUT,     // zero-bubble split: input gradient only (critical path)
+  BWD_WEIGHT,    // zero-bubble split: weight gradient (deferrable); frees `slot`
+  SEND_ACT,      // send stage's output activation of microbatch to `peer` (runs stage + 1)
+  RECV_ACT,      // receive stage's input activation of microbatch from `peer` (runs stage − 1)
+  SEND_GRAD,     // send the gradient w.r.t. stage's input to `peer` (runs stage − 1)
+  RECV_GRAD,     // receive the gradient w.r.t. stage's output from `peer` (runs stage + 1)
+  REDUCE_GRADS,  // reduce stage's gradients over its data-parallel replicas
+  OPT_STEP,      // optimizer step of stage; produces `weight_version`
+};
+inline constexpr int kNumOps = 10;
+
+// Long names ("FWD", "SEND_ACT", ...) and the short text-form mnemonics ("F", "SEND_ACT", ...).
+std::string_view op_name(Op op);
+std::string_view op_mnemonic(Op op);
+
+bool is_compute(Op op);  // FWD, BWD, BWD_INPUT, BWD_WEIGHT
+bool is_comm(Op op);     // SEND_*, RECV_*
+
+struct Instr {
+  Op op = Op::FWD;
+  int stage = 0;           // model stage (see above)
+  int microbatch = -1;     // -1 for REDUCE_GRADS / OPT_STEP
+  int slot = -1;           // activation slot on this rank, -1 when none
+  int weight_version = 0;  // weights this op reads (FWD/BWD*) or produces (OPT_STEP)
+  int peer = -1;           // the other rank of a SEND/RECV, -1 otherwise
+  bool operator==(const Instr&) const = default;
+};
+
+struct ScheduleSpec {
+  std::string kind = "1f1b";
+  int pp = 1;                 // pipeline stages (ranks, without replication)
+  int vp = 1;                 // model chunks per rank (interleaved only)
+  int microbatches = 1;       // per optimizer step (flush schedules, 2bw); per "step" otherwise
+  int steps = 1;              // optimizer steps (batches) the program covers
+  std::vector<int> replicas;  // pipedream: workers per stage (empty = 1 each)
+  bool vertical_sync = false; // pipedream: every stage uses the input stage's version
+  bool operator==(const ScheduleSpec&) const = default;
+};
+
+struct Program {
+  ScheduleSpec spec;
+  bool lowered = false;                   // true once `lower` added communication and updates
+  std::vector<std::vector<Instr>> ranks;  // ranks[r] = rank r's instructions in execution order
+
+  int num_stages() const { return spec.pp * spec.vp; }
+  int num_ranks() const;
+  int total_microbatches() const { return spec.microbatches * spec.steps; }
+  int replicas(int stage) const;         // workers running `stage` (1 unless pipedream replicates)
+  int first_rank(int stage) const;       // the rank of replica 0 of `stage`
+  int rank_of(int stage, int microbatch) const;
+  std::vector<int> stages_of(int rank) const;  // model stages on `rank`, ascending
+  bool operator==(const Program&) const = default;
+};
+
+}  // namespace baton::pipeline
