@@ -54,6 +54,57 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--top-k", gen.top_k, "sample among the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
   gen_cmd->add_option("--seed", gen.seed, "sampling seed");
 
+  auto* ckpt_cmd = cli.add_subcommand("ckpt", "inspect and verify HDF5 checkpoints");
+  ckpt_cmd->require_subcommand(1);
+  CkptOptions ckpt;
+  auto* inspect_cmd = ckpt_cmd->add_subcommand("inspect", "print a checkpoint's metadata and tensors");
+  inspect_cmd->add_option("path", ckpt.path, "checkpoint file, or directory (its newest)")->required();
+  inspect_cmd->add_flag("--config", ckpt.show_config, "also print the stored resolved config");
+  auto* verify_cmd = ckpt_cmd->add_subcommand("verify", "recompute every tensor's checksum");
+  verify_cmd->add_option("path", ckpt.path, "checkpoint file, or directory (its newest)")->required();
+  CkptBenchOptions bench;
+  auto* bench_cmd = ckpt_cmd->add_subcommand("bench", "")->group("");  // hidden: docs/checkpoints.md
+  bench_cmd->add_option("--dir", bench.dir);
+  bench_cmd->add_option("--n-layer", bench.n_layer);
+  bench_cmd->add_option("--n-head", bench.n_head);
+  bench_cmd->add_option("--d-model", bench.d_model);
+  bench_cmd->add_option("--seq-len", bench.seq_len);
+  bench_cmd->add_option("--vocab", bench.vocab);
+  bench_cmd->add_option("--repeats", bench.repeats);
+
+  PlanOptions plan;
+  auto* plan_cmd = cli.add_subcommand("plan", "choose a parallel layout (tp, pp, dp, vp, micro-batch, schedule, recompute) for a cluster");
+  plan_cmd->add_option("config", plan.config, "TOML config")->required();
+  plan_cmd->add_option("--cluster", plan.cluster, "cluster file (configs/clusters/*.toml)")->required();
+  plan_cmd->add_option("--gpus", plan.gpus, "use the cluster's first N GPUs (default: all)");
+  plan_cmd->add_option("--top", plan.top_k, "layouts to print (default 5)");
+  plan_cmd->add_flag("--evaluate", plan.evaluate, "predict the config's own layout instead of searching");
+  plan_cmd->add_option("--format", plan.format, "table or json");
+  plan_cmd->add_option("--output", plan.output, "write the best layout's TOML snippet to this file");
+  plan_cmd->add_option("--set", plan.overrides, "override a config key: section.key=value");
+
+  ProfileOptions prof;
+  auto* prof_cmd = cli.add_subcommand("profile", "measure per-layer forward/backward time and memory on this device");
+  prof_cmd->add_option("config", prof.config, "TOML config")->required();
+  prof_cmd->add_option("--out", prof.out, "profile JSON to write")->required();
+  prof_cmd->add_option("--repeats", prof.repeats, "timed repetitions per layer (default 3)");
+  prof_cmd->add_option("--set", prof.overrides, "override a config key: section.key=value");
+
+  ScheduleOptions sched;
+  auto* sched_cmd = cli.add_subcommand("schedule", "print, simulate or trace a pipeline schedule");
+  sched_cmd->add_option("--kind", sched.kind, "gpipe, 1f1b, interleaved, pipedream, 2bw or zb-h1")->required();
+  sched_cmd->add_option("--pp", sched.pp, "pipeline stages")->required();
+  sched_cmd->add_option("--vp", sched.vp, "model chunks per rank (interleaved)");
+  sched_cmd->add_option("--microbatches", sched.microbatches, "microbatches per optimizer step")->required();
+  sched_cmd->add_option("--steps", sched.steps, "optimizer steps (batches) to schedule");
+  sched_cmd->add_option("--costs", sched.costs, "F,B[,W]: per-microbatch costs of one rank (default 1,2)");
+  sched_cmd->add_option("--send-cost", sched.send, "latency of one point-to-point message (default 0)");
+  sched_cmd->add_option("--replicas", sched.replicas, "pipedream: workers per stage, e.g. 2,1 (1F1B-RR)");
+  sched_cmd->add_flag("--vertical-sync", sched.vertical_sync, "pipedream: all stages use the input stage's weight version");
+  sched_cmd->add_flag("--lowered", sched.lowered, "grid: show sends, receives and optimizer steps");
+  sched_cmd->add_option("--format", sched.format, "grid (one row per rank), json or trace (Chrome trace)");
+  sched_cmd->add_option("--output", sched.output, "write to this file instead of stdout");
+
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -77,6 +128,12 @@ int main(int argc, char** argv) {
       return run_data_build(build);
     }
     if (gen_cmd->parsed()) return run_generate(gen);
+    if (sched_cmd->parsed()) return run_schedule(sched);
+    if (plan_cmd->parsed()) return run_plan(plan);
+    if (prof_cmd->parsed()) return run_profile(prof);
+    if (inspect_cmd->parsed()) return run_ckpt_inspect(ckpt);
+    if (verify_cmd->parsed()) return run_ckpt_verify(ckpt);
+    if (bench_cmd->parsed()) return run_ckpt_bench(bench);
     std::fputs(cli.help().c_str(), stdout);
     return 0;
   } catch (const baton::Error& e) {

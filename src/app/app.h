@@ -24,6 +24,58 @@ struct GenerateOptions {
 };
 int run_generate(const GenerateOptions& opts);
 
+// `baton ckpt inspect|verify PATH`: PATH is a checkpoint file or directory (its newest).
+struct CkptOptions {
+  std::string path;
+  bool show_config = false;  // inspect: also print the stored config
+};
+int run_ckpt_inspect(const CkptOptions& opts);
+int run_ckpt_verify(const CkptOptions& opts);
+// Hidden `baton ckpt bench`: save/load throughput of a GPT's full training state (not a test).
+struct CkptBenchOptions {
+  std::string dir = "ckpt-bench";
+  int n_layer = 12, n_head = 12, d_model = 768, seq_len = 1024, vocab = 50257;
+  int repeats = 3;
+};
+int run_ckpt_bench(const CkptBenchOptions& opts);
+
+// `baton schedule`: print / simulate / trace a pipeline schedule (docs/schedules.md).
+struct ScheduleOptions {
+  std::string kind = "1f1b";
+  int pp = 1, vp = 1, microbatches = 1, steps = 1;
+  std::string costs = "1,2";   // F,B[,W] per microbatch per rank
+  double send = 0;             // latency of one point-to-point message
+  std::string replicas;        // pipedream: workers per stage, e.g. "2,1"
+  bool vertical_sync = false;  // pipedream
+  bool lowered = false;        // grid: print the lowered program (sends, receives, updates)
+  std::string format = "grid"; // grid | json | trace
+  std::string output;          // file instead of stdout
+};
+int run_schedule(const ScheduleOptions& opts);
+
+// `baton plan CONFIG --cluster FILE`: PTD-P layout search / --evaluate (docs/planner.md).
+struct PlanOptions {
+  std::string config;
+  std::vector<std::string> overrides;  // "section.key=value"
+  std::string cluster;                 // configs/clusters/*.toml
+  int gpus = 0;                        // use the cluster's first N GPUs (0 = all)
+  int top_k = 5;
+  bool evaluate = false;               // predict the config's own layout, no search
+  std::string format = "table";        // table | json
+  std::string output;                  // also write the best layout's TOML snippet here
+};
+int run_plan(const PlanOptions& opts);
+
+// `baton profile CONFIG --out PROFILE.json`: per-layer forward/backward time and memory measured
+// on this machine's device at the configured micro-batch (docs/planner.md).
+struct ProfileOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string out;
+  int warmup = 1, repeats = 3;
+};
+int run_profile(const ProfileOptions& opts);
+
 struct DataBuildOptions {
   std::vector<std::string> inputs;  // plain-text files; a line `<|endoftext|>` or the file's end ends a document
   std::string output;               // dataset prefix: writes PREFIX.bin, PREFIX.idx

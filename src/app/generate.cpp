@@ -1,7 +1,7 @@
-// `baton generate --checkpoint PATH --prompt TEXT`: rebuilds the model from the config stored in
-// the weights file, loads the weights and samples a continuation.
+// `baton generate --checkpoint PATH|DIR --prompt TEXT`: rebuilds the model from the config stored in
+// an HDF5 checkpoint (a directory means its newest complete checkpoint), loads the parameters
+// (verified against their checksums) and samples a continuation.
 #include <cstdio>
-#include <filesystem>
 
 #include "app/app.h"
 #include "backend/device.h"
@@ -9,16 +9,16 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "model/gpt_model.h"
+#include "train/checkpoint_dir.h"
+#include "train/checkpoint_state.h"
 #include "train/sampler.h"
-#include "train/weights_file.h"
 
 namespace baton::app {
 
 int run_generate(const GenerateOptions& opts) {
-  std::string path = opts.checkpoint;
-  if (std::filesystem::is_directory(path)) path += "/weights.bin";
-  WeightsFile w = load_weights(path);
-  Config cfg = load_config_string(w.config_toml, path + " (stored config)");
+  const std::string path = resolve_checkpoint(opts.checkpoint);
+  CheckpointReader reader(path);
+  Config cfg = load_config_string(reader.meta().config_toml, path + " (stored config)");
   const std::string tok_path = opts.tokenizer.empty() ? cfg.data.tokenizer : opts.tokenizer;
   BATON_REQUIRE(!tok_path.empty(), fmt::format("'{}' names no tokenizer", path),
                 "pass --tokenizer MODEL (the SentencePiece .model the dataset was built with)");
@@ -27,7 +27,7 @@ int run_generate(const GenerateOptions& opts) {
   BackendChoice choice = choose_backend(cfg.precision.device == "cuda" ? "auto" : cfg.precision.device);
   GptModel model(dims, *choice.backend);
   std::vector<float> host(model.table().total());
-  copy_weights_into(w, model.table(), host.data(), path);
+  reader.read(table_shards(model.table(), host.data(), kParamsGroup));
   choice.backend->to_device(model.params(), host.data(), host.size() * sizeof(float));
 
   SampleOptions so;

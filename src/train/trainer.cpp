@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "backend/device.h"
@@ -19,7 +21,8 @@
 #include "optim/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/sampler.h"
-#include "train/weights_file.h"
+#include "train/checkpoint_resume.h"
+#include "train/checkpoint_state.h"
 
 namespace baton {
 namespace {
@@ -78,6 +81,37 @@ double evaluate(GptModel& model, const TokenLoader& loader, int batches, int row
   return sum / static_cast<double>(count);
 }
 
+// A resumed run appends to metrics.jsonl; lines of steps after the checkpoint (logged by the run
+// that crashed before its next checkpoint) are dropped first, so each step appears once.
+void truncate_metrics_after(const std::string& run_dir, int64_t step) {
+  const std::string path = run_dir + "/metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > step) {
+      dropped = true;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  if (!dropped) return;
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp, std::ios::trunc) << kept;
+  std::filesystem::rename(tmp, path);
+}
+
+// Saves the training state and logs how long training was blocked by it.
+std::string save_state(const Config& cfg, GptModel& model, AdamW& opt, HostTrainState& host,
+                       int64_t step, double last_lr) {
+  const SaveResult r = save_train_state(cfg, model, opt, host, step, last_lr);
+  log::info("saved {} ({:.1f} MB) in {:.2f} s", std::filesystem::path(r.path).filename().string(),
+            r.bytes / 1e6, r.seconds);
+  return r.path;
+}
+
 }  // namespace
 
 TrainSummary train(const Config& cfg) {
@@ -121,6 +155,7 @@ TrainSummary train(const Config& cfg) {
   const int accum = cfg.micro_batches_per_step();
   model.reserve(micro, T, 1);
   AdamW opt(be, model.table(), cfg.optim);
+  HostTrainState host(model.table());  // host staging of params, m, v for checkpoints
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps,
                    cfg.optim.decay};
 
@@ -148,19 +183,38 @@ TrainSummary train(const Config& cfg) {
   log::info("flops: 72*B*s*l*h^2*(1 + s/6h + V/12lh) = {:.3g} per step; peak {}",
             flops, peak > 0 ? fmt::format("{:.0f} TFLOP/s (MFU reported)", peak)
                             : std::string("unknown for this device (MFU not reported)"));
+  // ---- resume ----
+  const std::string ckpt_dir = cfg.checkpoint_dir();
+  const auto resumed = choose_resume_point(cfg.checkpoint, ckpt_dir, [&](const std::string& path) {
+    return read_train_state(path, model.table(), host);
+  });
+  int64_t start_step = 0;
+  if (resumed) {
+    restore_train_state(host, model, opt);
+    start_step = resumed->meta.step;
+    truncate_metrics_after(cfg.run.dir, start_step);
+    log::info("resumed from {} at step {} ({} tokens consumed)", resumed->path, start_step,
+              human_count(static_cast<double>(resumed->meta.tokens_consumed)));
+  }
+  require_no_newer_checkpoints(ckpt_dir, start_step);
   const std::string config_path = write_resolved_config(cfg, cfg.run.dir);
-  MetricsWriter metrics(cfg.run.dir, false);
-  log::info("run dir: {} (config {}, metrics {})", cfg.run.dir, config_path, metrics.path());
+  MetricsWriter metrics(cfg.run.dir, resumed.has_value());
+  log::info("run dir: {} (config {}, metrics {}, checkpoints {} every {})", cfg.run.dir, config_path,
+            metrics.path(), ckpt_dir,
+            cfg.checkpoint.every > 0 ? fmt::format("{} steps", cfg.checkpoint.every) : "run's end");
 
   // ---- loop ----
   install_stop_handlers();
   TrainSummary summary;
+  summary.last_step = start_step;
+  int64_t saved_step = resumed ? start_step : -1;
+  double lr = start_step > 0 ? sched.at(start_step - 1) : 0;
   std::vector<int32_t> x(size_t(micro) * T), y(size_t(micro) * T);
   const float dloss = 1.0f / static_cast<float>(int64_t(rows) * T);
   Timer run_timer;
   double loss_window = 0;
   int window_steps = 0;
-  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+  for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     Timer step_timer;
     model.zero_grads();
     double loss_sum = 0;
@@ -174,7 +228,7 @@ TrainSummary train(const Config& cfg) {
     BATON_REQUIRE(std::isfinite(loss) && std::isfinite(clip.norm),
                   fmt::format("training diverged at step {} (loss {}, grad norm {})", step + 1, loss, clip.norm),
                   "lower optim.lr or raise optim.warmup_steps");
-    const double lr = sched.at(step);
+    lr = sched.at(step);
     opt.step(model.params(), model.grads(), lr, clip.scale, step + 1);
     be.synchronize();
     const double step_s = step_timer.seconds();
@@ -204,7 +258,7 @@ TrainSummary train(const Config& cfg) {
     if (log_now || eval_now) metrics.write(m);
     if (log_now) {
       const double elapsed = run_timer.seconds();
-      const double eta = elapsed / (step + 1) * (cfg.train.steps - step - 1);
+      const double eta = elapsed / (step + 1 - start_step) * (cfg.train.steps - step - 1);
       log::info("step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {} tok/s | "
                 "{:.3f} TFLOP/s{} | eta {}",
                 step + 1, cfg.train.steps, loss_window / window_steps,
@@ -215,6 +269,10 @@ TrainSummary train(const Config& cfg) {
       loss_window = 0;
       window_steps = 0;
     }
+    if (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) {
+      summary.checkpoint_path = save_state(cfg, model, opt, host, step + 1, lr);
+      saved_step = step + 1;
+    }
     if (stop_requested()) {
       summary.stopped_by_signal = true;
       log::info("stop requested (signal {}): stopping after step {}", stop_signal_number(), step + 1);
@@ -222,13 +280,11 @@ TrainSummary train(const Config& cfg) {
     }
   }
 
-  // ---- final weights and a sample ----
-  std::vector<float> host(model.table().total());
-  be.to_host(host.data(), model.params(), host.size() * sizeof(float));
-  summary.weights_path = cfg.checkpoint_dir() + "/weights.bin";
-  save_weights(summary.weights_path, model.table(), host.data(), summary.last_step, cfg.to_toml());
-  log::info("saved weights: {} (step {}) in {}", summary.weights_path, summary.last_step,
-            human_duration(run_timer.seconds()));
+  // ---- final checkpoint (also when stopped by a signal) and a sample ----
+  if (saved_step != summary.last_step)
+    summary.checkpoint_path = save_state(cfg, model, opt, host, summary.last_step, lr);
+  else if (start_step >= cfg.train.steps)
+    log::info("nothing to train: the checkpoint is at step {}, train.steps = {}", start_step, cfg.train.steps);
   if (tokenizer && !summary.stopped_by_signal) {
     SampleOptions so;
     so.seed = cfg.train.seed;

@@ -1,7 +1,8 @@
 // The training loop of one process: data -> model forward/backward over the micro-batches of a
 // step (gradient accumulation) -> global-norm clipping -> AdamW -> LR schedule -> metrics,
-// evaluation and the final weights. Multi-rank layouts (tp/dp/pp) arrive with later issues and
-// plug in through the layout, schedule and Comm, not through flags here.
+// evaluation and HDF5 checkpoints (every checkpoint.every steps, at the end and on SIGINT/SIGTERM;
+// resume per checkpoint.resume, continuing bit-identically). Multi-rank layouts (tp/dp/pp) arrive
+// with later issues and plug in through the layout, schedule and Comm, not through flags here.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -17,7 +18,7 @@ struct TrainSummary {
   double last_loss = 0;
   std::optional<double> last_val_loss;
   bool stopped_by_signal = false;
-  std::string weights_path;     // final weights, if written
+  std::string checkpoint_path;  // the last checkpoint written by this run, if any
 };
 
 // Runs the configured training. Throws baton::Error for bad input (datasets, tokenizer, ...).

@@ -36,7 +36,8 @@ TOML
 "$BATON" train tiny.toml > train.log
 cat train.log
 [ -f run/config.toml ] || fail "resolved config not written"
-[ -f run/ckpt/weights.bin ] || fail "weights not written"
+[ "$(cat run/ckpt/latest)" = "step-0000060.h5" ] || fail "final checkpoint not written"
+[ -f run/ckpt/step-0000060.h5 ] || fail "latest names a missing file"
 grep -q "^sample: " train.log || fail "no sample printed"
 python3 - <<'PY'
 import json
@@ -59,7 +60,7 @@ PY
 grep -q "^The cat" gen.txt || { cat gen.txt; fail "generate did not continue the prompt"; }
 "$BATON" generate --checkpoint run/ckpt --prompt "The cat" --tokens 12 --seed 3 > gen2.txt
 cmp -s gen.txt gen2.txt || fail "same seed gave different samples"
-expect_error "weights" "$BATON" generate --checkpoint nowhere.bin --prompt "x"
+expect_error "nowhere.h5" "$BATON" generate --checkpoint nowhere.h5 --prompt "x"
 
 # Ctrl-C (SIGINT) stops after the current step, saves, exits 130.
 "$BATON" train tiny.toml --set train.steps=100000 --set run.dir=run3 > run3.log 2>&1 &
@@ -69,5 +70,6 @@ kill -INT $pid
 rc=0; wait $pid || rc=$?
 [ "$rc" -eq 130 ] || { cat run3.log; fail "SIGINT exit code $rc, want 130"; }
 grep -q "stop requested" run3.log || fail "no stop message"
-[ -f run3/ckpt/weights.bin ] || fail "no weights after SIGINT"
+grep -q "^saved step-" run3.log || fail "no checkpoint saved after SIGINT"
+[ -f "run3/ckpt/$(cat run3/ckpt/latest)" ] || fail "no checkpoint after SIGINT"
 echo "PASS"

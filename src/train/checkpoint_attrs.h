@@ -1,0 +1,19 @@
+// The metadata of a checkpoint as attributes of the file's root group (h5py: `f.attrs`), and the
+// per-dataset `checksum` attribute. Names and types are part of the format (docs/checkpoints.md).
+#pragma once
+#include <hdf5.h>
+
+#include <string>
+
+#include "train/checkpoint.h"
+
+namespace baton {
+
+inline constexpr const char* kChecksumAttr = "checksum";  // uint64 on every tensor dataset
+
+void write_meta_attrs(hid_t root, const CheckpointMeta& meta);
+// Throws Error naming `path` for a missing format marker or an unsupported format version, and
+// CheckpointDamaged for a missing attribute (the file is not a complete baton checkpoint).
+CheckpointMeta read_meta_attrs(hid_t root, const std::string& path);
+
+}  // namespace baton
