@@ -1,32 +1,48 @@
-// `baton train CONFIG [--set k=v]...`: loads and validates the config, then runs the trainer.
+// `baton train CONFIG [--set k=v]...`: starts MPI (one process, or every rank of an mpirun/srun
+// job), loads and validates the config for the world size on every rank, and runs the trainer.
+// Rank 0 logs; an error on any rank ends the whole job with that rank's message (never a hang).
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "app/app.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "dist/guard.h"
+#include "dist/node_local.h"
 #include "train/trainer.h"
 
 namespace baton::app {
 namespace {
 
-// Ranks this process was started among, from the launcher's environment (mpirun or srun).
-int launcher_world_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
-    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
-  }
-  return 1;
+// Several ranks on one node share its cores: unless OMP_NUM_THREADS says otherwise, each rank gets
+// its share, so ranks do not oversubscribe the machine.
+void share_cores_between_local_ranks() {
+  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  const dist::NodeLocal local = dist::node_local();
+  if (local.local_size <= 1) return;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  omp_set_num_threads(std::max(1, cores / local.local_size));
 }
 
 }  // namespace
 
 int run_train(const TrainOptions& opts) {
-  const int world = launcher_world_size();
-  BATON_REQUIRE(world == 1,
-                fmt::format("started as {} ranks, but multi-rank training is not implemented yet", world),
-                "run one process (`baton train CONFIG`); tp/dp/pp layouts arrive with the distributed issue");
-  Config cfg = load_config(opts.config, opts.overrides, world);
-  TrainSummary s = train(cfg);
-  return s.stopped_by_signal ? 130 : 0;
+  dist::MpiRuntime::init(nullptr, nullptr);
+  const int rc = dist::run_guarded([&] {
+    std::unique_ptr<dist::Comm> world = dist::MpiRuntime::world();
+    log::set_rank(world->rank(), world->size(), world->rank() == 0);
+    share_cores_between_local_ranks();
+    const Config cfg = load_config(opts.config, opts.overrides, world->size());
+    const TrainSummary s = train(cfg, world.get());
+    return s.stopped_by_signal ? 130 : 0;
+  });
+  dist::MpiRuntime::finalize();
+  return rc;
 }
 
 }  // namespace baton::app

@@ -66,6 +66,7 @@ struct ParallelConfig {
   bool zero1 = false;
   std::string recompute = "none";  // "none" | "selective" | "full"
   bool scatter_gather = false;
+  double bucket_mb = 25.0;  // data-parallel gradients are reduced in buckets of this size
 
   bool operator==(const ParallelConfig&) const = default;
 };

@@ -77,6 +77,8 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(parallel, recompute, "activation recomputation",
                 .allowed = {"none", "selective", "full"}),
       BATON_KEY(parallel, scatter_gather, "split inter-stage activations over tp ranks"),
+      BATON_KEY(parallel, bucket_mb, "data-parallel gradient bucket size in MiB",
+                .range = above(0)),
 
       BATON_KEY(precision, device, "where to run", .allowed = {"auto", "cpu", "cuda"}),
       BATON_KEY(precision, compute, "compute precision", .allowed = {"fp32", "bf16"}),

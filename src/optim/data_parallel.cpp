@@ -106,6 +106,16 @@ double DataParallelGrads::grad_sumsq(const float* grads) const {
   return s;
 }
 
+void DataParallelGrads::state_to_flat(const float* state, float* flat) const {
+  for (const UpdateSegment& seg : segments_) std::copy_n(state + seg.state, seg.n, flat + seg.flat);
+}
+
+void DataParallelGrads::flat_to_state(const float* flat, float* state) const {
+  for (const UpdateSegment& seg : segments_) std::copy_n(flat + seg.flat, seg.n, state + seg.state);
+}
+
+void DataParallelGrads::gather_flat(float* flat) { gather_params(flat); }
+
 void DataParallelGrads::gather_params(float* params) {
   if (!zero1_) return;
   const size_t r = static_cast<size_t>(dp_->rank());

@@ -58,6 +58,14 @@ class DataParallelGrads {
   // ZeRO-1: all-gathers the updated parameter pieces so every rank holds the full parameters.
   void gather_params(float* params);
 
+  // Moving optimizer state between this rank's compact layout (segments back to back) and the
+  // flat parameter layout, for checkpoints. Only this rank's segments are copied.
+  void state_to_flat(const float* state, float* flat) const;
+  void flat_to_state(const float* flat, float* state) const;
+  // ZeRO-1: completes a flat buffer that holds this rank's pieces with every other rank's pieces
+  // (collective over the data-parallel group; no-op without ZeRO-1).
+  void gather_flat(float* flat);
+
  private:
   struct Bucket {
     size_t lo = 0, hi = 0;  // flat range [lo, hi), (hi - lo) % dp == 0

@@ -1,24 +1,38 @@
 #include "train/checkpoint_state.h"
 
+#include <algorithm>
+
 #include "core/timer.h"
 
 namespace baton {
 
-std::vector<TensorShard> table_shards(const ParamTable& table, float* flat, const std::string& group) {
+std::vector<TensorShard> table_shards(const ParamTable& table, float* flat, const std::string& group,
+                                      const ShardLayout& layout, bool writing) {
   std::vector<TensorShard> out;
   out.reserve(table.size());
-  for (int i = 0; i < table.size(); ++i)
-    out.push_back(whole_tensor(group + table.spec(i).name, table.spec(i).shape, table.at(flat, i)));
+  for (int i = 0; i < table.size(); ++i) {
+    const ParamSpec& spec = table.spec(i);
+    if (writing && spec.tp_dim < 0 && layout.tp_rank != 0) continue;  // one writer per replica
+    const std::vector<int64_t> full = full_shape(spec, layout.tp_size);
+    for (const ShardBox& box : shard_boxes(spec, layout.tp_rank, layout.tp_size))
+      out.push_back({.name = group + spec.name, .full_shape = full, .offset = box.offset,
+                     .extent = box.extent, .host_data = table.at(flat, i) + box.local_offset});
+  }
   return out;
 }
 
-HostTrainState::HostTrainState(const ParamTable& table)
-    : params(table.total()), m(table.total()), v(table.total()) {}
+HostTrainState::HostTrainState(const ParamTable& table, size_t flat_size) {
+  const size_t n = std::max(flat_size, table.total());
+  params.assign(n, 0.0f);
+  m.assign(n, 0.0f);
+  v.assign(n, 0.0f);
+}
 
-std::vector<TensorShard> HostTrainState::shards(const ParamTable& table) {
+std::vector<TensorShard> HostTrainState::shards(const ParamTable& table, const ShardLayout& layout,
+                                                bool writing) {
   std::vector<TensorShard> all;
   for (auto [group, flat] : {std::pair{kParamsGroup, &params}, {kAdamMGroup, &m}, {kAdamVGroup, &v}}) {
-    std::vector<TensorShard> s = table_shards(table, flat->data(), group);
+    std::vector<TensorShard> s = table_shards(table, flat->data(), group, layout, writing);
     all.insert(all.end(), std::make_move_iterator(s.begin()), std::make_move_iterator(s.end()));
   }
   return all;
@@ -40,33 +54,61 @@ CheckpointMeta make_checkpoint_meta(const Config& cfg, int64_t step, double last
   return m;
 }
 
+namespace {
+// Optimizer state (one of m, v) from the optimizer's layout into the flat host buffer `flat`,
+// complete on every data-parallel rank.
+void state_to_host_flat(Backend& be, const float* state, size_t state_size, std::vector<float>& staging,
+                        std::vector<float>& flat, const ShardLayout& layout) {
+  if (!layout.dp || !layout.dp->zero1()) {
+    be.to_host(flat.data(), state, state_size * sizeof(float));
+    return;
+  }
+  staging.resize(state_size);
+  be.to_host(staging.data(), state, state_size * sizeof(float));
+  layout.dp->state_to_flat(staging.data(), flat.data());
+  layout.dp->gather_flat(flat.data());
+}
+
+void host_flat_to_state(Backend& be, float* state, size_t state_size, std::vector<float>& staging,
+                        const std::vector<float>& flat, const ShardLayout& layout) {
+  if (!layout.dp || !layout.dp->zero1()) {
+    be.to_device(state, flat.data(), state_size * sizeof(float));
+    return;
+  }
+  staging.assign(state_size, 0.0f);
+  layout.dp->flat_to_state(flat.data(), staging.data());
+  be.to_device(state, staging.data(), state_size * sizeof(float));
+}
+}  // namespace
+
 SaveResult save_train_state(const Config& cfg, GptModel& model, AdamW& opt, HostTrainState& host,
-                            int64_t step, double last_lr) {
+                            int64_t step, double last_lr, const ShardLayout& layout) {
   Timer t;
   Backend& be = model.backend();
-  const size_t bytes = model.table().total() * sizeof(float);
-  be.to_host(host.params.data(), model.params(), bytes);
-  be.to_host(host.m.data(), opt.m(), bytes);
-  be.to_host(host.v.data(), opt.v(), bytes);
-  const std::vector<TensorShard> shards = host.shards(model.table());
+  be.to_host(host.params.data(), model.params(), model.table().total() * sizeof(float));
+  state_to_host_flat(be, opt.m(), opt.state_size(), host.state, host.m, layout);
+  state_to_host_flat(be, opt.v(), opt.state_size(), host.state, host.v, layout);
+  const std::vector<TensorShard> shards =
+      layout.writes ? host.shards(model.table(), layout, true) : std::vector<TensorShard>{};
   SaveResult r = save_checkpoint(cfg.checkpoint_dir(), make_checkpoint_meta(cfg, step, last_lr),
-                                 shards, cfg.checkpoint.keep, MPI_COMM_NULL);
+                                 shards, cfg.checkpoint.keep, layout.comm);
   r.seconds = t.seconds();
   return r;
 }
 
-CheckpointMeta read_train_state(const std::string& path, const ParamTable& table, HostTrainState& host) {
+CheckpointMeta read_train_state(const std::string& path, const ParamTable& table, HostTrainState& host,
+                                const ShardLayout& layout) {
   CheckpointReader reader(path);
-  reader.read(host.shards(table));
+  reader.read(host.shards(table, layout, false));
   return reader.meta();
 }
 
-void restore_train_state(HostTrainState& host, GptModel& model, AdamW& opt) {
+void restore_train_state(HostTrainState& host, GptModel& model, AdamW& opt,
+                         const ShardLayout& layout) {
   Backend& be = model.backend();
-  const size_t bytes = model.table().total() * sizeof(float);
-  be.to_device(model.params(), host.params.data(), bytes);
-  be.to_device(opt.m(), host.m.data(), bytes);
-  be.to_device(opt.v(), host.v.data(), bytes);
+  be.to_device(model.params(), host.params.data(), model.table().total() * sizeof(float));
+  host_flat_to_state(be, opt.m(), opt.state_size(), host.state, host.m, layout);
+  host_flat_to_state(be, opt.v(), opt.state_size(), host.state, host.v, layout);
 }
 
 }  // namespace baton

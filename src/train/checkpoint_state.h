@@ -1,8 +1,10 @@
 // The training state of one process as checkpoint shards: the parameters and AdamW moments of a
 // model laid out by a ParamTable, as host copies of the flat buffers, under the dataset names
 // "params/<name>", "optim/m/<name>", "optim/v/<name>"; and the checkpoint metadata of a config at a
-// step. Today a process holds whole tensors; tensor- and pipeline-parallel layouts will describe
-// their boxes here (offset along tp_dim) without touching the file format.
+// step. Under tensor parallelism each rank's shards are the boxes of the full tensors it holds
+// (shard_boxes()); under data parallelism replica 0 writes and every replica reads; with ZeRO-1
+// the optimizer state is gathered over data-parallel ranks for the save and each rank keeps its
+// pieces on load. A checkpoint therefore loads under any other layout.
 #pragma once
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "model/gpt_model.h"
 #include "model/param_table.h"
 #include "optim/adamw.h"
+#include "optim/data_parallel.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
 
@@ -20,15 +23,29 @@ inline constexpr const char* kParamsGroup = "params/";
 inline constexpr const char* kAdamMGroup = "optim/m/";
 inline constexpr const char* kAdamVGroup = "optim/v/";
 
-// One shard per parameter of `table`, viewing the flat host buffer `flat`, named group + name.
-std::vector<TensorShard> table_shards(const ParamTable& table, float* flat, const std::string& group);
+// This rank's place in the parallel layout, as checkpoints see it. The default is one process.
+struct ShardLayout {
+  int tp_rank = 0, tp_size = 1;
+  bool writes = true;             // data-parallel replica 0 writes; the others join collectives
+  MPI_Comm comm = MPI_COMM_NULL;  // every rank of the job, when it has several
+  DataParallelGrads* dp = nullptr;  // optimizer-state layout (ZeRO-1); null: laid out like params
+};
+
+// Shards of every parameter of `table` over the flat host buffer `flat`, named group + name: the
+// boxes of the full tensors this tensor-parallel rank holds. `writing`: replicated parameters are
+// written by tensor-parallel rank 0 only.
+std::vector<TensorShard> table_shards(const ParamTable& table, float* flat, const std::string& group,
+                                      const ShardLayout& layout = {}, bool writing = false);
 
 // Host copies of the state a resumed run needs bit for bit.
 struct HostTrainState {
-  explicit HostTrainState(const ParamTable& table);
+  // `flat_size`: length of the flat buffers (>= table.total(); 0 = table.total()).
+  explicit HostTrainState(const ParamTable& table, size_t flat_size = 0);
   std::vector<float> params, m, v;  // flat, laid out by the table
+  std::vector<float> state;         // staging of the optimizer's own (ZeRO-1) layout
   // Shards of all three groups over the buffers above.
-  std::vector<TensorShard> shards(const ParamTable& table);
+  std::vector<TensorShard> shards(const ParamTable& table, const ShardLayout& layout = {},
+                                  bool writing = false);
 };
 
 // Metadata for a checkpoint of `cfg` after `step` optimizer steps, the last with rate `last_lr`.
@@ -36,12 +53,15 @@ CheckpointMeta make_checkpoint_meta(const Config& cfg, int64_t step, double last
 
 // Copies the parameters and AdamW moments to `host` and saves them into cfg.checkpoint_dir().
 // SaveResult::seconds covers the copies too: it is how long training is blocked.
+// Collective over layout.comm when it is set.
 SaveResult save_train_state(const Config& cfg, GptModel& model, AdamW& opt, HostTrainState& host,
-                            int64_t step, double last_lr);
+                            int64_t step, double last_lr, const ShardLayout& layout = {});
 // Reads and verifies the whole state of checkpoint `path` into `host`; the model is not touched,
 // so a damaged file leaves training state as it was. Returns the metadata.
-CheckpointMeta read_train_state(const std::string& path, const ParamTable& table, HostTrainState& host);
-// Copies `host` into the model's parameters and the optimizer's moments.
-void restore_train_state(HostTrainState& host, GptModel& model, AdamW& opt);
+CheckpointMeta read_train_state(const std::string& path, const ParamTable& table, HostTrainState& host,
+                                const ShardLayout& layout = {});
+// Copies `host` into the model's parameters and the optimizer's moments (this rank's pieces).
+void restore_train_state(HostTrainState& host, GptModel& model, AdamW& opt,
+                         const ShardLayout& layout = {});
 
 }  // namespace baton

@@ -21,8 +21,11 @@
 #include "optim/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/sampler.h"
+#include "dist/mpi_comm.h"
+#include "dist/rank_grid.h"
 #include "train/checkpoint_resume.h"
 #include "train/checkpoint_state.h"
+#include "train/train_step.h"
 
 namespace baton {
 namespace {
@@ -65,20 +68,24 @@ double unigram_entropy(const IndexedDataset& ds, int vocab, int64_t limit = int6
   return h;
 }
 
-// Mean loss over `batches` validation batches of `rows` sequences, micro-batched.
-double evaluate(GptModel& model, const TokenLoader& loader, int batches, int rows, int micro) {
+// Mean loss over `batches` validation batches of `rows` sequences. Data-parallel rank d evaluates
+// its slice of each batch; the sums meet in one all-reduce. Every tensor-parallel rank runs the
+// forward (the model's collectives need all of them) and gets the same losses.
+double evaluate(GptModel& model, const TokenLoader& loader, int batches, int rows, int micro,
+                dist::Comm* dp) {
   const int T = loader.seq_len();
+  const int dp_size = dp ? dp->size() : 1, dp_rank = dp ? dp->rank() : 0;
+  const int mine = rows / dp_size;
   std::vector<int32_t> x(size_t(micro) * T), y(size_t(micro) * T);
   double sum = 0;
-  int64_t count = 0;
   for (int b = 0; b < batches; ++b) {
-    for (int r = 0; r < rows; r += micro) {
-      loader.eval_rows(b, rows, r, micro, x.data(), y.data());
+    for (int r = 0; r < mine; r += micro) {
+      loader.eval_rows(b, rows, dp_rank * mine + r, micro, x.data(), y.data());
       sum += model.forward(0, x.data(), y.data(), micro, T, false, 0.0f);
-      count += int64_t(micro) * T;
     }
   }
-  return sum / static_cast<double>(count);
+  if (dp) sum = dp->all_reduce_scalar(sum);
+  return sum / (double(batches) * rows * T);
 }
 
 // A resumed run appends to metrics.jsonl; lines of steps after the checkpoint (logged by the run
@@ -105,8 +112,8 @@ void truncate_metrics_after(const std::string& run_dir, int64_t step) {
 
 // Saves the training state and logs how long training was blocked by it.
 std::string save_state(const Config& cfg, GptModel& model, AdamW& opt, HostTrainState& host,
-                       int64_t step, double last_lr) {
-  const SaveResult r = save_train_state(cfg, model, opt, host, step, last_lr);
+                       int64_t step, double last_lr, const ShardLayout& layout) {
+  const SaveResult r = save_train_state(cfg, model, opt, host, step, last_lr, layout);
   log::info("saved {} ({:.1f} MB) in {:.2f} s", std::filesystem::path(r.path).filename().string(),
             r.bytes / 1e6, r.seconds);
   return r.path;
@@ -114,7 +121,7 @@ std::string save_state(const Config& cfg, GptModel& model, AdamW& opt, HostTrain
 
 }  // namespace
 
-TrainSummary train(const Config& cfg) {
+TrainSummary train(const Config& cfg, dist::Comm* world) {
   BATON_REQUIRE(cfg.model.kind == "gpt",
                 fmt::format("model.kind = \"{}\" is not trainable yet", cfg.model.kind),
                 "only GPT models train today; CNNs arrive with the HetPipe/CNN issue");
@@ -130,6 +137,18 @@ TrainSummary train(const Config& cfg) {
                 "use recompute = \"none\"");
   BATON_REQUIRE(!cfg.data.train.empty(), "data.train is not set",
                 "set data.train to a dataset prefix built with `baton data build`");
+  BATON_REQUIRE(cfg.parallel.pp == 1,
+                fmt::format("parallel.pp = {}: the pipeline executor is not implemented yet", cfg.parallel.pp),
+                "use pp = 1 with tp and data parallelism; `baton schedule` already shows pipeline schedules");
+  const int world_size = world ? world->size() : 1;
+  const int tp_size = cfg.parallel.tp, dp_size = cfg.dp;
+  BATON_REQUIRE(tp_size * dp_size * cfg.parallel.pp == world_size,
+                fmt::format("layout tp={} x dp={} x pp={} does not match {} ranks", tp_size, dp_size,
+                            cfg.parallel.pp, world_size),
+                "launch tp*pp*dp ranks (dp comes from the world size)");
+  dist::ProcessGroups groups;
+  if (world_size > 1) groups = dist::make_process_groups(*world, {tp_size, dp_size, 1});
+  const bool rank0 = !world || world->rank() == 0;
 
   // ---- data ----
   std::unique_ptr<Tokenizer> tokenizer;
@@ -148,14 +167,37 @@ TrainSummary train(const Config& cfg) {
   // ---- model, optimizer ----
   BackendChoice choice = choose_backend(cfg.precision.device);
   Backend& be = *choice.backend;
-  GptModel model(dims, be);
+  TensorParallel tpc;
+  if (tp_size > 1)
+    tpc = {.rank = groups.coord.tp, .size = tp_size,
+           .sequence_parallel = cfg.parallel.sequence_parallel, .comm = groups.tp.get()};
+  BATON_REQUIRE(!tpc.sp() || (cfg.train.micro_batch * T) % tp_size == 0,
+                fmt::format("sequence parallelism needs micro_batch x seq_len ({}) divisible by tp = {}",
+                            cfg.train.micro_batch * T, tp_size),
+                "change train.micro_batch or model.seq_len, or turn sequence_parallel off");
+  dist::Comm* dp_comm = dp_size > 1 ? groups.dp.get() : nullptr;
+  GptModel model(dims, be, tpc, 16 * size_t(dp_size));
   model.init_weights(cfg.train.seed);
   const int micro = cfg.train.micro_batch;
-  const int rows = cfg.global_batch_per_rank();
   const int accum = cfg.micro_batches_per_step();
   model.reserve(micro, T, 1);
-  AdamW opt(be, model.table(), cfg.optim);
-  HostTrainState host(model.table());  // host staging of params, m, v for checkpoints
+  DataParallelGrads dpg(be, model.table(), model.layer_of_param(), dp_comm, cfg.parallel.zero1,
+                        static_cast<size_t>(cfg.parallel.bucket_mb * 1048576.0), tpc.rank == 0);
+  AdamW opt(be, dpg.segments(), dpg.state_size(), cfg.optim);
+  HostTrainState host(model.table(), model.flat_size());  // host staging of params, m, v
+  ShardLayout shard_layout{.tp_rank = tpc.rank, .tp_size = tpc.size,
+                           .writes = !world || groups.coord.dp == 0,
+                           .comm = world_size > 1 ? dynamic_cast<dist::MpiComm&>(*world).handle()
+                                                  : MPI_COMM_NULL,
+                           .dp = &dpg};
+  const StepSetup setup{.model = &model, .optimizer = &opt, .grads = &dpg,
+                        .tp = tp_size > 1 ? groups.tp.get() : nullptr, .dp = dp_comm,
+                        .dp_rank = dp_size > 1 ? groups.coord.dp : 0,
+                        .global_batch = cfg.train.global_batch, .micro_batch = micro,
+                        .seq_len = T, .grad_clip = cfg.optim.grad_clip};
+  const BatchRows batch = [&](int64_t step, int row, int n, int32_t* x, int32_t* y) {
+    train_loader.train_rows(step, row, n, x, y);
+  };
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps,
                    cfg.optim.decay};
 
@@ -164,7 +206,9 @@ TrainSummary train(const Config& cfg) {
                                                 dims.d_model, dims.vocab_padded);
   const double peak = peak_tflops_for(choice.device_name);
   const int64_t tokens_per_step = int64_t(cfg.train.global_batch) * T;
-  log::info("baton {} | device {} ({})", build::version, choice.device, choice.device_name);
+  log::info("baton {} | device {} ({}) | {} rank{}: tp {} x dp {} x pp 1{}{}", build::version,
+            choice.device, choice.device_name, world_size, world_size > 1 ? "s" : "", tp_size,
+            dp_size, tpc.sp() ? " | sequence parallel" : "", dpg.zero1() ? " | ZeRO-1" : "");
   if (!choice.note.empty()) log::info("note: {}", choice.note);
   log::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {} (padded {}) | {} parameters",
             dims.n_layer, dims.d_model, dims.n_head, T, dims.vocab, dims.vocab_padded,
@@ -174,31 +218,31 @@ TrainSummary train(const Config& cfg) {
             valid_ds ? fmt::format(", valid {} ({} tokens)", cfg.data.valid,
                                    human_count(static_cast<double>(valid_ds->num_tokens())))
                      : std::string(", no validation set"),
-            tokens_per_step, accum, micro, T);
+            tokens_per_step, accum * dp_size, micro, T);
   log::info("baseline: unigram entropy of the training tokens = {:.3f} nats (a model that learned "
             "only token frequencies scores this)", unigram_entropy(*train_ds, dims.vocab));
-  log::info("memory: params+grads+adam {:.1f} MiB, activations {:.1f} MiB",
-            4.0 * model.table().total() * sizeof(float) / 1048576.0,
-            model.activation_bytes() / 1048576.0);
+  log::info("memory per rank: params+grads {:.1f} MiB, adam {:.1f} MiB, activations {:.1f} MiB",
+            2.0 * model.flat_size() * sizeof(float) / 1048576.0,
+            2.0 * opt.state_size() * sizeof(float) / 1048576.0, model.activation_bytes() / 1048576.0);
   log::info("flops: 72*B*s*l*h^2*(1 + s/6h + V/12lh) = {:.3g} per step; peak {}",
             flops, peak > 0 ? fmt::format("{:.0f} TFLOP/s (MFU reported)", peak)
                             : std::string("unknown for this device (MFU not reported)"));
   // ---- resume ----
   const std::string ckpt_dir = cfg.checkpoint_dir();
   const auto resumed = choose_resume_point(cfg.checkpoint, ckpt_dir, [&](const std::string& path) {
-    return read_train_state(path, model.table(), host);
+    return read_train_state(path, model.table(), host, shard_layout);
   });
   int64_t start_step = 0;
   if (resumed) {
-    restore_train_state(host, model, opt);
+    restore_train_state(host, model, opt, shard_layout);
     start_step = resumed->meta.step;
-    truncate_metrics_after(cfg.run.dir, start_step);
+    if (rank0) truncate_metrics_after(cfg.run.dir, start_step);
     log::info("resumed from {} at step {} ({} tokens consumed)", resumed->path, start_step,
               human_count(static_cast<double>(resumed->meta.tokens_consumed)));
   }
   require_no_newer_checkpoints(ckpt_dir, start_step);
-  const std::string config_path = write_resolved_config(cfg, cfg.run.dir);
-  MetricsWriter metrics(cfg.run.dir, resumed.has_value());
+  const std::string config_path = rank0 ? write_resolved_config(cfg, cfg.run.dir) : "";
+  MetricsWriter metrics(rank0 ? cfg.run.dir : "", resumed.has_value());
   log::info("run dir: {} (config {}, metrics {}, checkpoints {} every {})", cfg.run.dir, config_path,
             metrics.path(), ckpt_dir,
             cfg.checkpoint.every > 0 ? fmt::format("{} steps", cfg.checkpoint.every) : "run's end");
@@ -209,29 +253,17 @@ TrainSummary train(const Config& cfg) {
   summary.last_step = start_step;
   int64_t saved_step = resumed ? start_step : -1;
   double lr = start_step > 0 ? sched.at(start_step - 1) : 0;
-  std::vector<int32_t> x(size_t(micro) * T), y(size_t(micro) * T);
-  const float dloss = 1.0f / static_cast<float>(int64_t(rows) * T);
   Timer run_timer;
   double loss_window = 0;
   int window_steps = 0;
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     Timer step_timer;
-    model.zero_grads();
-    double loss_sum = 0;
-    for (int mb = 0; mb < accum; ++mb) {
-      train_loader.train_rows(step, mb * micro, micro, x.data(), y.data());
-      loss_sum += model.forward(0, x.data(), y.data(), micro, T, true, dloss);
-      model.backward(0);
-    }
-    const double loss = loss_sum / (double(rows) * T);
-    const ClipResult clip = clip_by_global_norm(be, model.grads(), model.table().total(), cfg.optim.grad_clip);
-    BATON_REQUIRE(std::isfinite(loss) && std::isfinite(clip.norm),
-                  fmt::format("training diverged at step {} (loss {}, grad norm {})", step + 1, loss, clip.norm),
-                  "lower optim.lr or raise optim.warmup_steps");
     lr = sched.at(step);
-    opt.step(model.params(), model.grads(), lr, clip.scale, step + 1);
+    const StepResult r = train_step(setup, batch, step, lr);
     be.synchronize();
     const double step_s = step_timer.seconds();
+    const double loss = r.loss;
+    const ClipResult clip{.norm = r.grad_norm, .scale = r.clip_scale};
 
     summary.steps_done++;
     summary.last_step = step + 1;
@@ -251,7 +283,8 @@ TrainSummary train(const Config& cfg) {
     const bool last = step + 1 == cfg.train.steps;
     const bool eval_now = valid_loader && ((cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last);
     if (eval_now) {
-      m.val_loss = evaluate(model, *valid_loader, cfg.train.eval_steps, rows, micro);
+      m.val_loss = evaluate(model, *valid_loader, cfg.train.eval_steps, cfg.train.global_batch,
+                            micro, dp_comm);
       summary.last_val_loss = m.val_loss;
     }
     const bool log_now = (step + 1) % cfg.train.log_every == 0 || last || step == 0 || eval_now;
@@ -270,10 +303,13 @@ TrainSummary train(const Config& cfg) {
       window_steps = 0;
     }
     if (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) {
-      summary.checkpoint_path = save_state(cfg, model, opt, host, step + 1, lr);
+      summary.checkpoint_path = save_state(cfg, model, opt, host, step + 1, lr, shard_layout);
       saved_step = step + 1;
     }
-    if (stop_requested()) {
+    // Every rank stops after the same step, whichever of them got the signal.
+    const bool stop = world_size > 1 ? world->all_reduce_scalar(stop_requested() ? 1.0 : 0.0) > 0
+                                     : stop_requested();
+    if (stop) {
       summary.stopped_by_signal = true;
       log::info("stop requested (signal {}): stopping after step {}", stop_signal_number(), step + 1);
       break;
@@ -282,10 +318,11 @@ TrainSummary train(const Config& cfg) {
 
   // ---- final checkpoint (also when stopped by a signal) and a sample ----
   if (saved_step != summary.last_step)
-    summary.checkpoint_path = save_state(cfg, model, opt, host, summary.last_step, lr);
+    summary.checkpoint_path = save_state(cfg, model, opt, host, summary.last_step, lr, shard_layout);
   else if (start_step >= cfg.train.steps)
     log::info("nothing to train: the checkpoint is at step {}, train.steps = {}", start_step, cfg.train.steps);
-  if (tokenizer && !summary.stopped_by_signal) {
+  // Sampling needs the full logits: single tensor-parallel rank, and one replica is enough.
+  if (tokenizer && !summary.stopped_by_signal && tp_size == 1 && rank0) {
     SampleOptions so;
     so.seed = cfg.train.seed;
     so.tokens = 48;

@@ -1,14 +1,16 @@
-// The training loop of one process: data -> model forward/backward over the micro-batches of a
-// step (gradient accumulation) -> global-norm clipping -> AdamW -> LR schedule -> metrics,
-// evaluation and HDF5 checkpoints (every checkpoint.every steps, at the end and on SIGINT/SIGTERM;
-// resume per checkpoint.resume, continuing bit-identically). Multi-rank layouts (tp/dp/pp) arrive
-// with later issues and plug in through the layout, schedule and Comm, not through flags here.
+// The training loop of one rank: data -> train_step (micro-batches with gradient accumulation,
+// bucketed data-parallel reduction, tensor-parallel model, global-norm clipping, AdamW on this
+// rank's segments) -> LR schedule -> metrics, evaluation and HDF5 checkpoints (every
+// checkpoint.every steps, at the end and on SIGINT/SIGTERM; resume per checkpoint.resume,
+// continuing bit-identically, under any tp/dp layout). Pipeline layouts (pp > 1) plug in through
+// the schedule executor, not through flags here.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <optional>
 
 #include "config/config.h"
+#include "dist/comm.h"
 
 namespace baton {
 
@@ -21,7 +23,8 @@ struct TrainSummary {
   std::string checkpoint_path;  // the last checkpoint written by this run, if any
 };
 
-// Runs the configured training. Throws baton::Error for bad input (datasets, tokenizer, ...).
-TrainSummary train(const Config& cfg);
+// Runs the configured training on this rank. `world`: every rank of the job (null or size 1: one
+// process). Throws baton::Error for bad input (datasets, tokenizer, layout, ...).
+TrainSummary train(const Config& cfg, dist::Comm* world = nullptr);
 
 }  // namespace baton
