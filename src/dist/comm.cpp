@@ -2,6 +2,8 @@
 // convenience (loss / norm reductions), which every backend routes through one virtual hook.
 #include "dist/comm.h"
 
+#include <chrono>
+
 #include "core/error.h"
 
 namespace baton::dist {
@@ -26,5 +28,16 @@ double Comm::all_reduce_host_scalar(double x, ReduceOp op) {
   synchronize();
   return x;
 }
+
+namespace {
+double g_blocked = 0;  // the trainer's thread is the only caller of Comm
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+double blocked_seconds() { return g_blocked; }
+BlockedTimer::BlockedTimer() : start_(now_seconds()) {}
+BlockedTimer::~BlockedTimer() { g_blocked += now_seconds() - start_; }
 
 }  // namespace baton::dist

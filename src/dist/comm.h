@@ -72,6 +72,21 @@ class Comm {
   virtual double all_reduce_host_scalar(double x, ReduceOp op);
 };
 
+// Seconds this process has spent blocked in communication (blocking calls and Request::wait) since
+// it started: the trainer reports the share of step time it takes. Implementations add to it with
+// a BlockedTimer around each blocking section.
+double blocked_seconds();
+class BlockedTimer {
+ public:
+  BlockedTimer();
+  ~BlockedTimer();
+  BlockedTimer(const BlockedTimer&) = delete;
+  BlockedTimer& operator=(const BlockedTimer&) = delete;
+
+ private:
+  double start_;
+};
+
 // MPI runtime. init() is idempotent and safe when not launched by mpirun (singleton); world()
 // wraps MPI_COMM_WORLD. abort() tears the whole job down (every rank) with `code`.
 class MpiRuntime {

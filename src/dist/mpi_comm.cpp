@@ -32,6 +32,7 @@ class MpiRequest : public Request {
 
   void wait() override {
     if (req_ == MPI_REQUEST_NULL) return;
+    BlockedTimer blocked;
     MPI_Status st;
     check_mpi(MPI_Wait(&req_, &st), "MPI_Wait");
     check_length(st);
@@ -91,6 +92,7 @@ MpiComm::~MpiComm() {
 }
 
 void MpiComm::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  BlockedTimer blocked;
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, to_count(count, "all_reduce"), mpi::datatype(dtype),
                           mpi::op(op, dtype), comm_),
             "MPI_Allreduce");
@@ -106,6 +108,7 @@ RequestPtr MpiComm::all_reduce_async(void* buf, size_t count, DType dtype, Reduc
 
 void MpiComm::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                              ReduceOp op) {
+  BlockedTimer blocked;
   check_mpi(MPI_Reduce_scatter_block(send, recv, to_count(recv_count, "reduce_scatter"),
                                      mpi::datatype(dtype), mpi::op(op, dtype), comm_),
             "MPI_Reduce_scatter_block");
@@ -121,6 +124,7 @@ RequestPtr MpiComm::reduce_scatter_async(const void* send, void* recv, size_t re
 }
 
 void MpiComm::all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
+  BlockedTimer blocked;
   const int n = to_count(send_count, "all_gather");
   const auto* own_block =
       static_cast<const char*>(recv) + static_cast<size_t>(rank_) * send_count * dtype_size(dtype);
@@ -131,6 +135,7 @@ void MpiComm::all_gather(const void* send, void* recv, size_t send_count, DType 
 }
 
 void MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
+  BlockedTimer blocked;
   BATON_ASSERT(root >= 0 && root < size_, "broadcast root {} outside group of {}", root, size_);
   check_mpi(MPI_Bcast(buf, to_count(count, "broadcast"), mpi::datatype(dtype), root, comm_),
             "MPI_Bcast");
@@ -156,7 +161,10 @@ RequestPtr MpiComm::recv(void* buf, size_t count, DType dtype, int peer, int tag
   return wrap(r, mpi::datatype(dtype), n);
 }
 
-void MpiComm::barrier() { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiComm::barrier() {
+  BlockedTimer blocked;
+  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+}
 
 std::unique_ptr<Comm> MpiComm::split(int color, int key) {
   // MPI_UNDEFINED (negative) would return MPI_COMM_NULL; the contract has every rank in a group.

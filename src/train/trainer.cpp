@@ -258,10 +258,12 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   int window_steps = 0;
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     Timer step_timer;
+    const double blocked_before = dist::blocked_seconds();
     lr = sched.at(step);
     const StepResult r = train_step(setup, batch, step, lr);
     be.synchronize();
     const double step_s = step_timer.seconds();
+    const double comm_share = (dist::blocked_seconds() - blocked_before) / step_s;
     const double loss = r.loss;
     const ClipResult clip{.norm = r.grad_norm, .scale = r.clip_scale};
 
@@ -293,11 +295,12 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
       const double elapsed = run_timer.seconds();
       const double eta = elapsed / (step + 1 - start_step) * (cfg.train.steps - step - 1);
       log::info("step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {} tok/s | "
-                "{:.3f} TFLOP/s{} | eta {}",
+                "{:.3f} TFLOP/s{}{} | eta {}",
                 step + 1, cfg.train.steps, loss_window / window_steps,
                 m.val_loss ? fmt::format(" | val {:.4f}", *m.val_loss) : std::string(), lr,
                 clip.norm, m.step_ms, human_count(m.tokens_per_s), m.tflops_per_gpu,
                 m.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *m.mfu) : std::string(),
+                world_size > 1 ? fmt::format(" | comm {:.0f}%", 100 * comm_share) : std::string(),
                 human_duration(eta));
       loss_window = 0;
       window_steps = 0;
