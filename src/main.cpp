@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   auto* train_cmd = cli.add_subcommand("train", "train a model described by a TOML config");
   train_cmd->add_option("config", train.config, "config file (TOML)")->required();
   train_cmd->add_option("--set", train.overrides, "override a key: section.key=value (repeatable)");
+  train_cmd->add_flag("--log-all-ranks", train.log_all_ranks,
+                      "every rank prints its log lines, prefixed [rank r] (default: rank 0 only)");
 
   auto* data_cmd = cli.add_subcommand("data", "prepare datasets");
   data_cmd->require_subcommand(1);

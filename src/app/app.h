@@ -10,6 +10,7 @@ namespace baton::app {
 struct TrainOptions {
   std::string config;
   std::vector<std::string> overrides;  // "section.key=value"
+  bool log_all_ranks = false;          // every rank prints its log lines (default: rank 0 only)
 };
 int run_train(const TrainOptions& opts);
 

@@ -35,7 +35,7 @@ int run_train(const TrainOptions& opts) {
   dist::MpiRuntime::init(nullptr, nullptr);
   const int rc = dist::run_guarded([&] {
     std::unique_ptr<dist::Comm> world = dist::MpiRuntime::world();
-    log::set_rank(world->rank(), world->size(), world->rank() == 0);
+    log::set_rank(world->rank(), world->size(), world->rank() == 0 || opts.log_all_ranks);
     share_cores_between_local_ranks();
     const Config cfg = load_config(opts.config, opts.overrides, world->size());
     const TrainSummary s = train(cfg, world.get());

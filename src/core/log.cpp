@@ -18,6 +18,7 @@ void set_rank(int rank, int world_size, bool this_rank_logs) {
 bool enabled() { return g_logs; }
 
 void write_info(const std::string& line) {
+  if (g_world > 1 && g_rank != 0) std::fprintf(stdout, "[rank %d] ", g_rank);  // --log-all-ranks
   std::fputs(line.c_str(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);

@@ -1,8 +1,10 @@
 #include "train/checkpoint_state.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/timer.h"
+#include "train/checkpoint_checksum.h"
 
 namespace baton {
 
@@ -96,10 +98,44 @@ SaveResult save_train_state(const Config& cfg, GptModel& model, AdamW& opt, Host
   return r;
 }
 
+namespace {
+// The checksum is a sum over elements (checkpoint_checksum.h), so the partial sums of the boxes
+// the tensor-parallel ranks read add up to the whole tensor's: one all-reduce verifies every
+// tensor that no single rank read whole. Same verdict on every rank.
+void verify_split_tensors(const CheckpointReader& reader, const std::vector<TensorShard>& shards,
+                          dist::Comm& tp, const std::string& path) {
+  std::map<std::string, std::pair<uint64_t, int64_t>> partial;  // name -> (sum, elements)
+  for (const TensorShard& s : shards) {
+    auto& p = partial[s.name];
+    p.first += checksum_box(s.host_data, s.full_shape, s.offset, s.extent);
+    p.second += s.numel();
+  }
+  std::vector<std::string> names;
+  std::vector<int64_t> sums;  // uint64 sums carried as int64 bits; addition wraps the same way
+  for (const auto& [name, p] : partial) {
+    if (p.second == reader.find(name)->numel()) continue;  // read whole here: already verified
+    names.push_back(name);
+    sums.push_back(static_cast<int64_t>(p.first));
+  }
+  tp.all_reduce(sums.data(), sums.size(), dist::DType::I64, dist::ReduceOp::SUM);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const uint64_t stored = reader.find(names[i])->checksum, got = static_cast<uint64_t>(sums[i]);
+    if (got != stored)
+      throw CheckpointDamaged(
+          fmt::format("checksum mismatch in tensor '{}' of checkpoint '{}' (stored {}, computed {} "
+                      "over the tensor-parallel ranks)", names[i], path, checksum_hex(stored),
+                      checksum_hex(got)),
+          "the file is damaged; resume from another checkpoint (`baton ckpt verify PATH` checks one)");
+  }
+}
+}  // namespace
+
 CheckpointMeta read_train_state(const std::string& path, const ParamTable& table, HostTrainState& host,
                                 const ShardLayout& layout) {
   CheckpointReader reader(path);
-  reader.read(host.shards(table, layout, false));
+  const std::vector<TensorShard> shards = host.shards(table, layout, false);
+  reader.read(shards);
+  if (layout.tp && layout.tp->size() > 1) verify_split_tensors(reader, shards, *layout.tp, path);
   return reader.meta();
 }
 

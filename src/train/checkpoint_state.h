@@ -29,6 +29,7 @@ struct ShardLayout {
   bool writes = true;             // data-parallel replica 0 writes; the others join collectives
   MPI_Comm comm = MPI_COMM_NULL;  // every rank of the job, when it has several
   DataParallelGrads* dp = nullptr;  // optimizer-state layout (ZeRO-1); null: laid out like params
+  dist::Comm* tp = nullptr;  // tensor-parallel group: partial reads are verified together
 };
 
 // Shards of every parameter of `table` over the flat host buffer `flat`, named group + name: the
@@ -57,7 +58,9 @@ CheckpointMeta make_checkpoint_meta(const Config& cfg, int64_t step, double last
 SaveResult save_train_state(const Config& cfg, GptModel& model, AdamW& opt, HostTrainState& host,
                             int64_t step, double last_lr, const ShardLayout& layout = {});
 // Reads and verifies the whole state of checkpoint `path` into `host`; the model is not touched,
-// so a damaged file leaves training state as it was. Returns the metadata.
+// so a damaged file leaves training state as it was. Tensors split over tensor-parallel ranks are
+// verified by summing the ranks' partial checksums (collective over layout.tp). Returns the
+// metadata.
 CheckpointMeta read_train_state(const std::string& path, const ParamTable& table, HostTrainState& host,
                                 const ShardLayout& layout = {});
 // Copies `host` into the model's parameters and the optimizer's moments (this rank's pieces).

@@ -154,6 +154,10 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   std::unique_ptr<Tokenizer> tokenizer;
   if (!cfg.data.tokenizer.empty()) tokenizer = Tokenizer::load(cfg.data.tokenizer);
   const GptDims dims = gpt_dims(cfg.model, tokenizer ? tokenizer->vocab_size() : 0);
+  BATON_REQUIRE(dims.vocab_padded % cfg.parallel.tp == 0,
+                fmt::format("parallel.tp = {} does not divide the padded vocabulary ({} = {} rounded up "
+                            "to a multiple of 128)", cfg.parallel.tp, dims.vocab_padded, dims.vocab),
+                "use a power-of-two tp (the vocabulary is split evenly across tensor-parallel ranks)");
   const std::string vocab_source =
       cfg.model.vocab_size > 0 ? "model.vocab_size" : "tokenizer '" + cfg.data.tokenizer + "'";
   auto train_ds = open_dataset(cfg.data.train, dims.vocab, vocab_source);
@@ -189,7 +193,8 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                            .writes = !world || groups.coord.dp == 0,
                            .comm = world_size > 1 ? dynamic_cast<dist::MpiComm&>(*world).handle()
                                                   : MPI_COMM_NULL,
-                           .dp = &dpg};
+                           .dp = &dpg,
+                           .tp = tp_size > 1 ? groups.tp.get() : nullptr};
   const StepSetup setup{.model = &model, .optimizer = &opt, .grads = &dpg,
                         .tp = tp_size > 1 ? groups.tp.get() : nullptr, .dp = dp_comm,
                         .dp_rank = dp_size > 1 ? groups.coord.dp : 0,

@@ -61,6 +61,22 @@ compare("resumed tp1", "tp1/metrics.jsonl", list(range(11, 21)))
 compare("resumed tp4", "tp4/metrics.jsonl", list(range(11, 21)))
 PY
 
+# A tensor split over tensor-parallel ranks is verified by summing the ranks' partial checksums:
+# one changed element of a sharded tensor is caught when resuming under tp=2.
+# (Debian's python3-h5py, installed by launch/install-deps.sh, lives with /usr/bin/python3.)
+if /usr/bin/python3 -c "import h5py" 2>/dev/null; then
+  cp "$ckpt" bad.h5
+  /usr/bin/python3 -c "
+import h5py
+with h5py.File('bad.h5', 'r+') as f:
+    d = f['params/h.0.attn.qkv.weight']; d[5, 3] = d[5, 3] + 1.0
+"
+  expect_error "checksum mismatch in tensor 'params/h.0.attn.qkv.weight'" timeout 60 "${MPIRUN[@]}" 2 \
+    "$BATON" train tiny.toml --set parallel.tp=2 --set checkpoint.resume='"bad.h5"' --set checkpoint.dir=cbad --set run.dir=bad
+else
+  echo "skipped the damaged-shard check: h5py is not importable by /usr/bin/python3"
+fi
+
 # A layout that does not divide: one clear error, non-zero exit, quickly.
 expect_error "parallel.tp = 3 does not divide" timeout 60 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml --set parallel.tp=3 --set run.dir=bad
 echo "PASS"
