@@ -1,6 +1,151 @@
-// placeholder, replaced below
+// `baton profile CONFIG --out PROFILE.json`: measures each layer's forward and backward time and
+// its memory (parameters, activations kept for backward, output, scratch) on this machine's device
+// at the configured micro-batch and sequence length, driving the model's layers one by one on
+// random tokens. The planner's analytical profile (docs/planner.md) can be checked against it.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
 #include "app/app.h"
+#include "backend/device.h"
+#include "config/config.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "data/tokenizer.h"
+#include "model/gpt_model.h"
+
 namespace baton::app {
-int run_profile(const ProfileOptions&) { throw Error("baton profile is not built yet", "see issue 7"); }
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int run_profile(const ProfileOptions& opts) {
+  BATON_REQUIRE(opts.repeats >= 1, "--repeats must be at least 1", "e.g. --repeats 3");
+  // One process measures one device: the layout keys are not applied (tp = pp = 1).
+  std::vector<std::string> overrides = opts.overrides;
+  overrides.insert(overrides.end(), {"parallel.tp=1", "parallel.pp=1", "parallel.vp=1",
+                                     "parallel.schedule=\"1f1b\""});
+  const Config cfg = load_config(opts.config, overrides, 1);
+  BATON_REQUIRE(cfg.model.kind == "gpt", "baton profile measures GPT models only today",
+                "set model.kind = \"gpt\"");
+  int vocab = 0;
+  if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
+    vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
+  const GptDims dims = gpt_dims(cfg.model, vocab);
+  BackendChoice choice = choose_backend(cfg.precision.device);
+  Backend& be = *choice.backend;
+  GptModel model(dims, be);
+  model.init_weights(cfg.train.seed);
+  const int B = cfg.train.micro_batch, T = cfg.model.seq_len, L = model.num_layers();
+
+  // Random tokens and targets (timing does not depend on their values).
+  std::vector<int32_t> host_tok(size_t(B) * T), host_tgt(size_t(B) * T);
+  Rng rng(cfg.train.seed);
+  for (size_t i = 0; i < host_tok.size(); ++i) {
+    host_tok[i] = static_cast<int32_t>(rng.below(dims.vocab));
+    host_tgt[i] = static_cast<int32_t>(rng.below(dims.vocab));
+  }
+  auto alloc = [&](size_t floats) { return static_cast<float*>(be.alloc(std::max<size_t>(floats, 1) * sizeof(float))); };
+  auto* tokens = static_cast<int32_t*>(be.alloc(host_tok.size() * sizeof(int32_t)));
+  auto* targets = static_cast<int32_t*>(be.alloc(host_tgt.size() * sizeof(int32_t)));
+  be.to_device(tokens, host_tok.data(), host_tok.size() * sizeof(int32_t));
+  be.to_device(targets, host_tgt.data(), host_tgt.size() * sizeof(int32_t));
+  size_t ws = 0, io = 0;
+  for (int l = 0; l < L; ++l) {
+    ws = std::max(ws, model.layer(l).workspace_floats(B, T));
+    io = std::max(io, model.layer(l).output_floats(B, T));
+  }
+  std::vector<float*> saved(L);
+  for (int l = 0; l < L; ++l) saved[l] = alloc(model.layer(l).saved_floats(B, T));
+  float* workspace = alloc(ws);
+  float* dout = alloc(io);
+  float* din = alloc(io);
+
+  LayerCtx ctx;
+  ctx.be = &be;
+  ctx.table = &model.table();
+  ctx.params = model.params();
+  ctx.grads = model.grads();
+  ctx.workspace = workspace;
+  ctx.B = B;
+  ctx.T = T;
+  ctx.tokens = tokens;
+  ctx.targets = targets;
+  ctx.training = true;
+  ctx.dloss = 1.0f / float(B * T);
+  auto input_of = [&](int l) { return l > 0 ? model.layer(l - 1).output(saved[l - 1], B, T) : nullptr; };
+
+  log::info("profiling {} layers at micro-batch {} x seq {} on {} ({} warm-up, {} timed runs each)", L,
+            B, T, choice.device_name, opts.warmup, opts.repeats);
+  std::vector<std::vector<double>> fwd(L), bwd(L);
+  for (int run = 0; run < opts.warmup + opts.repeats; ++run) {
+    for (int l = 0; l < L; ++l) {
+      Timer t;
+      model.layer(l).forward(ctx, input_of(l), saved[l]);
+      be.synchronize();
+      if (run >= opts.warmup) fwd[l].push_back(t.ms());
+    }
+    for (int l = L - 1; l >= 0; --l) {
+      Timer t;
+      model.layer(l).backward(ctx, input_of(l), dout, l > 0 ? din : nullptr, saved[l]);
+      be.synchronize();
+      if (run >= opts.warmup) bwd[l].push_back(t.ms());
+    }
+  }
+
+  nlohmann::json j;
+  j["device"] = choice.device_name;
+  j["micro_batch"] = B;
+  j["seq_len"] = T;
+  j["dtype"] = "fp32";
+  j["layers"] = nlohmann::json::array();
+  double total_f = 0, total_b = 0;
+  for (int l = 0; l < L; ++l) {
+    const Layer& layer = model.layer(l);
+    size_t n_params = 0;
+    for (int i = 0; i < model.table().size(); ++i)
+      if (model.layer_of_param()[i] == l) n_params += model.table().numel(i);
+    const double f = median(fwd[l]), b = median(bwd[l]);
+    total_f += f;
+    total_b += b;
+    j["layers"].push_back({{"name", layer.name()},
+                           {"forward_ms", f},
+                           {"backward_ms", b},
+                           {"params", n_params},
+                           {"weight_bytes", n_params * sizeof(float)},
+                           {"stash_bytes", layer.saved_floats(B, T) * sizeof(float)},
+                           {"output_bytes", layer.output_floats(B, T) * sizeof(float)},
+                           {"workspace_bytes", layer.workspace_floats(B, T) * sizeof(float)}});
+  }
+  j["forward_ms"] = total_f;
+  j["backward_ms"] = total_b;
+
+  for (float* p : saved) be.release(p);
+  be.release(workspace);
+  be.release(dout);
+  be.release(din);
+  be.release(tokens);
+  be.release(targets);
+
+  const std::string tmp = opts.out + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    BATON_REQUIRE(f.good(), fmt::format("cannot write '{}'", tmp), "check that the directory exists and is writable");
+    f << j.dump(2) << "\n";
+  }
+  std::rename(tmp.c_str(), opts.out.c_str());
+  log::info("forward {:.1f} ms + backward {:.1f} ms per micro-batch over {} layers; wrote {}", total_f,
+            total_b, L, opts.out);
+  return 0;
+}
+
 }  // namespace baton::app

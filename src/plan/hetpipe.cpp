@@ -1,0 +1,122 @@
+// HetPipe partitioner and VW policies (hetpipe.h).
+#include "plan/hetpipe.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace baton::plan {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double link(const HpProblem& pb, int q1, int q2) {
+  return pb.gpus[q1].node == pb.gpus[q2].node ? pb.intra_bw : pb.inter_bw;
+}
+}  // namespace
+
+double hetpipe_stage_time(const HpProblem& pb, int q, int i, int j) {
+  double t = 0;
+  for (int l = i; l <= j; ++l) t += pb.layers[l].time[q];
+  // Receive activations from q − 1 (forward) and the output gradient from q + 1 (backward).
+  if (q > 0) t += pb.layers[i - 1].out_bytes / link(pb, q - 1, q);
+  if (q + 1 < static_cast<int>(pb.gpus.size())) t += pb.layers[j].out_bytes / link(pb, q, q + 1);
+  return t;
+}
+
+double hetpipe_stage_memory(const HpProblem& pb, int q, int i, int j) {
+  const int n_q = std::max(1, pb.nm - q);
+  double w = 0, a = 0;
+  for (int l = i; l <= j; ++l) w += pb.layers[l].weight_bytes, a += pb.layers[l].stash_bytes;
+  return 3 * w + n_q * a;
+}
+
+HpPlan hetpipe_partition(const HpProblem& pb) {
+  const int L = static_cast<int>(pb.layers.size()), K = static_cast<int>(pb.gpus.size());
+  BATON_REQUIRE(K >= 1 && L >= K, fmt::format("HetPipe needs at least one layer per GPU ({} layers, {} GPUs)", L, K),
+                "use fewer GPUs per virtual worker");
+  for (const auto& l : pb.layers)
+    BATON_ASSERT(static_cast<int>(l.time.size()) == K, "layer times per GPU: {} != {}", l.time.size(), K);
+  // D[q][j]: best slowest-partition time placing layers 0..j on GPUs 0..q (GPU q ends at j).
+  std::vector<std::vector<double>> D(K, std::vector<double>(L, kInf));
+  std::vector<std::vector<int>> from(K, std::vector<int>(L, -1));
+  for (int q = 0; q < K; ++q)
+    for (int j = q; j < L - (K - 1 - q); ++j)
+      for (int i = (q == 0 ? 0 : q); i <= j; ++i) {
+        if (q == 0 && i != 0) break;
+        const double prev = q == 0 ? 0 : D[q - 1][i - 1];
+        if (prev == kInf) continue;
+        if (hetpipe_stage_memory(pb, q, i, j) > pb.gpus[q].memory_bytes) continue;
+        const double v = std::max(prev, hetpipe_stage_time(pb, q, i, j));
+        if (v < D[q][j]) D[q][j] = v, from[q][j] = i;
+      }
+  HpPlan plan;
+  if (D[K - 1][L - 1] == kInf) return plan;
+  plan.feasible = true;
+  plan.slowest = D[K - 1][L - 1];
+  plan.first_layer.assign(K + 1, L);
+  for (int q = K - 1, j = L - 1; q >= 0; --q) {
+    plan.first_layer[q] = from[q][j];
+    j = from[q][j] - 1;
+  }
+  for (int q = 0; q < K; ++q) {
+    plan.stage_time.push_back(hetpipe_stage_time(pb, q, plan.first_layer[q], plan.first_layer[q + 1] - 1));
+    plan.stage_memory.push_back(
+        hetpipe_stage_memory(pb, q, plan.first_layer[q], plan.first_layer[q + 1] - 1));
+  }
+  return plan;
+}
+
+std::string vw_label(const Cluster& c, const VirtualWorker& vw) {
+  std::string s;
+  for (int n : vw.node) s += c.nodes[n].name.empty() ? '?' : c.nodes[n].name[0];
+  return s;
+}
+
+std::vector<VirtualWorker> hetpipe_allocate(const Cluster& c, const std::string& policy, int k,
+                                            const std::vector<double>& node_speed) {
+  const int N = static_cast<int>(c.nodes.size());
+  const int total = c.total_gpus();
+  BATON_REQUIRE(k >= 1 && total % k == 0,
+                fmt::format("{} GPUs do not split into virtual workers of {}", total, k),
+                "choose k dividing the cluster's GPU count");
+  std::vector<VirtualWorker> vws(total / k);
+  if (policy == "np") {  // Node Partition: VW i = node i
+    for (int n = 0; n < N; ++n)
+      BATON_REQUIRE(c.nodes[n].gpus == k, fmt::format("NP needs {} GPUs per node; node {} has {}", k, n, c.nodes[n].gpus),
+                    "NP makes one virtual worker per node");
+    for (int n = 0; n < N; ++n) vws[n].node.assign(k, n);
+  } else if (policy == "ed") {  // Equal Distribution: one GPU of every node per VW
+    BATON_REQUIRE(N == k, fmt::format("ED needs k = number of nodes ({}), got {}", N, k),
+                  "ED gives each virtual worker one GPU from every node");
+    for (auto& vw : vws)
+      for (int n = 0; n < N; ++n) vw.node.push_back(n);
+  } else if (policy == "hd") {  // Hybrid Distribution: fastest type with slowest, ...
+    BATON_REQUIRE(N % 2 == 0 && k % 2 == 0,
+                  "HD pairs nodes and gives each virtual worker k/2 GPUs of each node of a pair",
+                  "use an even number of nodes and an even k");
+    std::vector<int> order(N);
+    std::iota(order.begin(), order.end(), 0);
+    BATON_REQUIRE(node_speed.empty() || static_cast<int>(node_speed.size()) == N,
+                  fmt::format("HD needs one speed per node ({}), got {}", N, node_speed.size()), "");
+    auto speed = [&](int n) { return node_speed.empty() ? c.nodes[n].device.peak_fp32 : node_speed[n]; };
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return speed(a) > speed(b); });
+    size_t v = 0;
+    for (int p = 0; p < N / 2; ++p) {
+      const int fast = order[p], slow = order[N - 1 - p];
+      BATON_REQUIRE(c.nodes[fast].gpus == c.nodes[slow].gpus && c.nodes[fast].gpus % (k / 2) == 0,
+                    "HD needs paired nodes with equal GPU counts divisible by k/2", "");
+      for (int g = 0; g < c.nodes[fast].gpus / (k / 2); ++g, ++v) {
+        vws[v].node.assign(k / 2, fast);
+        vws[v].node.insert(vws[v].node.end(), k / 2, slow);
+      }
+    }
+  } else {
+    throw Error(fmt::format("unknown HetPipe policy '{}'", policy), "use np, ed or hd");
+  }
+  return vws;
+}
+
+}  // namespace baton::plan

@@ -1,0 +1,72 @@
+// HetPipe (Park et al., ATC'20; notes-hetpipe-madpipe §A.5–A.6): partition a model over the GPUs
+// of one virtual worker (VW) — possibly different GPU types — and form VWs from a cluster.
+//
+// Partitioner (§A.5): contiguous stages, one per GPU of the VW in pipeline order; minimise the
+// slowest partition, whose time is its layers' compute on *its* GPU plus the time to receive the
+// activations of its input (forward) and the gradient of its output (backward); subject to each
+// GPU's memory at Nm concurrent minibatches. The paper solves this with CPLEX and does not give the
+// formulation; here it is solved exactly by a dynamic program over (GPU position, layer prefix),
+// which is optimal because the objective is a max over stages and the constraints are per stage.
+// Memory model (our reading of §A.2/§A.5, stated in docs/planner.md): partition q of k holds
+// n_q = max(1, Nm − q) minibatches (the last GPU runs forward and backward of a minibatch as one
+// task, the first holds every in-flight one), and
+//   mem_q = 3 · W_q + n_q · Σ_{l∈q} stash_l
+// (weights, the stashed version a minibatch keeps until its backward, and gradients).
+//
+// Policies (§A.6, Table 3) for k GPUs per VW: NP, one node per VW; ED, one GPU of every node per VW;
+// HD, pair the fastest node type with the slowest, the second fastest with the second slowest, ...
+// and give each VW k/2 GPUs of each type of its pair.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plan/cluster.h"
+
+namespace baton::plan {
+
+struct HpLayer {
+  std::vector<double> time;  // forward + backward seconds of one minibatch, per GPU of the VW
+  double out_bytes = 0;      // activation (= gradient) at the cut after this layer
+  double weight_bytes = 0;
+  double stash_bytes = 0;    // kept per in-flight minibatch
+};
+
+struct HpGpu {
+  double memory_bytes = 0;
+  int node = 0;              // GPUs of one node talk at intra_bw, others at inter_bw
+};
+
+struct HpProblem {
+  std::vector<HpLayer> layers;
+  std::vector<HpGpu> gpus;   // pipeline order
+  int nm = 1;                // concurrent minibatches (Nm)
+  double intra_bw = 1, inter_bw = 1;  // bytes per second
+};
+
+struct HpPlan {
+  bool feasible = false;
+  double slowest = 0;              // seconds per minibatch of the slowest partition
+  std::vector<int> first_layer;    // partition q runs layers first_layer[q] .. first_layer[q+1]−1
+  std::vector<double> stage_time, stage_memory;
+};
+
+// Exact (DP); every GPU gets at least one layer.
+HpPlan hetpipe_partition(const HpProblem& pb);
+// Time and memory of partition q holding layers [i, j] (what the DP and tests use); memory
+// +infinity never: the caller compares with the GPU's memory.
+double hetpipe_stage_time(const HpProblem& pb, int q, int i, int j);
+double hetpipe_stage_memory(const HpProblem& pb, int q, int i, int j);
+
+struct VirtualWorker {
+  std::vector<int> node;  // per GPU: index into Cluster::nodes
+};
+// "np" | "ed" | "hd"; throws Error when the cluster's shape does not allow the policy.
+// `node_speed` ranks the nodes for HD (higher = faster; e.g. 1 / profiled step time on that GPU);
+// empty: the device table's fp32 peak. HetPipe ranks by measured speed (V > R > G > Q), which
+// the data-sheet peaks do not reproduce (TITAN RTX has the higher peak).
+std::vector<VirtualWorker> hetpipe_allocate(const Cluster& c, const std::string& policy, int k,
+                                            const std::vector<double>& node_speed = {});
+// One letter per GPU, the initial of its node's name: "VRGQ", "VVQQ".
+std::string vw_label(const Cluster& c, const VirtualWorker& vw);
+
+}  // namespace baton::plan

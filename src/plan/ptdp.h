@@ -1,0 +1,90 @@
+// PTD-P layout search (notes-dissertation §2, §3.2): choose (tp, pp, dp, vp, micro-batch, schedule,
+// recompute) for a GPT on a homogeneous cluster, predicting each candidate's step time, throughput,
+// bubble and memory per pipeline rank.
+//
+// Like PipeDream-2BW's planner (§3.2, Algorithm 1) the search enumerates "parallel pipelines" —
+// equal stages, dp identical replicas — and scores each with a throughput and a memory model:
+// - stage costs: the layers of the stage (cost_model.h) plus Megatron's tensor-parallel
+//   all-reduces (two per layer forward, two backward, two more when recomputing) on the node's bus;
+// - the pipeline: flush schedules (gpipe, 1f1b, interleaved) take the pipeline simulator's makespan
+//   of one step (or its closed form (m − 1)·max + Σ, the same for uniform stages, as a fast path),
+//   then the data-parallel all-reduce of the gradients, then the optimizer step; 2bw overlaps the
+//   all-reduce with the next batch, t = max(m · max_i T_i, T_allreduce) (2BW's THROUGHPUT);
+// - memory per rank: weight/grad/optimizer state, one more weight version for 2bw, the stashes of
+//   the schedule's peak in-flight micro-batches (as `memory_peaks` counts them), transient
+//   recomputation memory and a fixed overhead.
+// Divisibility rules: tp divides n_head and the GPUs of a node; pp·vp divides n_layer; tp·pp divides
+// the GPU count; micro_batch·dp divides global_batch; interleaved needs m a multiple of pp and
+// 2bw m ≥ pp (the generators' rules).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plan/cluster.h"
+#include "plan/cost_model.h"
+#include "plan/model_desc.h"
+
+namespace baton::plan {
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, vp = 1, micro_batch = 1;
+  std::string schedule = "1f1b";
+  std::string recompute = "none";
+  bool sequence_parallel = false;
+  bool scatter_gather = false;
+  bool zero1 = false;
+};
+
+struct PtdpProblem {
+  GptShape shape;
+  int global_batch = 32;
+  std::string dtype = "bf16";
+  ActLayout act_layout = ActLayout::MEGATRON;
+  Cluster cluster;  // homogeneous
+  Assumptions assume;
+};
+
+struct Prediction {
+  Layout layout;
+  double step_time_s = 0;
+  double tokens_per_s = 0;
+  double tflops_per_gpu = 0;     // model FLOPs (72·B·s·l·h²(...), the metrics formula)
+  double hw_tflops_per_gpu = 0;  // FLOPs executed, recomputation included (PTD-P Eq. 4.2 for full)
+  double bubble_fraction = 0;
+  std::vector<double> memory_gb;  // per pipeline rank
+  bool fits = true;               // every rank within the device memory
+  bool simulated = false;         // pipeline time from the simulator (else the closed form)
+  double pipeline_s = 0, dp_comm_s = 0, optimizer_s = 0;  // parts of the step time
+};
+
+// Checks the divisibility rules; returns "" or what is violated.
+std::string layout_problem(const PtdpProblem& pb, const Layout& l);
+
+// Predicts one layout. `simulate`: cost the pipeline with src/pipeline's simulator (exact for the
+// generated schedule) instead of the closed form; falls back to the closed form for programs of
+// more than `max_sim_instrs` instructions.
+Prediction evaluate(const PtdpProblem& pb, const Layout& l, bool simulate = true,
+                    long max_sim_instrs = 2'000'000);
+
+struct SearchOptions {
+  int top_k = 5;
+  bool sequence_parallel = false;
+  bool scatter_gather = true;
+  bool zero1 = false;
+  std::vector<std::string> schedules = {"1f1b", "interleaved", "gpipe", "2bw"};
+  std::vector<std::string> recompute = {"none", "selective", "full"};
+};
+
+// Every valid layout that fits, fastest first (closed form), then the best `top_k` re-costed with
+// the simulator and re-sorted.
+std::vector<Prediction> search(const PtdpProblem& pb, const SearchOptions& opt);
+
+// Peak (stage, micro-batch) stashes on pipeline rank r under `kind` (closed form of
+// pipeline::memory_peaks for the generators of src/pipeline; tested against it).
+int peak_stashes(const std::string& kind, int pp, int vp, int m, int r);
+// Closed-form makespan of one step of a flush schedule with per-model-stage costs fb[s] = f + b,
+// per-hop transfer time c (notes-dissertation §1.2, §1.6, Eq. 4.1 generalised to unequal stages).
+double closed_form_makespan(const std::string& kind, int pp, int vp, int m,
+                            const std::vector<double>& fb, double c);
+
+}  // namespace baton::plan
