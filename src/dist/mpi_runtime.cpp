@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "dist/comm.h"
@@ -21,6 +22,13 @@ void MpiRuntime::init(int* argc, char*** argv) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) {
+    // Started without a launcher (plain `baton train`): Open MPI's singleton would otherwise start
+    // an orted daemon, which needs orted and ssh/rsh on the PATH — absent on many GPU nodes and
+    // in bundles (launch/bundle.sh). An isolated singleton needs neither. The user's own setting
+    // wins; other MPI implementations ignore the variable.
+    const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") ||
+                          std::getenv("PMI_RANK") || std::getenv("SLURM_PROCID");
+    if (!launched) setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
     // SERIALIZED, not FUNNELED: a communication helper thread may issue MPI calls as long as
     // calls never overlap; OpenMP compute threads never call MPI.
     int provided = MPI_THREAD_SINGLE;
