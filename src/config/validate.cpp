@@ -93,6 +93,11 @@ void validate(Config& cfg, int world_size) {
                     p.schedule),
         "virtual pipeline chunks only exist in the interleaved 1F1B schedule: set "
         "schedule = \"interleaved\" or vp = 1");
+  if (p.vp > 1 && p.pp == 1)
+    inconsistent(latest(cfg, {"parallel.vp", "parallel.pp"}),
+                 fmt::format("parallel.vp = {} needs pipeline parallelism, but parallel.pp = 1", p.vp),
+                 "interleaving spreads each pipeline rank's layers over vp chunks: set pp >= 2, or "
+                 "vp = 1");
   if (m.kind == "gpt" && m.n_head % p.tp != 0)
     inconsistent(latest(cfg, {"parallel.tp", "model.n_head"}),
                  fmt::format("parallel.tp = {} does not divide model.n_head = {}", p.tp, m.n_head),
@@ -103,6 +108,14 @@ void validate(Config& cfg, int world_size) {
         fmt::format("model.n_layer = {} is fewer than parallel.pp × parallel.vp = {} model chunks",
                     m.n_layer, p.pp * p.vp),
         "every pipeline chunk needs at least one layer: raise n_layer or lower pp / vp");
+
+  if (m.kind == "gpt" && m.n_layer >= p.pp * p.vp && m.n_layer % (p.pp * p.vp) != 0)
+    inconsistent(
+        latest(cfg, {"model.n_layer", "parallel.pp", "parallel.vp"}),
+        fmt::format("model.n_layer = {} does not split evenly into parallel.pp × parallel.vp = {} × {} "
+                    "= {} pipeline model stages", m.n_layer, p.pp, p.vp, p.pp * p.vp),
+        "Megatron's split gives every model stage the same number of transformer blocks: use an "
+        "n_layer that is a multiple of pp × vp, or change pp / vp");
 
   const int64_t model_ranks = int64_t{p.tp} * p.pp;
   if (world_size % model_ranks != 0)
@@ -134,6 +147,20 @@ void validate(Config& cfg, int world_size) {
                     t.global_batch > per_step
                         ? fmt::format(" or {}", t.global_batch / per_step * per_step)
                         : ""));
+  }
+  // Interleaved 1F1B (PTD-P, notes-dissertation §1.6) runs micro-batches in groups of pp.
+  const int64_t microbatches = t.global_batch / per_step;
+  if (p.schedule == "interleaved" && p.pp > 1 && microbatches % p.pp != 0) {
+    const int64_t good = (microbatches / p.pp + 1) * p.pp * per_step;
+    inconsistent(
+        latest(cfg, {"train.global_batch", "train.micro_batch", "parallel.pp", "parallel.schedule"}),
+        fmt::format("the interleaved schedule needs micro-batches per step (train.global_batch / "
+                    "(train.micro_batch × dp) = {} / ({} × {}) = {}) to be a multiple of "
+                    "parallel.pp = {}",
+                    t.global_batch, t.micro_batch, cfg.dp, microbatches, p.pp),
+        fmt::format("use global_batch = {} (or another multiple of micro_batch × dp × pp = {}), "
+                    "or schedule = \"1f1b\"",
+                    good, per_step * p.pp));
   }
 }
 

@@ -10,17 +10,63 @@
 
 namespace baton {
 
-GptModel::GptModel(const GptDims& dims, Backend& backend, TensorParallel tp, size_t flat_multiple)
-    : dims_(dims), be_(backend), tp_(tp) {
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::NONE;
+  if (s == "selective") return Recompute::SELECTIVE;
+  if (s == "full") return Recompute::FULL;
+  throw Error(fmt::format("unknown recompute mode \"{}\"", s),
+              "use parallel.recompute = \"none\", \"selective\" or \"full\"");
+}
+
+std::vector<LayerRange> pipeline_chunks(int n_layer, int pp, int vp, int pp_rank) {
+  const int stages = pp * vp;
+  BATON_REQUIRE(stages >= 1 && n_layer % stages == 0,
+                fmt::format("model.n_layer = {} does not split evenly into parallel.pp × parallel.vp "
+                            "= {} × {} = {} pipeline model stages", n_layer, pp, vp, stages),
+                "Megatron's split gives every model stage the same number of transformer blocks: "
+                "use an n_layer that is a multiple of pp × vp, or change pp / vp");
+  BATON_ASSERT(pp_rank >= 0 && pp_rank < pp, "pipeline rank {} outside pp = {}", pp_rank, pp);
+  const int k = n_layer / stages;
+  std::vector<LayerRange> out;
+  for (int c = 0; c < vp; ++c) {
+    const int s = c * pp + pp_rank;  // PTD-P: chunk c of rank r is model stage c·pp + r
+    LayerRange r{1 + s * k, 1 + (s + 1) * k};
+    if (s == 0) r.begin = 0;                       // the embedding
+    if (s == stages - 1) r.end = n_layer + 2;      // the head
+    out.push_back(r);
+  }
+  return out;
+}
+
+GptModel::GptModel(const GptDims& dims, Backend& backend, TensorParallel tp, size_t flat_multiple,
+                   std::vector<LayerRange> chunks, Recompute recompute)
+    : dims_(dims), be_(backend), tp_(tp), chunks_(std::move(chunks)), recompute_(recompute) {
   BATON_ASSERT(dims.d_model % dims.n_head == 0, "n_head must divide d_model");
   BATON_ASSERT(dims.n_head % tp.size == 0 && dims.vocab_padded % tp.size == 0,
                "tp={} must divide n_head={} and the padded vocabulary {}", tp.size, dims.n_head,
                dims.vocab_padded);
   BATON_ASSERT(!tp.active() || tp.comm != nullptr, "tensor parallelism without a communicator");
-  layers_.push_back(std::make_unique<Embedding>(dims, tp_));
-  for (int l = 0; l < dims.n_layer; ++l)
-    layers_.push_back(std::make_unique<TransformerBlock>(dims, l, tp_));
-  layers_.push_back(std::make_unique<LmHead>(dims, tp_));
+  const int global_layers = dims.n_layer + 2;
+  if (chunks_.empty()) chunks_.push_back({0, global_layers});
+  int prev_end = 0;
+  for (const LayerRange& c : chunks_) {
+    BATON_ASSERT(c.begin >= prev_end && c.begin < c.end && c.end <= global_layers,
+                 "bad model chunk [{}, {}) of {} global layers", c.begin, c.end, global_layers);
+    prev_end = c.end;
+    chunk_first_.push_back(static_cast<int>(layers_.size()));
+    for (int g = c.begin; g < c.end; ++g) {
+      if (g == 0) {
+        layers_.push_back(std::make_unique<Embedding>(dims, tp_));
+      } else if (g == global_layers - 1) {
+        layers_.push_back(std::make_unique<LmHead>(dims, tp_));
+      } else {
+        layers_.push_back(std::make_unique<TransformerBlock>(dims, g - 1, tp_,
+                                                             recompute == Recompute::SELECTIVE));
+      }
+      is_block_.push_back(g > 0 && g < global_layers - 1);
+    }
+  }
+  chunk_first_.push_back(static_cast<int>(layers_.size()));
   for (int l = 0; l < num_layers(); ++l) {
     layers_[l]->add_params(table_);
     layer_of_param_.resize(table_.size(), l);
@@ -36,17 +82,26 @@ GptModel::~GptModel() {
   be_.release(grads_);
 }
 
+int GptModel::tied_wte_param() const {
+  if (has_embedding() == has_head()) return -1;  // both (one table entry) or neither
+  return table_.find("wte");
+}
+
 void GptModel::free_activations() {
   for (Slot& s : slots_) {
     be_.release(s.saved);
+    be_.release(s.input);
+    be_.release(s.dout);
+    be_.release(s.din);
     be_.release(s.tokens);
     be_.release(s.targets);
   }
   slots_.clear();
   be_.release(workspace_);
+  be_.release(recompute_buf_);
   be_.release(dbuf_[0]);
   be_.release(dbuf_[1]);
-  workspace_ = dbuf_[0] = dbuf_[1] = nullptr;
+  workspace_ = recompute_buf_ = dbuf_[0] = dbuf_[1] = nullptr;
   act_floats_ = 0;
 }
 
@@ -61,7 +116,7 @@ void GptModel::init_weights(uint64_t seed) {
       case ParamSpec::Init::ONES: std::fill(p, p + n, 1.0f); break;
       case ParamSpec::Init::NORMAL: {
         // Draw the full logical tensor and keep this rank's shard: every layout starts from the
-        // single-process model's weights.
+        // single-process model's weights (and both pipeline copies of wte are equal).
         full.resize(n * (spec.tp_dim >= 0 ? tp_.size : 1));
         Rng rng(mix({seed, hash_string(spec.name)}));
         for (float& x : full) x = spec.init_std * rng.normal();
@@ -90,6 +145,12 @@ double GptModel::grad_sumsq_share() {
   return s;
 }
 
+bool GptModel::recomputes(int layer) const { return recompute_ == Recompute::FULL && is_block_[layer]; }
+
+size_t GptModel::boundary_floats(int B, int T) const {
+  return size_t(tp_.local_rows(B * T)) * dims_.d_model;
+}
+
 void GptModel::reserve(int B, int T, int slots) {
   BATON_ASSERT(T <= dims_.seq_len, "sequence of {} tokens exceeds seq_len {}", T, dims_.seq_len);
   if (B <= cap_B_ && T <= cap_T_ && slots <= static_cast<int>(slots_.size())) return;
@@ -97,30 +158,50 @@ void GptModel::reserve(int B, int T, int slots) {
   T = std::max(T, cap_T_);
   slots = std::max(slots, static_cast<int>(slots_.size()));
   free_activations();
-  layer_offsets_.clear();
-  size_t per_slot = 0, ws = 0, io = 0;
-  for (auto& layer : layers_) {
-    layer_offsets_.push_back(per_slot);
-    per_slot += (layer->saved_floats(B, T) + 15) / 16 * 16;
-    ws = std::max(ws, layer->workspace_floats(B, T));
-    io = std::max(io, layer->output_floats(B, T));
+  layer_offsets_.assign(layers_.size(), 0);
+  // A slot holds one chunk's activations: offsets restart at each chunk, the slot is as large as
+  // the largest chunk.
+  size_t per_slot = 0, ws = 0, io = 0, rec = 0;
+  for (int c = 0; c < num_chunks(); ++c) {
+    size_t used = 0;
+    for (int l = chunk_first_[c]; l < chunk_first_[c + 1]; ++l) {
+      const Layer& layer = *layers_[l];
+      layer_offsets_[l] = used;
+      const size_t keep = recomputes(l) ? layer.output_floats(B, T) : layer.saved_floats(B, T);
+      used += (keep + 15) / 16 * 16;
+      ws = std::max(ws, layer.workspace_floats(B, T));
+      io = std::max(io, layer.output_floats(B, T));
+      if (recomputes(l)) rec = std::max(rec, layer.saved_floats(B, T));
+    }
+    per_slot = std::max(per_slot, used);
   }
+  const size_t boundary = is_whole_model() ? 0 : boundary_floats(B, T);
+  auto alloc = [&](size_t n) { return n ? static_cast<float*>(be_.alloc(n * sizeof(float))) : nullptr; };
   for (int i = 0; i < slots; ++i) {
     Slot s;
-    s.saved = static_cast<float*>(be_.alloc(per_slot * sizeof(float)));
+    s.saved = alloc(per_slot);
+    s.input = alloc(boundary);
+    s.dout = alloc(boundary);
+    s.din = alloc(boundary);
     s.tokens = static_cast<int32_t*>(be_.alloc(size_t(B) * T * sizeof(int32_t)));
     s.targets = static_cast<int32_t*>(be_.alloc(size_t(B) * T * sizeof(int32_t)));
     slots_.push_back(s);
   }
-  workspace_ = static_cast<float*>(be_.alloc(std::max<size_t>(ws, 1) * sizeof(float)));
-  dbuf_[0] = static_cast<float*>(be_.alloc(io * sizeof(float)));
-  dbuf_[1] = static_cast<float*>(be_.alloc(io * sizeof(float)));
-  act_floats_ = per_slot * slots + ws + 2 * io;
+  workspace_ = alloc(std::max<size_t>(ws, 1));
+  recompute_buf_ = alloc(rec);
+  dbuf_[0] = alloc(io);
+  dbuf_[1] = alloc(io);
+  act_floats_ = (per_slot + 3 * boundary) * slots + ws + rec + 2 * io;
   cap_B_ = B;
   cap_T_ = T;
 }
 
 float* GptModel::layer_saved(const Slot& s, int layer) const { return s.saved + layer_offsets_[layer]; }
+
+float* GptModel::layer_out(const Slot& s, int layer) const {
+  float* saved = layer_saved(s, layer);
+  return recomputes(layer) ? saved : layers_[layer]->output(saved, s.B, s.T);
+}
 
 LayerCtx GptModel::ctx_for(const Slot& s, bool training, float dloss) const {
   LayerCtx c;
@@ -138,47 +219,85 @@ LayerCtx GptModel::ctx_for(const Slot& s, bool training, float dloss) const {
   return c;
 }
 
-double GptModel::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
-                         bool training, float dloss) {
+void GptModel::set_batch(int slot, const int32_t* tokens, const int32_t* targets, int B, int T) {
   BATON_ASSERT(slot >= 0 && slot < static_cast<int>(slots_.size()), "slot {} not reserved", slot);
   BATON_ASSERT(B <= cap_B_ && T <= cap_T_, "micro-batch {}x{} exceeds reserved {}x{}", B, T, cap_B_, cap_T_);
   Slot& s = slots_[slot];
   s.B = B;
   s.T = T;
   s.has_targets = targets != nullptr;
-  be_.to_device(s.tokens, tokens, size_t(B) * T * sizeof(int32_t));
+  if (tokens) be_.to_device(s.tokens, tokens, size_t(B) * T * sizeof(int32_t));
   if (targets) be_.to_device(s.targets, targets, size_t(B) * T * sizeof(int32_t));
+}
+
+float* GptModel::chunk_output(int chunk, int slot) {
+  return layer_out(slots_[slot], chunk_first_[chunk + 1] - 1);
+}
+
+double GptModel::forward_chunk(int chunk, int slot, bool training, float dloss) {
+  BATON_ASSERT(chunk >= 0 && chunk < num_chunks(), "chunk {} of {}", chunk, num_chunks());
+  Slot& s = slots_[slot];
   LayerCtx ctx = ctx_for(s, training, dloss);
-  const float* in = nullptr;
-  for (int l = 0; l < num_layers(); ++l) {
+  const int first = chunk_first_[chunk], last = chunk_first_[chunk + 1] - 1;
+  const float* in = chunks_[chunk].begin == 0 ? nullptr : s.input;
+  for (int l = first; l <= last; ++l) {
     float* saved = layer_saved(s, l);
-    layers_[l]->forward(ctx, in, saved);
-    in = layers_[l]->output(saved, B, T);
+    if (recomputes(l)) {
+      // Full recomputation: run in scratch, keep only the output (the next layer's input).
+      layers_[l]->forward(ctx, in, recompute_buf_);
+      be_.copy(saved, layers_[l]->output(recompute_buf_, s.B, s.T), layers_[l]->output_floats(s.B, s.T));
+    } else {
+      layers_[l]->forward(ctx, in, saved);
+    }
+    in = layer_out(s, l);
   }
-  if (!targets) return 0.0;
-  loss_host_.resize(size_t(B) * T);
+  const bool head = chunks_[chunk].end == dims_.n_layer + 2;
+  if (!head || !s.has_targets) return 0.0;
+  loss_host_.resize(size_t(s.B) * s.T);
   be_.to_host(loss_host_.data(), in, loss_host_.size() * sizeof(float));
   double sum = 0;
   for (float x : loss_host_) sum += x;
   return sum;
 }
 
-void GptModel::backward(int slot, const std::function<void(int)>& after_layer) {
+void GptModel::backward_chunk(int chunk, int slot, const std::function<void(int)>& after_layer) {
+  BATON_ASSERT(chunk >= 0 && chunk < num_chunks(), "chunk {} of {}", chunk, num_chunks());
   Slot& s = slots_[slot];
-  BATON_ASSERT(s.has_targets, "backward of slot {} without targets", slot);
+  const bool head = chunks_[chunk].end == dims_.n_layer + 2;
+  BATON_ASSERT(!head || s.has_targets, "backward of slot {} without targets", slot);
   LayerCtx ctx = ctx_for(s, true, 0.0f);
-  const float* dout = nullptr;
-  for (int l = num_layers() - 1; l >= 0; --l) {
-    const float* in = l > 0 ? layers_[l - 1]->output(layer_saved(s, l - 1), s.B, s.T) : nullptr;
-    float* din = l > 0 ? dbuf_[l % 2] : nullptr;
-    layers_[l]->backward(ctx, in, dout, din, layer_saved(s, l));
+  const int first = chunk_first_[chunk], last = chunk_first_[chunk + 1] - 1;
+  const bool embedding = chunks_[chunk].begin == 0;
+  const float* dout = head ? nullptr : s.dout;
+  for (int l = last; l >= first; --l) {
+    const float* in = l > first ? layer_out(s, l - 1) : (embedding ? nullptr : s.input);
+    float* din = l > first ? dbuf_[l % 2] : (embedding ? nullptr : s.din);
+    float* saved = layer_saved(s, l);
+    if (recomputes(l)) {
+      layers_[l]->forward(ctx, in, recompute_buf_);  // PTD-P §3: recompute, then backward
+      saved = recompute_buf_;
+    }
+    layers_[l]->backward(ctx, in, dout, din, saved);
     if (after_layer) after_layer(l);
     dout = din;
   }
 }
 
+double GptModel::forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
+                         bool training, float dloss) {
+  BATON_ASSERT(is_whole_model(), "GptModel::forward needs the whole model on this rank");
+  set_batch(slot, tokens, targets, B, T);
+  return forward_chunk(0, slot, training, dloss);
+}
+
+void GptModel::backward(int slot, const std::function<void(int)>& after_layer) {
+  BATON_ASSERT(is_whole_model(), "GptModel::backward needs the whole model on this rank");
+  backward_chunk(0, slot, after_layer);
+}
+
 const float* GptModel::logits(int slot) const {
   BATON_ASSERT(!tp_.active(), "full logits are not available under tensor parallelism");
+  BATON_ASSERT(has_head(), "logits need the LM head on this rank");
   const Slot& s = slots_[slot];
   auto* head = static_cast<const LmHead*>(layers_.back().get());
   return head->logits(const_cast<float*>(layer_saved(s, num_layers() - 1)), s.B, s.T);

@@ -17,6 +17,7 @@ struct TransformerBlock::Workspace {
   float* dfull;     // [N,C]  all-gather target
   float* dpartial;  // [N,C]  partial sums leaving/entering a tensor-parallel region
   float* big;       // [N,8Cl] dfch_gelu | dfch, later datty | dqkv
+  float* att;       // [B,NHl,T,T] attention probabilities (selective recomputation only)
 };
 
 namespace {
@@ -71,7 +72,7 @@ TransformerBlock::Saved TransformerBlock::views(float* s, int B, int T) const {
   v.ln1_full = tp_.sp() ? c.take(N * C) : v.ln1;
   v.qkv = c.take(N * 3 * Cl);
   v.atty = c.take(N * Cl);
-  v.att = c.take(size_t(B) * NHl * T * T);
+  v.att = recompute_attention_ ? nullptr : c.take(size_t(B) * NHl * T * T);
   v.x2 = c.take(Nl * C);
   v.ln2 = c.take(Nl * C);
   v.mean2 = c.take(Nl);
@@ -87,7 +88,7 @@ size_t TransformerBlock::saved_floats(int B, int T) const {
   const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model;
   const size_t Cl = C / tp_.size, NHl = d_.n_head / tp_.size;
   return Nl * C * 4 + Nl * 4 + (tp_.sp() ? 2 * N * C : 0) + N * 3 * Cl + N * Cl +
-         size_t(B) * NHl * T * T + N * 8 * Cl;
+         (recompute_attention_ ? 0 : size_t(B) * NHl * T * T) + N * 8 * Cl;
 }
 
 TransformerBlock::Workspace TransformerBlock::scratch(float* ws, int B, int T) const {
@@ -99,12 +100,14 @@ TransformerBlock::Workspace TransformerBlock::scratch(float* ws, int B, int T) c
   w.dfull = c.take(N * C);
   w.dpartial = c.take(N * C);
   w.big = c.take(N * 8 * (C / tp_.size));
+  w.att = recompute_attention_ ? c.take(size_t(B) * (d_.n_head / tp_.size) * T * T) : nullptr;
   return w;
 }
 
 size_t TransformerBlock::workspace_floats(int B, int T) const {
   const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model;
-  return 2 * Nl * C + 2 * N * C + N * 8 * (C / tp_.size);
+  const size_t att = recompute_attention_ ? size_t(B) * (d_.n_head / tp_.size) * T * T : 0;
+  return 2 * Nl * C + 2 * N * C + N * 8 * (C / tp_.size) + att;
 }
 
 float* TransformerBlock::output(float* saved, int B, int T) const { return views(saved, B, T).out; }
@@ -121,7 +124,8 @@ void TransformerBlock::forward(const LayerCtx& ctx, const float* x, float* saved
   be.layernorm_forward(s.ln1, s.mean1, s.rstd1, x, ctx.param(ln1_w_), ctx.param(ln1_b_), Nl, C);
   const float* ln1 = tp_.enter(s.ln1, s.ln1_full, N, C);
   be.matmul_forward(s.qkv, ln1, ctx.param(qkv_w_), ctx.param(qkv_b_), N, C, 3 * Cl);
-  be.attention_forward(s.atty, s.att, s.qkv, ctx.B, ctx.T, Cl, NHl);
+  float* att = recompute_attention_ ? w.att : s.att;
+  be.attention_forward(s.atty, att, s.qkv, ctx.B, ctx.T, Cl, NHl);
   be.matmul_forward(w.dpartial, s.atty, ctx.param(proj_w_), add_bias ? ctx.param(proj_b_) : nullptr,
                     N, Cl, C);
   const float* attn_out = tp_.exit(w.dpartial, w.dlocal, N, C);
@@ -164,7 +168,14 @@ void TransformerBlock::backward(const LayerCtx& ctx, const float* x, const float
   const float* dattn = tp_.exit_backward(w.dx2, w.dfull, N, C);
   be.matmul_backward(datty, ctx.grad(proj_w_), ctx.grad(proj_b_), dattn, s.atty,
                      ctx.param(proj_w_), N, Cl, C, false);
-  be.attention_backward(dqkv, datty, s.qkv, s.att, ctx.B, ctx.T, Cl, NHl);
+  float* att = s.att;
+  if (recompute_attention_) {
+    // Selective recomputation: the probabilities again from the saved qkv (deterministic, so
+    // bit-identical to the forward's). dfull is free here; the recomputed output is discarded.
+    att = w.att;
+    be.attention_forward(w.dfull, att, s.qkv, ctx.B, ctx.T, Cl, NHl);
+  }
+  be.attention_backward(dqkv, datty, s.qkv, att, ctx.B, ctx.T, Cl, NHl);
   be.matmul_backward(w.dpartial, ctx.grad(qkv_w_), ctx.grad(qkv_b_), dqkv, s.ln1_full,
                      ctx.param(qkv_w_), N, C, 3 * Cl, false);
   const float* dln1 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);

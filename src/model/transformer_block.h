@@ -7,7 +7,7 @@
 // parallelism), Cl = C/tp, NHl = NH/tp.
 // Saved per micro-batch: ln1[Nl,C] mean1/rstd1[Nl] (ln1 gathered [N,C] with SP) qkv[N,3Cl]
 // atty[N,Cl] att[B,NHl,T,T] x2[Nl,C] ln2[Nl,C] mean2/rstd2[Nl] (ln2 gathered [N,C] with SP)
-// fch[N,4Cl] fch_gelu[N,4Cl] out[Nl,C].
+// fch[N,4Cl] fch_gelu[N,4Cl] out[Nl,C] (att in the scratch instead with selective recomputation).
 #pragma once
 #include "model/gpt_dims.h"
 #include "model/layer.h"
@@ -17,8 +17,12 @@ namespace baton {
 
 class TransformerBlock : public Layer {
  public:
-  TransformerBlock(const GptDims& d, int index, const TensorParallel& tp)
-      : d_(d), index_(index), tp_(tp) {}
+  // `recompute_attention`: selective recomputation (Korthikanti et al.; PTD-P notes-dissertation
+  // §3): the attention probabilities att[B,NHl,T,T] live in the shared scratch instead of the
+  // saved activations and are recomputed from the saved qkv before the attention backward.
+  TransformerBlock(const GptDims& d, int index, const TensorParallel& tp,
+                   bool recompute_attention = false)
+      : d_(d), index_(index), tp_(tp), recompute_attention_(recompute_attention) {}
   std::string name() const override;
   void add_params(ParamTable& table) override;
   size_t saved_floats(int B, int T) const override;
@@ -39,6 +43,7 @@ class TransformerBlock : public Layer {
   GptDims d_;
   int index_;
   const TensorParallel& tp_;
+  bool recompute_attention_;
   int ln1_w_ = -1, ln1_b_ = -1, qkv_w_ = -1, qkv_b_ = -1, proj_w_ = -1, proj_b_ = -1;
   int ln2_w_ = -1, ln2_b_ = -1, fc_w_ = -1, fc_b_ = -1, fcproj_w_ = -1, fcproj_b_ = -1;
 };

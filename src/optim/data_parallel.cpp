@@ -106,6 +106,12 @@ double DataParallelGrads::grad_sumsq(const float* grads) const {
   return s;
 }
 
+void DataParallelGrads::exclude_from_norm(const ParamTable& table, int param) {
+  const size_t off = table.offset(param), end = off + table.numel(param);
+  for (UpdateSegment& seg : segments_)
+    if (seg.flat < end && seg.flat + seg.n > off) seg.in_norm = false;
+}
+
 void DataParallelGrads::state_to_flat(const float* state, float* flat) const {
   for (const UpdateSegment& seg : segments_) std::copy_n(state + seg.state, seg.n, flat + seg.flat);
 }

@@ -55,6 +55,9 @@ class DataParallelGrads {
   // Sum of squares of this rank's reduced gradients (its segments with in_norm). Summed over the
   // data-parallel (ZeRO-1) and tensor-parallel groups it gives the squared global norm.
   double grad_sumsq(const float* grads) const;
+  // Leaves parameter `param` out of grad_sumsq on this rank: a copy whose gradient another rank
+  // also counts (the pipeline's second copy of the tied wte, on the last stage).
+  void exclude_from_norm(const ParamTable& table, int param);
   // ZeRO-1: all-gathers the updated parameter pieces so every rank holds the full parameters.
   void gather_params(float* params);
 

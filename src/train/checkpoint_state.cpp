@@ -15,6 +15,7 @@ std::vector<TensorShard> table_shards(const ParamTable& table, float* flat, cons
   for (int i = 0; i < table.size(); ++i) {
     const ParamSpec& spec = table.spec(i);
     if (writing && spec.tp_dim < 0 && layout.tp_rank != 0) continue;  // one writer per replica
+    if (writing && layout.skip_tied_copy && !spec.tied.empty()) continue;  // first stage writes wte
     const std::vector<int64_t> full = full_shape(spec, layout.tp_size);
     for (const ShardBox& box : shard_boxes(spec, layout.tp_rank, layout.tp_size))
       out.push_back({.name = group + spec.name, .full_shape = full, .offset = box.offset,

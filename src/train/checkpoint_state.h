@@ -30,6 +30,9 @@ struct ShardLayout {
   MPI_Comm comm = MPI_COMM_NULL;  // every rank of the job, when it has several
   DataParallelGrads* dp = nullptr;  // optimizer-state layout (ZeRO-1); null: laid out like params
   dist::Comm* tp = nullptr;  // tensor-parallel group: partial reads are verified together
+  // This rank holds the pipeline's second copy of a tied parameter (the last stage's wte): it
+  // reads it but does not write it (the first stage does; Megatron's embedding group).
+  bool skip_tied_copy = false;
 };
 
 // Shards of every parameter of `table` over the flat host buffer `flat`, named group + name: the

@@ -25,6 +25,7 @@
 #include "dist/rank_grid.h"
 #include "train/checkpoint_resume.h"
 #include "train/checkpoint_state.h"
+#include "train/pipeline_step.h"
 #include "train/train_step.h"
 
 namespace baton {
@@ -132,22 +133,23 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                 "set model.dropout = 0");
   BATON_REQUIRE(cfg.precision.compute == "fp32" || cfg.precision.device != "cpu",
                 "precision.compute = \"bf16\" needs the CUDA backend", "use compute = \"fp32\" on the CPU");
-  BATON_REQUIRE(cfg.parallel.recompute == "none",
-                fmt::format("parallel.recompute = \"{}\" is not implemented yet", cfg.parallel.recompute),
-                "use recompute = \"none\"");
   BATON_REQUIRE(!cfg.data.train.empty(), "data.train is not set",
                 "set data.train to a dataset prefix built with `baton data build`");
-  BATON_REQUIRE(cfg.parallel.pp == 1,
-                fmt::format("parallel.pp = {}: the pipeline executor is not implemented yet", cfg.parallel.pp),
-                "use pp = 1 with tp and data parallelism; `baton schedule` already shows pipeline schedules");
+  BATON_REQUIRE(!cfg.parallel.scatter_gather,
+                "parallel.scatter_gather = true is not implemented yet",
+                "set parallel.scatter_gather = false (inter-stage activations are sent whole)");
   const int world_size = world ? world->size() : 1;
-  const int tp_size = cfg.parallel.tp, dp_size = cfg.dp;
+  const int tp_size = cfg.parallel.tp, dp_size = cfg.dp, pp_size = cfg.parallel.pp;
+  const int vp = cfg.parallel.vp;
+  // Megatron's split of the blocks over pp·vp model stages; the same error on every rank, before
+  // any collective.
+  pipeline_chunks(cfg.model.n_layer, pp_size, vp, 0);
   BATON_REQUIRE(tp_size * dp_size * cfg.parallel.pp == world_size,
                 fmt::format("layout tp={} x dp={} x pp={} does not match {} ranks", tp_size, dp_size,
                             cfg.parallel.pp, world_size),
                 "launch tp*pp*dp ranks (dp comes from the world size)");
   dist::ProcessGroups groups;
-  if (world_size > 1) groups = dist::make_process_groups(*world, {tp_size, dp_size, 1});
+  if (world_size > 1) groups = dist::make_process_groups(*world, {tp_size, dp_size, pp_size});
   const bool rank0 = !world || world->rank() == 0;
 
   // ---- data ----
@@ -180,13 +182,19 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                             cfg.train.micro_batch * T, tp_size),
                 "change train.micro_batch or model.seq_len, or turn sequence_parallel off");
   dist::Comm* dp_comm = dp_size > 1 ? groups.dp.get() : nullptr;
-  GptModel model(dims, be, tpc, 16 * size_t(dp_size));
+  GptModel model(dims, be, tpc, 16 * size_t(dp_size),
+                 pipeline_chunks(dims.n_layer, pp_size, vp, groups.coord.pp),
+                 parse_recompute(cfg.parallel.recompute));
   model.init_weights(cfg.train.seed);
   const int micro = cfg.train.micro_batch;
   const int accum = cfg.micro_batches_per_step();
   model.reserve(micro, T, 1);
   DataParallelGrads dpg(be, model.table(), model.layer_of_param(), dp_comm, cfg.parallel.zero1,
                         static_cast<size_t>(cfg.parallel.bucket_mb * 1048576.0), tpc.rank == 0);
+  // The last pipeline stage's copy of the tied wte: counted in the norm on the first stage only,
+  // written to checkpoints by the first stage only (both stages read it).
+  const bool wte_copy = pp_size > 1 && model.has_head() && !model.has_embedding();
+  if (wte_copy) dpg.exclude_from_norm(model.table(), model.tied_wte_param());
   AdamW opt(be, dpg.segments(), dpg.state_size(), cfg.optim);
   HostTrainState host(model.table(), model.flat_size());  // host staging of params, m, v
   ShardLayout shard_layout{.tp_rank = tpc.rank, .tp_size = tpc.size,
@@ -194,7 +202,8 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                            .comm = world_size > 1 ? dynamic_cast<dist::MpiComm&>(*world).handle()
                                                   : MPI_COMM_NULL,
                            .dp = &dpg,
-                           .tp = tp_size > 1 ? groups.tp.get() : nullptr};
+                           .tp = tp_size > 1 ? groups.tp.get() : nullptr,
+                           .skip_tied_copy = wte_copy};
   const StepSetup setup{.model = &model, .optimizer = &opt, .grads = &dpg,
                         .tp = tp_size > 1 ? groups.tp.get() : nullptr, .dp = dp_comm,
                         .dp_rank = dp_size > 1 ? groups.coord.dp : 0,
@@ -203,6 +212,15 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   const BatchRows batch = [&](int64_t step, int row, int n, int32_t* x, int32_t* y) {
     train_loader.train_rows(step, row, n, x, y);
   };
+  // Pipeline parallelism: the flush schedule run by the executor (train/pipeline_step.h).
+  std::unique_ptr<dist::Comm> embedding_group;
+  std::unique_ptr<PipelineStep> pipe;
+  if (pp_size > 1) {
+    embedding_group = make_embedding_group(*groups.pp);
+    pipe = std::make_unique<PipelineStep>(PipelineSetup{.step = setup, .pp = groups.pp.get(),
+                                                        .embedding = embedding_group.get(),
+                                                        .vp = vp, .schedule = cfg.parallel.schedule});
+  }
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps,
                    cfg.optim.decay};
 
@@ -211,13 +229,25 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                                                 dims.d_model, dims.vocab_padded);
   const double peak = peak_tflops_for(choice.device_name);
   const int64_t tokens_per_step = int64_t(cfg.train.global_batch) * T;
-  log::info("baton {} | device {} ({}) | {} rank{}: tp {} x dp {} x pp 1{}{}", build::version,
+  log::info("baton {} | device {} ({}) | {} rank{}: tp {} x dp {} x pp {}{}{}", build::version,
             choice.device, choice.device_name, world_size, world_size > 1 ? "s" : "", tp_size,
-            dp_size, tpc.sp() ? " | sequence parallel" : "", dpg.zero1() ? " | ZeRO-1" : "");
+            dp_size, pp_size, tpc.sp() ? " | sequence parallel" : "", dpg.zero1() ? " | ZeRO-1" : "");
+  if (pipe)
+    log::info("pipeline: schedule {}{} | {} micro-batches per step | {} activation slots on this "
+              "rank (the schedule's simulated peak) | {} blocks per model stage",
+              cfg.parallel.schedule, vp > 1 ? fmt::format(", {} chunks per rank", vp) : std::string(),
+              pipe->microbatches(), pipe->slots(), dims.n_layer / (pp_size * vp));
   if (!choice.note.empty()) log::info("note: {}", choice.note);
+  // Parameters of the whole model: each rank's tensor-parallel shards, replicated tensors on tp
+  // rank 0, the tied wte once (first stage), summed over the job and divided by the replicas.
+  double n_params = 0;
+  for (int i = 0; i < model.table().size(); ++i)
+    if ((model.table().spec(i).tp_dim >= 0 || tpc.rank == 0) && !(wte_copy && i == model.tied_wte_param()))
+      n_params += static_cast<double>(model.table().numel(i));
+  if (world_size > 1) n_params = world->all_reduce_scalar(n_params) / dp_size;
   log::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {} (padded {}) | {} parameters",
             dims.n_layer, dims.d_model, dims.n_head, T, dims.vocab, dims.vocab_padded,
-            human_count(static_cast<double>(model.table().count())));
+            human_count(n_params));
   log::info("data: train {} ({} tokens){} | {} tokens/step = {} x {} micro-batches x {} seq",
             cfg.data.train, human_count(static_cast<double>(train_ds->num_tokens())),
             valid_ds ? fmt::format(", valid {} ({} tokens)", cfg.data.valid,
@@ -226,9 +256,11 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
             tokens_per_step, accum * dp_size, micro, T);
   log::info("baseline: unigram entropy of the training tokens = {:.3f} nats (a model that learned "
             "only token frequencies scores this)", unigram_entropy(*train_ds, dims.vocab));
-  log::info("memory per rank: params+grads {:.1f} MiB, adam {:.1f} MiB, activations {:.1f} MiB",
+  log::info("memory per rank: params+grads {:.1f} MiB, adam {:.1f} MiB, activations {:.1f} MiB "
+            "(peak: {} slot{}, recompute {})",
             2.0 * model.flat_size() * sizeof(float) / 1048576.0,
-            2.0 * opt.state_size() * sizeof(float) / 1048576.0, model.activation_bytes() / 1048576.0);
+            2.0 * opt.state_size() * sizeof(float) / 1048576.0, model.activation_bytes() / 1048576.0,
+            model.num_slots(), model.num_slots() > 1 ? "s" : "", cfg.parallel.recompute);
   log::info("flops: 72*B*s*l*h^2*(1 + s/6h + V/12lh) = {:.3g} per step; peak {}",
             flops, peak > 0 ? fmt::format("{:.0f} TFLOP/s (MFU reported)", peak)
                             : std::string("unknown for this device (MFU not reported)"));
@@ -265,7 +297,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     Timer step_timer;
     const double blocked_before = dist::blocked_seconds();
     lr = sched.at(step);
-    const StepResult r = train_step(setup, batch, step, lr);
+    const StepResult r = pipe ? pipe->step(batch, step, lr) : train_step(setup, batch, step, lr);
     be.synchronize();
     const double step_s = step_timer.seconds();
     const double comm_share = (dist::blocked_seconds() - blocked_before) / step_s;
@@ -290,8 +322,15 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     const bool last = step + 1 == cfg.train.steps;
     const bool eval_now = valid_loader && ((cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last);
     if (eval_now) {
-      m.val_loss = evaluate(model, *valid_loader, cfg.train.eval_steps, cfg.train.global_batch,
-                            micro, dp_comm);
+      if (pipe) {
+        const BatchRows rows = [&](int64_t b, int row, int n, int32_t* x, int32_t* y) {
+          valid_loader->eval_rows(static_cast<int>(b), cfg.train.global_batch, row, n, x, y);
+        };
+        m.val_loss = pipe->evaluate(rows, cfg.train.eval_steps, cfg.train.global_batch);
+      } else {
+        m.val_loss = evaluate(model, *valid_loader, cfg.train.eval_steps, cfg.train.global_batch,
+                              micro, dp_comm);
+      }
       summary.last_val_loss = m.val_loss;
     }
     const bool log_now = (step + 1) % cfg.train.log_every == 0 || last || step == 0 || eval_now;
@@ -329,8 +368,8 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     summary.checkpoint_path = save_state(cfg, model, opt, host, summary.last_step, lr, shard_layout);
   else if (start_step >= cfg.train.steps)
     log::info("nothing to train: the checkpoint is at step {}, train.steps = {}", start_step, cfg.train.steps);
-  // Sampling needs the full logits: single tensor-parallel rank, and one replica is enough.
-  if (tokenizer && !summary.stopped_by_signal && tp_size == 1 && rank0) {
+  // Sampling needs the full logits and the whole model: tp = pp = 1; one replica is enough.
+  if (tokenizer && !summary.stopped_by_signal && tp_size == 1 && pp_size == 1 && rank0) {
     SampleOptions so;
     so.seed = cfg.train.seed;
     so.tokens = 48;

@@ -1,0 +1,117 @@
+// Measured pipeline bubble against the simulator (issue 5 "Measure"): trains a small GPT with the
+// executor under `kind` (1f1b, interleaved with vp = 2) on pp = world ranks for m micro-batches,
+// measures every rank's compute time per model stage and the step's makespan (from a barrier to
+// the last compute op of any rank), and prints the measured idle fraction next to what `simulate`
+// predicts for the measured per-stage costs.
+//   mpirun -np 4 pipeline_bubble [m ...]       (default: 8 16; BATON_BENCH_D_MODEL sets d_model, default 256)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+#include "dist/comm.h"
+#include "dist/guard.h"
+#include "dist/rank_grid.h"
+#include "pipeline/lower.h"
+#include "pipeline/schedules.h"
+#include "pipeline/simulate.h"
+#include "train/pipeline_step.h"
+
+using namespace baton;
+
+namespace {
+
+constexpr int kSeq = 64, kLayers = 8, kVocab = 512, kWarm = 2, kTimed = 6;
+
+void batch_rows(int64_t step, int row, int rows, int32_t* x, int32_t* y) {
+  for (int r = 0; r < rows; ++r)
+    for (int t = 0; t <= kSeq; ++t) {
+      const int32_t tok = static_cast<int32_t>(mix({7, uint64_t(step), uint64_t(row + r), uint64_t(t)}) % kVocab);
+      if (t < kSeq) x[r * kSeq + t] = tok;
+      if (t > 0) y[r * kSeq + t - 1] = tok;
+    }
+}
+
+void measure(dist::Comm& world, const std::string& kind, int vp, int m) {
+  const int pp = world.size(), rank = world.rank();
+  auto be = make_cpu_backend();
+  const char* d_env = std::getenv("BATON_BENCH_D_MODEL");
+  GptDims d{.n_layer = kLayers, .n_head = 4, .d_model = d_env ? std::atoi(d_env) : 256, .seq_len = kSeq, .vocab = kVocab,
+            .vocab_padded = kVocab};
+  auto groups = dist::make_process_groups(world, {1, 1, pp});
+  GptModel model(d, *be, {}, 16, pipeline_chunks(kLayers, pp, vp, rank));
+  model.init_weights(1);
+  DataParallelGrads grads(*be, model.table(), model.layer_of_param(), nullptr, false, 1 << 22, true);
+  if (model.has_head() && !model.has_embedding()) grads.exclude_from_norm(model.table(), model.tied_wte_param());
+  OptimConfig oc;
+  AdamW opt(*be, grads.segments(), grads.state_size(), oc);
+  StepSetup s{.model = &model, .optimizer = &opt, .grads = &grads, .global_batch = m,
+              .micro_batch = 1, .seq_len = kSeq, .grad_clip = 1.0};
+  auto emb = make_embedding_group(*groups.pp);
+  PipelineStep pipe({.step = s, .pp = groups.pp.get(), .embedding = emb.get(), .vp = vp, .schedule = kind});
+  // Per-rank sums over the timed steps: compute, makespan, per-chunk fwd/bwd.
+  double busy = 0, span = 0;
+  std::vector<double> f(vp, 0), b(vp, 0);
+  for (int step = 0; step < kWarm + kTimed; ++step) {
+    groups.pp->barrier();
+    pipe.step(batch_rows, step, 1e-4);
+    if (step < kWarm) continue;
+    const pipeline::ExecStats& st = pipe.last_stats();
+    busy += st.compute;
+    span += groups.pp->all_reduce_scalar(st.last_compute_end, dist::ReduceOp::MAX);
+    for (int c = 0; c < vp; ++c) {
+      f[c] += st.fwd[c] / st.fwd_count[c];
+      b[c] += st.bwd[c] / st.bwd_count[c];
+    }
+  }
+  // Per model stage costs (stage c·pp + r is chunk c of rank r), averaged over the timed steps.
+  std::vector<double> fs(pp * vp, 0), bs(pp * vp, 0), busy_all(pp, 0);
+  for (int c = 0; c < vp; ++c) {
+    fs[c * pp + rank] = f[c] / kTimed;
+    bs[c * pp + rank] = b[c] / kTimed;
+  }
+  busy_all[rank] = busy / kTimed;
+  groups.pp->all_reduce(fs.data(), fs.size(), dist::DType::F64, dist::ReduceOp::SUM);
+  groups.pp->all_reduce(bs.data(), bs.size(), dist::DType::F64, dist::ReduceOp::SUM);
+  groups.pp->all_reduce(busy_all.data(), busy_all.size(), dist::DType::F64, dist::ReduceOp::SUM);
+  if (rank != 0) return;
+  const double makespan = span / kTimed;
+  pipeline::Program prog = pipeline::lower(pipeline::generate({.kind = kind, .pp = pp, .vp = vp, .microbatches = m}));
+  pipeline::Costs costs;
+  for (int s2 = 0; s2 < pp * vp; ++s2) costs.stage.push_back({.f = fs[s2], .b = bs[s2], .w = 0});
+  const pipeline::SimResult sim = pipeline::simulate(prog, costs);
+  const double ideal = *std::max_element(busy_all.begin(), busy_all.end());
+  double idle_meas = 0, idle_sim = 0;
+  for (int r = 0; r < pp; ++r) {
+    idle_meas += (1 - busy_all[r] / makespan) / pp;
+    idle_sim += sim.idle[r] / sim.makespan / pp;
+  }
+  std::printf("%-12s pp=%d vp=%d m=%2d | makespan %.1f ms (sim %.1f) | bubble (makespan-ideal)/ideal: "
+              "measured %.3f, simulated %.3f | mean idle fraction: measured %.3f, simulated %.3f\n",
+              kind.c_str(), pp, vp, m, makespan * 1e3, sim.makespan * 1e3, (makespan - ideal) / ideal,
+              sim.bubble_fraction, idle_meas, idle_sim);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::MpiRuntime::init(&argc, &argv);
+  int rc = dist::run_guarded([&] {
+    auto world = dist::MpiRuntime::world();
+    std::vector<int> ms;
+    for (int i = 1; i < argc; ++i) ms.push_back(std::atoi(argv[i]));
+    if (ms.empty()) ms = {8, 16};
+    for (int m : ms) {
+      measure(*world, "1f1b", 1, m);
+      measure(*world, "interleaved", 2, m);
+    }
+    return 0;
+  });
+  dist::MpiRuntime::finalize();
+  return rc;
+}
