@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "app/app.h"
@@ -37,7 +38,19 @@ int run_train(const TrainOptions& opts) {
     std::unique_ptr<dist::Comm> world = dist::MpiRuntime::world();
     log::set_rank(world->rank(), world->size(), world->rank() == 0 || opts.log_all_ranks);
     share_cores_between_local_ranks();
-    const Config cfg = load_config(opts.config, opts.overrides, world->size());
+    // A bad config fails the same way on every rank: agree on that and let rank 0 alone report
+    // it (one error/hint pair instead of one per rank). A failure on some ranks only is reported
+    // by each of them and ends the job (run_guarded).
+    Config cfg;
+    std::optional<Error> bad;
+    try {
+      cfg = load_config(opts.config, opts.overrides, world->size());
+    } catch (const Error& e) {
+      bad = e;
+    }
+    const double failed = world->size() > 1 ? world->all_reduce_scalar(bad ? 1.0 : 0.0) : (bad ? 1 : 0);
+    if (failed == world->size() && world->rank() != 0) return 1;
+    if (bad) throw *bad;
     const TrainSummary s = train(cfg, world.get());
     return s.stopped_by_signal ? 130 : 0;
   });
