@@ -3,37 +3,12 @@
 # the resolved config are written) -> generate; Ctrl-C stops cleanly after the current step.
 source "$(dirname "$0")/lib.sh"
 
-make_corpus train.txt 40
-make_corpus valid.txt 4
-"$BATON" data build --input train.txt --output tiny-train --train-tokenizer 300 >/dev/null
-"$BATON" data build --input valid.txt --output tiny-valid --tokenizer tiny-train.model >/dev/null
+source "$(dirname "$0")/lib_checkpoint.sh"
+make_tiny_run  # tiny-train/valid datasets, tokenizer and tiny.toml (run dir "run")
+# Longer than the checkpoint tests' run: 60 steps, logging every 10, validation every 20.
+TINY=(--set train.steps=60 --set train.log_every=10 --set train.eval_every=20 --set checkpoint.every=0)
 
-cat > tiny.toml <<'TOML'
-[model]
-n_layer = 2
-n_head = 2
-d_model = 32
-seq_len = 32
-[data]
-train = "tiny-train"
-valid = "tiny-valid"
-tokenizer = "tiny-train.model"
-[train]
-steps = 60
-global_batch = 8
-micro_batch = 4
-log_every = 10
-eval_every = 20
-eval_steps = 2
-[optim]
-lr = 1e-2
-min_lr = 1e-3
-warmup_steps = 5
-[run]
-dir = "run"
-TOML
-
-"$BATON" train tiny.toml > train.log
+"$BATON" train tiny.toml "${TINY[@]}" > train.log
 cat train.log
 [ -f run/config.toml ] || fail "resolved config not written"
 [ "$(cat run/ckpt/latest)" = "step-0000060.h5" ] || fail "final checkpoint not written"
@@ -63,7 +38,7 @@ cmp -s gen.txt gen2.txt || fail "same seed gave different samples"
 expect_error "nowhere.h5" "$BATON" generate --checkpoint nowhere.h5 --prompt "x"
 
 # Ctrl-C (SIGINT) stops after the current step, saves, exits 130.
-"$BATON" train tiny.toml --set train.steps=100000 --set run.dir=run3 > run3.log 2>&1 &
+"$BATON" train tiny.toml "${TINY[@]}" --set train.steps=100000 --set run.dir=run3 > run3.log 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q "^step" run3.log 2>/dev/null && break; sleep 0.1; done
 kill -INT $pid
