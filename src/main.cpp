@@ -84,6 +84,11 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--format", plan.format, "table or json");
   plan_cmd->add_option("--output", plan.output, "write the best layout's TOML snippet to this file");
   plan_cmd->add_option("--set", plan.overrides, "override a config key: section.key=value");
+  plan_cmd->add_option("--algorithm", plan.algorithm, "ptdp (layout search, default), pipedream, hetpipe or madpipe (partitioners)");
+  plan_cmd->add_option("--profile", plan.profile, "measured profile from `baton profile` instead of the analytical one");
+  plan_cmd->add_option("--policy", plan.policy, "hetpipe: virtual workers by np, ed or hd (default hd)");
+  plan_cmd->add_option("--nm", plan.nm, "hetpipe: concurrent minibatches per virtual worker (default: its GPUs)");
+  plan_cmd->add_option("--vw-size", plan.vw_size, "hetpipe: GPUs per virtual worker (default: GPUs of the first node)");
 
   ProfileOptions prof;
   auto* prof_cmd = cli.add_subcommand("profile", "measure per-layer forward/backward time and memory on this device");

@@ -64,6 +64,11 @@ struct PlanOptions {
   bool evaluate = false;               // predict the config's own layout, no search
   std::string format = "table";        // table | json
   std::string output;                  // also write the best layout's TOML snippet here
+  std::string algorithm = "ptdp";      // ptdp | pipedream | hetpipe | madpipe
+  std::string profile;                 // measured profile (`baton profile --out`), "" = analytical
+  std::string policy;                  // hetpipe: np | ed | hd ("" = hd)
+  int nm = 0;                          // hetpipe: concurrent minibatches (0 = GPUs per VW)
+  int vw_size = 0;                     // hetpipe: GPUs per virtual worker (0 = GPUs of node 0)
 };
 int run_plan(const PlanOptions& opts);
 

@@ -1,19 +1,32 @@
-// `baton plan CONFIG --cluster FILE [--gpus N] [--top K] [--evaluate] [--format table|json]
-// [--output FILE]`: the PTD-P layout search (src/plan/ptdp.h) for the config's GPT on a cluster
+// `baton plan CONFIG --cluster FILE [--algorithm ptdp|pipedream|hetpipe|madpipe] [--gpus N] [--top K]
+// [--evaluate] [--format table|json] [--output FILE] [--profile PROFILE.json]`.
+// ptdp (default): the PTD-P layout search (src/plan/ptdp.h) for the config's GPT on a cluster
 // file, or, with --evaluate, the prediction for the layout the config already has. Prints the
 // candidates and the best one as a TOML snippet that `baton train` accepts (also written to
-// --output). Assumptions are in docs/planner.md.
+// --output). --profile uses `baton profile`'s measured per-layer times and memory (plan/profile.h).
+// The partitioners, for the config's model (GPT, or a CNN: model.kind = "vgg"/"resnet" with
+// n_layer 16/19 or 50/152, model.image_size, train.micro_batch images per minibatch):
+// pipedream (notes-pipedream §2): stages, replication factors, NOAM; hetpipe
+// (notes-hetpipe-madpipe §A.5–A.6): virtual workers by --policy np|ed|hd and each one's partition;
+// madpipe (§C): the phase-1 allocation, its period checked by simulating the 1F1B* schedule
+// (madpipe_check) and the memory per GPU. Assumptions are in docs/planner.md.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "app/app.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "plan/cluster.h"
+#include "plan/cost_model.h"
+#include "plan/hetpipe.h"
+#include "plan/madpipe.h"
+#include "plan/pipedream_dp.h"
+#include "plan/profile.h"
 #include "plan/ptdp.h"
 
 namespace baton::app {
@@ -45,12 +58,304 @@ std::string toml_snippet(const plan::Prediction& p, int gpus) {
       l.schedule, l.recompute, l.sequence_parallel, l.scatter_gather, l.zero1);
 }
 
+// ---- the partitioners (--algorithm pipedream|hetpipe|madpipe) ----
+
+using nlohmann::json;
+
+// The model as a chain of layers, with per-layer times on a given device.
+struct Chain {
+  std::string label;  // "VGG-16 (224 px, batch 32)"
+  plan::ModelDesc md;
+  std::string dtype;
+  double weight_bytes_per_param = 4;
+  std::vector<plan::LayerTime> measured;  // from --profile (empty: analytical)
+  plan::Assumptions A;
+
+  plan::LayerTime time(int l, const plan::DeviceType& dev) const {
+    if (!measured.empty()) return measured[l];
+    return plan::layer_time(md.layers[l], dev, dtype, A);
+  }
+  double fb(int l, const plan::DeviceType& dev) const {
+    const auto t = time(l, dev);
+    return t.fwd + t.bwd;
+  }
+  double weight_bytes(int l) const { return md.layers[l].params * weight_bytes_per_param; }
+  std::string name(int l) const { return md.layers[l].name; }
+};
+
+Chain make_chain(const Config& cfg, const PlanOptions& o, const plan::Cluster& cluster) {
+  Chain c;
+  c.dtype = cfg.precision.compute;
+  c.weight_bytes_per_param = c.dtype == "fp32" ? 4 : 2;
+  const int mb = cfg.train.micro_batch;
+  if (cfg.model.kind == "gpt") {
+    if (cfg.model.vocab_size <= 0)
+      throw Error(fmt::format("{}: model.vocab_size is 0 (taken from the tokenizer at train time)", o.config),
+                  "the planner reads no tokenizer: set model.vocab_size (or --set model.vocab_size=V)");
+    const plan::GptShape shape{cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, cfg.model.seq_len,
+                               (cfg.model.vocab_size + 127) / 128 * 128};
+    plan::GptOptions go;
+    go.micro_batch = mb;
+    go.layout = c.dtype == "fp32" ? plan::ActLayout::BATON_FP32 : plan::ActLayout::MEGATRON;
+    c.md = plan::gpt_desc(shape, go);
+    c.label = fmt::format("GPT {} layers, d_model {}, seq {} (micro-batch {})", shape.n_layer,
+                          shape.d_model, shape.seq_len, mb);
+    if (!o.profile.empty()) {
+      BATON_REQUIRE(cluster.homogeneous(),
+                    fmt::format("--profile with --algorithm {} on the mixed cluster '{}'", o.algorithm,
+                                cluster.name),
+                    "a measured profile is of one device type; drop --profile to use the "
+                    "analytical profile of every GPU type");
+      const plan::MeasuredProfile prof = plan::load_profile(o.profile);
+      plan::check_profile(prof, shape, c.dtype);
+      c.measured = plan::profiled_times(prof, shape, go, cluster.nodes[0].device, c.A, c.md);
+    }
+    return c;
+  }
+  std::string name;
+  const int n = cfg.model.n_layer;
+  if (cfg.model.kind == "vgg" && (n == 16 || n == 19)) name = fmt::format("vgg{}", n);
+  if (cfg.model.kind == "resnet" && (n == 50 || n == 152)) name = fmt::format("resnet{}", n);
+  BATON_REQUIRE(!name.empty(),
+                fmt::format("{}: model.kind = \"{}\" with n_layer = {} is not a CNN the planner "
+                            "describes",
+                            o.config, cfg.model.kind, n),
+                "use vgg with n_layer 16 or 19, or resnet with n_layer 50 or 152");
+  BATON_REQUIRE(o.profile.empty(),
+                fmt::format("--profile with model.kind = \"{}\": baton profile measures GPT models only",
+                            cfg.model.kind),
+                "drop --profile: CNN plans use the analytical profile");
+  c.md = plan::cnn_desc(name, cfg.model.image_size, mb);
+  c.label = fmt::format("{} ({} px, micro-batch {})", name, cfg.model.image_size, mb);
+  c.weight_bytes_per_param = 4;  // CNN descriptions are fp32
+  return c;
+}
+
+double usable_bytes(const plan::DeviceType& d, const plan::Assumptions& A) {
+  return std::max(0.0, d.memory_gb - A.overhead_gb) * 1e9;
+}
+
+void emit(const PlanOptions& o, const json& j, const std::string& table) {
+  if (o.format == "json")
+    std::puts(j.dump(2).c_str());
+  else
+    std::fputs(table.c_str(), stdout);
+}
+
+// ---- PipeDream ----
+int run_pipedream(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl, int mb) {
+  BATON_REQUIRE(cl.homogeneous(),
+                fmt::format("PipeDream's DP assumes identical workers; cluster '{}' mixes device types "
+                            "or node sizes",
+                            cl.name),
+                "use --algorithm hetpipe for mixed clusters");
+  const int N = cl.total_gpus(), gpn = cl.gpus_per_node();
+  std::vector<plan::PdLevel> levels;
+  if (cl.nodes.size() == 1) {
+    levels.push_back({N, cl.nodes[0].intra_gbs * 1e9});
+  } else {
+    BATON_REQUIRE(N % gpn == 0, fmt::format("PipeDream's topology levels need whole nodes: {} GPUs, {} per node", N, gpn),
+                  fmt::format("use --gpus {} or {}", N / gpn * gpn, (N / gpn + 1) * gpn));
+    levels.push_back({gpn, cl.nodes[0].intra_gbs * 1e9});
+    levels.push_back({static_cast<int>(cl.nodes.size()), cl.nodes[0].inter_gbs * 1e9});
+  }
+  const auto& dev = cl.nodes[0].device;
+  std::vector<plan::PdLayer> layers;
+  for (int l = 0; l < ch.md.size(); ++l)
+    layers.push_back({ch.fb(l, dev), ch.md.layers[l].out_bytes, ch.md.layers[l].params * ch.A.grad_bytes});
+  const plan::PdPlan p = plan::pipedream_partition(layers, levels);
+  std::vector<std::string> reps;
+  json stages = json::array();
+  std::string rows;
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const auto& st = p.stages[s];
+    double t = 0;
+    for (int l = st.first; l <= st.last; ++l) t += layers[l].time;
+    reps.push_back(std::to_string(st.replicas));
+    stages.push_back({{"first", st.first}, {"last", st.last}, {"first_name", ch.name(st.first)},
+                      {"last_name", ch.name(st.last)}, {"layers", st.last - st.first + 1},
+                      {"replicas", st.replicas}, {"compute_s", t}});
+    rows += fmt::format("{:>5} {:>5}..{:<5} {:<14} {:<14} {:>8} {:>12.3f}\n", s, st.first, st.last,
+                        ch.name(st.first), ch.name(st.last), st.replicas, t * 1e3);
+  }
+  const std::string config = fmt::format("{}", fmt::join(reps, "-"));
+  json j = {{"algorithm", "pipedream"}, {"cluster", cl.name}, {"gpus", N}, {"workers", p.workers},
+            {"stages", stages}, {"config", config}, {"noam", p.noam}, {"slowest_s", p.slowest},
+            {"samples_per_s", mb / p.slowest}};
+  std::string table = fmt::format(
+      "plan (pipedream): {} on {} x {} ({})\n"
+      "stages: {} ({}), NOAM {} | slowest stage {:.3f} ms per minibatch -> {:.1f} samples/s\n"
+      "{:>5} {:>12} {:<14} {:<14} {:>8} {:>12}\n{}",
+      ch.label, N, dev.name, cl.name, p.stages.size(), config, p.noam, p.slowest * 1e3, mb / p.slowest,
+      "stage", "layers", "first", "last", "replicas", "f+b ms", rows);
+  emit(o, j, table);
+  return 0;
+}
+
+// ---- HetPipe ----
+int run_hetpipe(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl, int mb) {
+  const std::string policy = o.policy.empty() ? "hd" : o.policy;
+  BATON_REQUIRE(policy == "np" || policy == "ed" || policy == "hd",
+                fmt::format("unknown --policy '{}'", policy), "use np, ed or hd (HetPipe §A.6)");
+  const int k = o.vw_size > 0 ? o.vw_size : cl.nodes[0].gpus;
+  const int nm = o.nm > 0 ? o.nm : k;
+  const auto vws = plan::hetpipe_allocate(cl, policy, k);
+  json jv = json::array();
+  std::string out = fmt::format(
+      "plan (hetpipe, policy {}): {} on {} GPUs ({}) | {} virtual workers of {} GPUs, Nm = {}\n",
+      policy, ch.label, cl.total_gpus(), cl.name, vws.size(), k, nm);
+  double total = 0;
+  int feasible = 0;
+  for (size_t v = 0; v < vws.size(); ++v) {
+    const auto& vw = vws[v];
+    plan::HpProblem pb;
+    pb.nm = nm;
+    pb.intra_bw = pb.inter_bw = 1e30;
+    for (int n : vw.node) {
+      const auto& node = cl.nodes[n];
+      pb.gpus.push_back({usable_bytes(node.device, ch.A), n});
+      pb.intra_bw = std::min(pb.intra_bw, node.intra_gbs * 1e9);
+      pb.inter_bw = std::min(pb.inter_bw, node.inter_gbs * 1e9);
+    }
+    for (int l = 0; l < ch.md.size(); ++l) {
+      plan::HpLayer hl;
+      for (int n : vw.node) hl.time.push_back(ch.fb(l, cl.nodes[n].device));
+      hl.out_bytes = ch.md.layers[l].out_bytes;
+      hl.weight_bytes = ch.weight_bytes(l);
+      hl.stash_bytes = ch.md.layers[l].stash_bytes;
+      pb.layers.push_back(hl);
+    }
+    const plan::HpPlan p = plan::hetpipe_partition(pb);
+    const std::string label = plan::vw_label(cl, vw);
+    json parts = json::array();
+    if (!p.feasible) {
+      out += fmt::format("VW {} {}: no partition fits in memory at Nm = {}\n", v, label, nm);
+      jv.push_back({{"label", label}, {"feasible", false}, {"partitions", parts}});
+      continue;
+    }
+    ++feasible;
+    total += mb / p.slowest;
+    out += fmt::format("VW {} {}: slowest partition {:.3f} ms per minibatch -> {:.1f} samples/s\n", v,
+                       label, p.slowest * 1e3, mb / p.slowest);
+    out += fmt::format("  {:>3} {:<6} {:<14} {:>12} {:<14} {:<14} {:>10} {:>10}\n", "gpu", "node",
+                       "device", "layers", "first", "last", "time ms", "mem GB");
+    for (size_t q = 0; q < vw.node.size(); ++q) {
+      const int first = p.first_layer[q];
+      const int last = (q + 1 < vw.node.size() ? p.first_layer[q + 1] : ch.md.size()) - 1;
+      const auto& node = cl.nodes[vw.node[q]];
+      parts.push_back({{"gpu", q}, {"node", node.name}, {"device", node.device.name},
+                       {"first", first}, {"last", last}, {"first_name", ch.name(first)},
+                       {"last_name", ch.name(last)}, {"time_s", p.stage_time[q]},
+                       {"memory_gb", p.stage_memory[q] / 1e9},
+                       {"capacity_gb", pb.gpus[q].memory_bytes / 1e9}});
+      out += fmt::format("  {:>3} {:<6} {:<14} {:>5}..{:<5} {:<14} {:<14} {:>10.3f} {:>10.2f}\n", q,
+                         node.name, node.device.name, first, last, ch.name(first), ch.name(last),
+                         p.stage_time[q] * 1e3, p.stage_memory[q] / 1e9);
+    }
+    jv.push_back({{"label", label}, {"feasible", true}, {"slowest_s", p.slowest},
+                  {"samples_per_s", mb / p.slowest}, {"partitions", parts}});
+  }
+  BATON_REQUIRE(feasible > 0,
+                fmt::format("no virtual worker of {} on '{}' fits in memory at Nm = {}", ch.label,
+                            cl.name, nm),
+                "lower --nm, train.micro_batch or the image size");
+  out += fmt::format("total: {:.1f} samples/s over {} virtual workers (WSP, no staleness cost)\n",
+                     total, feasible);
+  json j = {{"algorithm", "hetpipe"}, {"cluster", cl.name}, {"policy", policy}, {"vw_size", k},
+            {"nm", nm}, {"virtual_workers", jv}, {"samples_per_s", total}};
+  emit(o, j, out);
+  return 0;
+}
+
+// ---- MadPipe ----
+int run_madpipe(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl, int mb) {
+  bool same_device = true;
+  for (const auto& n : cl.nodes) same_device = same_device && n.device.name == cl.nodes[0].device.name;
+  BATON_REQUIRE(same_device,
+                fmt::format("MadPipe assumes P identical GPUs; cluster '{}' mixes device types", cl.name),
+                "use --algorithm hetpipe for mixed clusters");
+  const auto& dev = cl.nodes[0].device;
+  plan::MpProblem pb;
+  pb.P = cl.total_gpus();
+  pb.memory = usable_bytes(dev, ch.A);
+  // Every pair of GPUs at one bandwidth β (§C.1): the node bus inside one node, else a GPU's share
+  // of the node's network bandwidth.
+  pb.beta = cl.nodes.size() == 1 ? cl.nodes[0].intra_gbs * 1e9 : cl.nodes[0].inter_gbs * 1e9 / cl.nodes[0].gpus;
+  pb.input_bytes = ch.md.input_bytes;
+  for (int l = 0; l < ch.md.size(); ++l)
+    pb.layers.push_back({ch.fb(l, dev), ch.weight_bytes(l), ch.md.layers[l].out_bytes});
+  const plan::MpPlan plan = plan::madpipe_search(pb);
+  BATON_REQUIRE(plan.feasible,
+                fmt::format("MadPipe finds no allocation of {} on {} x {} with {:.1f} GB each",
+                            ch.label, pb.P, dev.name, pb.memory / 1e9),
+                "use more GPUs, a smaller train.micro_batch or a smaller image size");
+  const plan::MpCheck c = plan::madpipe_check(pb, plan);
+  json stages = json::array();
+  std::string rows;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const auto& st = plan.stages[s];
+    const int first = st.first - 1, last = st.last - 1;  // 0-based layer indices
+    const double u = pb.layers.empty() ? 0 : [&] {
+      double x = 0;
+      for (int l = first; l <= last; ++l) x += pb.layers[l].u;
+      return x;
+    }();
+    stages.push_back({{"first", first}, {"last", last}, {"first_name", ch.name(first)},
+                      {"last_name", ch.name(last)}, {"gpu", c.gpu_of_stage[s]}, {"special", st.special},
+                      {"activations", c.activations[s]}, {"load_s", u},
+                      {"memory_gb", c.stage_memory[s] / 1e9}});
+    rows += fmt::format("{:>5} {:>5}..{:<5} {:<14} {:<14} {:>4}{:<1} {:>6} {:>10.3f} {:>10.2f}\n", s, first,
+                        last, ch.name(first), ch.name(last), c.gpu_of_stage[s], st.special ? "*" : "",
+                        c.activations[s], u * 1e3, c.stage_memory[s] / 1e9);
+  }
+  std::vector<double> gpu_gb;
+  for (double m : c.gpu_memory) gpu_gb.push_back(m / 1e9);
+  json j = {{"algorithm", "madpipe"}, {"cluster", cl.name}, {"gpus", pb.P}, {"memory_limit_gb", pb.memory / 1e9},
+            {"bandwidth_gbs", pb.beta / 1e9}, {"phase1_period_s", c.phase1_period}, {"period_s", c.period},
+            {"simulated_period_s", c.simulated_period}, {"schedule_T_s", c.schedule_T},
+            {"special_load_s", c.special_load}, {"fits", c.fits}, {"stages", stages},
+            {"memory_gb", gpu_gb}, {"samples_per_s", mb / c.period}};
+  std::string gpus;
+  for (size_t g = 0; g < gpu_gb.size(); ++g) gpus += fmt::format(" {}:{:.2f}", g, gpu_gb[g]);
+  std::string table = fmt::format(
+      "plan (madpipe): {} on {} x {} ({}), M = {:.1f} GB, beta = {:.2f} GB/s\n"
+      "period: phase 1 {:.3f} ms, checked with the simulated 1F1B* schedule {:.3f} ms (T = {:.3f} ms) "
+      "-> {:.1f} samples/s{}\n"
+      "{:>5} {:>12} {:<14} {:<14} {:>5} {:>6} {:>10} {:>10}\n{}"
+      "memory per GPU (GB):{}{}\n",
+      ch.label, pb.P, dev.name, cl.name, pb.memory / 1e9, pb.beta / 1e9, c.phase1_period * 1e3,
+      c.period * 1e3, c.schedule_T * 1e3, mb / c.period,
+      c.fits ? "" : " (does NOT fit in memory even at the sequential period)", "stage", "layers", "first",
+      "last", "gpu", "acts", "U ms", "mem GB", rows, gpus, "   (* = the special GPU)");
+  emit(o, j, table);
+  return 0;
+}
+
+int run_partitioner(const PlanOptions& o, const Config& cfg, const plan::Cluster& cluster) {
+  const Chain ch = make_chain(cfg, o, cluster);
+  const int mb = cfg.train.micro_batch;
+  if (o.algorithm == "pipedream") return run_pipedream(o, ch, cluster, mb);
+  if (o.algorithm == "hetpipe") return run_hetpipe(o, ch, cluster, mb);
+  return run_madpipe(o, ch, cluster, mb);
+}
+
 }  // namespace
 
 int run_plan(const PlanOptions& o) {
   if (o.format != "table" && o.format != "json")
     throw Error(fmt::format("unknown --format '{}'", o.format), "use table or json");
   if (o.top_k < 1) throw Error(fmt::format("--top {} must be >= 1", o.top_k), "e.g. --top 5");
+  const std::string& alg = o.algorithm;
+  if (alg != "ptdp" && alg != "pipedream" && alg != "hetpipe" && alg != "madpipe")
+    throw Error(fmt::format("unknown --algorithm '{}'", alg), "use ptdp, pipedream, hetpipe or madpipe");
+  if (alg != "hetpipe" && (!o.policy.empty() || o.nm > 0 || o.vw_size > 0))
+    throw Error(fmt::format("--policy, --nm and --vw-size are HetPipe options, not {}'s", alg),
+                "add --algorithm hetpipe, or drop them");
+  if (alg != "ptdp" && (o.evaluate || !o.output.empty()))
+    throw Error(fmt::format("--evaluate and --output are about PTD-P layouts, not {} partitions", alg),
+                "drop them, or use --algorithm ptdp");
+  if (o.nm < 0 || o.vw_size < 0)
+    throw Error("--nm and --vw-size must be positive", "e.g. --nm 4 --vw-size 4");
   plan::Cluster cluster = plan::load_cluster(o.cluster);
   if (o.gpus > 0) cluster = cluster.first_gpus(o.gpus);
   const int N = cluster.total_gpus();
@@ -62,11 +367,11 @@ int run_plan(const PlanOptions& o) {
     for (const char* kv : {"parallel.tp=1", "parallel.pp=1", "parallel.vp=1", "parallel.schedule=1f1b"})
       overrides.push_back(kv);
   const Config cfg = load_config(o.config, overrides, o.evaluate ? N : 1);
+  if (alg != "ptdp") return run_partitioner(o, cfg, cluster);
   if (cfg.model.kind != "gpt")
     throw Error(fmt::format("baton plan searches PTD-P layouts for GPT models; {} has model.kind = "
                             "\"{}\"", o.config, cfg.model.kind),
-                "CNN partitioning (PipeDream, HetPipe, MadPipe) is a library API today, see "
-                "docs/planner.md");
+                "partition CNNs with --algorithm pipedream, hetpipe or madpipe");
   if (cfg.model.vocab_size <= 0)
     throw Error(fmt::format("{}: model.vocab_size is 0 (taken from the tokenizer at train time)",
                             o.config),
@@ -79,12 +384,17 @@ int run_plan(const PlanOptions& o) {
   pb.dtype = cfg.precision.compute;
   pb.act_layout = pb.dtype == "fp32" ? plan::ActLayout::BATON_FP32 : plan::ActLayout::MEGATRON;
   pb.cluster = cluster;
+  if (!o.profile.empty()) {
+    pb.profile = std::make_shared<plan::MeasuredProfile>(plan::load_profile(o.profile));
+    plan::check_profile(*pb.profile, pb.shape, pb.dtype);
+  }
 
   std::vector<plan::Prediction> cands;
   if (o.evaluate) {
     BATON_REQUIRE(cluster.homogeneous(),
                   fmt::format("cluster '{}' mixes device types or node sizes", cluster.name),
-                  "--evaluate predicts PTD-P layouts on identical nodes");
+                  "--evaluate predicts PTD-P layouts on identical nodes; --algorithm hetpipe "
+                  "partitions over mixed GPUs");
     cands.push_back(plan::evaluate(pb, layout_of(cfg), true));
   } else {
     plan::SearchOptions so;
@@ -123,15 +433,21 @@ int run_plan(const PlanOptions& o) {
                                  {"bubble_fraction", p.bubble_fraction},
                                  {"memory_gb", p.memory_gb},
                                  {"fits", p.fits},
-                                 {"simulated", p.simulated}});
+                                 {"simulated", p.simulated},
+                                 {"compute_s", p.compute_s}});
     }
     j["gpus"] = N;
     j["cluster"] = cluster.name;
     j["toml"] = snippet;
+    j["profile"] = o.profile;
     std::puts(j.dump(2).c_str());
     return 0;
   }
 
+  if (pb.profile)
+    fmt::print("profile: measured per-layer times from {} ({}, micro-batch {}), scaled per layout "
+               "(docs/planner.md)\n",
+               pb.profile->source, pb.profile->device, pb.profile->micro_batch);
   fmt::print("plan: GPT {} layers, d_model {}, {} heads, seq {}, vocab {} | global batch {} | {} x "
              "{} ({})\n",
              pb.shape.n_layer, pb.shape.d_model, pb.shape.n_head, pb.shape.seq_len, pb.shape.vocab,

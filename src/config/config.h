@@ -17,6 +17,7 @@ struct ModelConfig {
   int seq_len = 128;
   int vocab_size = 0;  // 0 = from the tokenizer
   double dropout = 0.0;
+  int image_size = 224;  // CNNs (vgg, resnet): input images are image_size × image_size pixels
 
   bool operator==(const ModelConfig&) const = default;
 };

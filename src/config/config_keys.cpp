@@ -39,6 +39,8 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(model, seq_len, "tokens per sequence", .range = at_least(1)),
       BATON_KEY(model, vocab_size, "vocabulary size (0 = from the tokenizer)", .range = at_least(0)),
       BATON_KEY(model, dropout, "dropout probability", .range = unit_interval()),
+      BATON_KEY(model, image_size, "CNN input image side in pixels (vgg, resnet; n_layer picks "
+                "VGG-16/19, ResNet-50/152)", .range = at_least(32)),
 
       BATON_KEY(data, train, "training dataset prefix (PREFIX.bin + PREFIX.idx)"),
       BATON_KEY(data, valid, "validation dataset prefix (optional)"),

@@ -207,7 +207,7 @@ LayerCtx GptModel::ctx_for(const Slot& s, bool training, float dloss) const {
   LayerCtx c;
   c.be = &be_;
   c.table = &table_;
-  c.params = params_;
+  c.params = active_params_ ? active_params_ : params_;
   c.grads = grads_;
   c.workspace = workspace_;
   c.B = s.B;

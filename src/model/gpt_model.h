@@ -67,6 +67,9 @@ class GptModel {
   const TensorParallel& tp() const { return tp_; }
   Backend& backend() { return be_; }
   float* params() { return params_; }
+  // Weight stashing (PipeDream, 2BW): forward and backward read `p` (a buffer laid out like
+  // params(), e.g. an older weight version) instead of params(); null = params() again.
+  void use_params(float* p) { active_params_ = p; }
   float* grads() { return grads_; }
   // Local layers (this rank's chunks, in order).
   int num_layers() const { return static_cast<int>(layers_.size()); }
@@ -169,6 +172,7 @@ class GptModel {
   std::vector<int> layer_of_param_;
   size_t flat_size_ = 0;
   float* params_ = nullptr;
+  float* active_params_ = nullptr;  // use_params(); null = params_
   float* grads_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<size_t> layer_offsets_;  // offset of each layer's saved block inside a slot

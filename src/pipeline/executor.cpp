@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
+#include <climits>
 
 #include "core/error.h"
 #include "pipeline/schedules.h"
@@ -21,24 +21,34 @@ double now() {
 
 bool is_recv(Op op) { return op == Op::RECV_ACT || op == Op::RECV_GRAD; }
 
+bool has_replicated_stage(const ScheduleSpec& spec) {
+  return std::any_of(spec.replicas.begin(), spec.replicas.end(), [](int r) { return r > 1; });
+}
+
 }  // namespace
 
 int Executor::tag(bool gradient, int stage, int microbatch, int num_stages) {
   return static_cast<int>(((int64_t(microbatch) * num_stages + stage) * 2 + (gradient ? 1 : 0)) % 32768);
 }
 
-Executor::Executor(Program program, int rank, dist::Comm& comm)
-    : program_(std::move(program)), rank_(rank), comm_(comm) {
+Executor::Executor(Program program, int rank, dist::Comm& comm, ExecOptions options)
+    : program_(std::move(program)), rank_(rank), comm_(comm), opt_(options) {
   const ScheduleSpec& spec = program_.spec;
-  BATON_REQUIRE(is_flush_kind(spec.kind),
+  const bool flush = is_flush_kind(spec.kind);
+  BATON_REQUIRE(flush || spec.kind == "pipedream" || spec.kind == "2bw",
                 fmt::format("parallel.schedule = \"{}\" is not executable yet", spec.kind),
-                "the executor runs the flush schedules gpipe, 1f1b, interleaved and zb-h1; the "
-                "asynchronous pipedream and 2bw (weight stashing) are not built yet");
+                "the executor runs gpipe, 1f1b, interleaved, zb-h1, pipedream and 2bw");
+  BATON_REQUIRE(!has_replicated_stage(spec),
+                "pipedream with replicated stages (1F1B-RR) is not executable yet",
+                "use data parallelism (parallel.dp via the world size) instead of replicated stages");
   BATON_ASSERT(program_.lowered, "the executor runs lowered programs");
-  BATON_ASSERT(spec.steps == 1, "the executor runs one optimizer step per run (steps = {})", spec.steps);
+  BATON_ASSERT(!flush || spec.steps == 1, "flush programs run one optimizer step per run (steps = {})",
+               spec.steps);
   BATON_ASSERT(program_.num_ranks() == comm.size(), "program for {} ranks on a group of {}",
                program_.num_ranks(), comm.size());
   BATON_ASSERT(rank >= 0 && rank < comm.size() && rank == comm.rank(), "rank {} of {}", rank, comm.size());
+  BATON_ASSERT(!opt_.scatter_gather || opt_.scatter_gather->size() > 1,
+               "scatter/gather needs a tensor-parallel group of more than one rank");
   check_valid(program_);
   slots_ = std::max(1, memory_peaks(program_).activations[rank_]);
   // When each receive may be posted: after the last earlier instruction on the same slot (whose
@@ -53,65 +63,125 @@ Executor::Executor(Program program, int rank, dist::Comm& comm)
         break;
       }
   }
+  // Weight versions alive together: at OPT_STEP n the new version n and every older version a
+  // later compute op still reads (stashed for an in-flight microbatch). A ring of that many
+  // buffers indexed by n mod size never overwrites a version that is still needed.
+  int oldest_later = INT_MAX;
+  for (size_t i = list.size(); i-- > 0;) {
+    const Instr& in = list[i];
+    if (is_compute(in.op)) oldest_later = std::min(oldest_later, in.weight_version);
+    if (in.op == Op::OPT_STEP && oldest_later != INT_MAX)
+      versions_ = std::max(versions_, in.weight_version - oldest_later + 1);
+  }
+}
+
+Executor::~Executor() {
+  // A run abandoned mid-program (an error, or training stopped in the middle of an asynchronous
+  // program) leaves receives posted; they are freed with their requests.
+}
+
+std::pair<size_t, size_t> Executor::payload(size_t floats) const {
+  if (!opt_.scatter_gather) return {0, floats};
+  const size_t n = static_cast<size_t>(opt_.scatter_gather->size());
+  BATON_ASSERT(floats % n == 0, "boundary of {} floats does not split over tp = {}", floats, n);
+  const size_t part = floats / n;
+  return {part * static_cast<size_t>(opt_.scatter_gather->rank()), part};
+}
+
+void Executor::post(Stage& stage, int i) {
+  const std::vector<Instr>& list = instructions();
+  const Instr& in = list[i];
+  const bool grad = in.op == Op::RECV_GRAD;
+  const int from_stage = grad ? in.stage + 1 : in.stage - 1;  // the sender's stage
+  const int boundary = grad ? in.stage : in.stage - 1;        // the boundary crossed
+  float* buf = grad ? stage.output_grad(in.stage, in.slot) : stage.input(in.stage, in.slot);
+  const auto [off, n] = payload(stage.boundary_floats(boundary));
+  recv_[i] = comm_.recv(buf + off, n, dist::DType::F32, in.peer,
+                        tag(grad, from_stage, in.microbatch, program_.num_stages()));
+}
+
+void Executor::wait_sends(int slot) {
+  auto it = sends_.find(slot);
+  if (it == sends_.end()) return;
+  for (auto& r : it->second) r->wait();
+  sends_.erase(it);
+}
+
+void Executor::wait_all_sends() {
+  while (!sends_.empty()) wait_sends(sends_.begin()->first);
+}
+
+void Executor::start(Stage& stage) {
+  const std::vector<Instr>& list = instructions();
+  pc_ = 0;
+  updates_done_ = 0;
+  started_ = true;
+  recv_.clear();
+  recv_.resize(list.size());
+  sends_.clear();
+  to_post_.assign(list.size() + 1, {});
+  for (size_t i = 0; i < list.size(); ++i)
+    if (is_recv(list[i].op)) to_post_[post_after_[i] + 1].push_back(static_cast<int>(i));
+  for (int i : to_post_[0]) post(stage, i);
 }
 
 ExecStats Executor::run(Stage& stage) {
+  BATON_ASSERT(is_flush_kind(program_.spec.kind), "run() is for flush kinds; use run_until_update");
+  ExecStats st;
+  start(stage);
+  advance(stage, st, INT_MAX);
+  return st;
+}
+
+ExecStats Executor::run_until_update(Stage& stage, int updates) {
+  ExecStats st;
+  if (pc_ == 0 && !started_) start(stage);
+  advance(stage, st, updates);
+  return st;
+}
+
+void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
   const std::vector<Instr>& list = instructions();
   const int S = program_.num_stages();
   const int pp = program_.spec.pp;
-  ExecStats st;
   st.fwd.assign(program_.spec.vp, 0);
   st.bwd.assign(program_.spec.vp, 0);
   st.fwd_count.assign(program_.spec.vp, 0);
   st.bwd_count.assign(program_.spec.vp, 0);
   const double t0 = now();
-
-  std::vector<dist::RequestPtr> recv(list.size());          // posted receives, by instruction
-  std::map<int, std::vector<dist::RequestPtr>> sends;       // in-flight sends, by slot
-  std::vector<std::vector<int>> to_post(list.size() + 1);   // receives to post after instruction j
-  for (size_t i = 0; i < list.size(); ++i)
-    if (is_recv(list[i].op)) to_post[post_after_[i] + 1].push_back(static_cast<int>(i));
-
-  auto post = [&](int i) {
-    const Instr& in = list[i];
-    const bool grad = in.op == Op::RECV_GRAD;
-    const int from_stage = grad ? in.stage + 1 : in.stage - 1;  // the sender's stage
-    const int boundary = grad ? in.stage : in.stage - 1;        // the boundary crossed
-    float* buf = grad ? stage.output_grad(in.stage, in.slot) : stage.input(in.stage, in.slot);
-    recv[i] = comm_.recv(buf, stage.boundary_floats(boundary), dist::DType::F32, in.peer,
-                         tag(grad, from_stage, in.microbatch, S));
-  };
-  auto wait_sends = [&](int slot) {
-    auto it = sends.find(slot);
-    if (it == sends.end()) return;
-    for (auto& r : it->second) r->wait();
-    sends.erase(it);
-  };
   auto chunk = [&](int s) { return s / pp; };
 
-  for (int i : to_post[0]) post(i);
-  for (size_t i = 0; i < list.size(); ++i) {
+  while (pc_ < list.size() && updates_done_ < stop_after_updates) {
+    const size_t i = pc_;
     const Instr& in = list[i];
     const double start = now();
     switch (in.op) {
       case Op::RECV_ACT:
-      case Op::RECV_GRAD:
-        recv[i]->wait();
-        recv[i].reset();
+      case Op::RECV_GRAD: {
+        recv_[i]->wait();
+        recv_[i].reset();
+        if (opt_.scatter_gather) {  // PTD-P scatter/gather: rebuild the whole tensor over tp
+          const bool grad = in.op == Op::RECV_GRAD;
+          float* buf = grad ? stage.output_grad(in.stage, in.slot) : stage.input(in.stage, in.slot);
+          const auto [off, n] = payload(stage.boundary_floats(grad ? in.stage : in.stage - 1));
+          opt_.scatter_gather->all_gather(buf + off, buf, n, dist::DType::F32);
+        }
         st.recv_wait += now() - start;
         break;
+      }
       case Op::SEND_ACT:
-        sends[in.slot].push_back(comm_.send(stage.output(in.stage, in.slot),
-                                            stage.boundary_floats(in.stage), dist::DType::F32,
-                                            in.peer, tag(false, in.stage, in.microbatch, S)));
+      case Op::SEND_GRAD: {
+        const bool grad = in.op == Op::SEND_GRAD;
+        const float* buf = grad ? stage.input_grad(in.stage, in.slot) : stage.output(in.stage, in.slot);
+        const auto [off, n] = payload(stage.boundary_floats(grad ? in.stage - 1 : in.stage));
+        sends_[in.slot].push_back(comm_.send(buf + off, n, dist::DType::F32, in.peer,
+                                             tag(grad, in.stage, in.microbatch, S)));
+        st.bytes_sent += n * sizeof(float);
         break;
-      case Op::SEND_GRAD:
-        sends[in.slot].push_back(comm_.send(stage.input_grad(in.stage, in.slot),
-                                            stage.boundary_floats(in.stage - 1), dist::DType::F32,
-                                            in.peer, tag(true, in.stage, in.microbatch, S)));
-        break;
+      }
       case Op::FWD:
         wait_sends(in.slot);  // the slot's previous output may still be on its way
+        stage.select_version(in.stage, in.weight_version);
         stage.forward(in.stage, in.microbatch, in.slot);
         st.fwd[chunk(in.stage)] += now() - start;
         st.fwd_count[chunk(in.stage)]++;
@@ -120,6 +190,7 @@ ExecStats Executor::run(Stage& stage) {
       case Op::BWD_INPUT:
       case Op::BWD_WEIGHT:
         wait_sends(in.slot);
+        stage.select_version(in.stage, in.weight_version);
         stage.backward(in.stage, in.microbatch, in.slot,
                        in.op == Op::BWD ? BackwardPart::FULL
                                         : in.op == Op::BWD_INPUT ? BackwardPart::INPUT
@@ -128,38 +199,44 @@ ExecStats Executor::run(Stage& stage) {
         if (in.op != Op::BWD_WEIGHT) st.bwd_count[chunk(in.stage)]++;
         break;
       case Op::REDUCE_GRADS:
-        // Flush: every message of the step has been sent; finish them before the collectives.
-        while (!sends.empty()) wait_sends(sends.begin()->first);
+        // Flush kinds: every message of the step has been sent; finish them before the
+        // collectives. Asynchronous kinds keep their sends in flight across updates.
+        if (is_flush_kind(program_.spec.kind)) wait_all_sends();
         stage.reduce_grads(in.stage);
         st.update += now() - start;
         break;
       case Op::OPT_STEP:
         stage.optimizer_step(in.stage, in.weight_version);
         st.update += now() - start;
+        ++updates_done_;
+        ++st.updates;
         break;
     }
     if (is_compute(in.op)) {
       st.compute += now() - start;
       st.last_compute_end = now() - t0;
     }
-    for (int j : to_post[i + 1]) post(j);
+    ++pc_;
+    for (int j : to_post_[i + 1]) post(stage, j);
   }
-  while (!sends.empty()) wait_sends(sends.begin()->first);
-  for (auto& r : recv) BATON_ASSERT(!r, "a receive was posted but never waited");
+  if (pc_ >= list.size()) {
+    wait_all_sends();
+    for (auto& r : recv_) BATON_ASSERT(!r, "a receive was posted but never waited");
+  }
   st.total = now() - t0;
-  return st;
 }
 
-void run_forward_only(Stage& stage, dist::Comm& comm, int pp, int vp, int microbatches) {
+void run_forward_only(Stage& stage, dist::Comm& comm, int pp, int vp, int microbatches, int slot) {
   const int S = pp * vp, rank = comm.rank();
   for (int k = 0; k < microbatches; ++k)
     for (int s = rank; s < S; s += pp) {
       if (s > 0)
-        comm.recv(stage.input(s, 0), stage.boundary_floats(s - 1), dist::DType::F32, (s - 1) % pp,
+        comm.recv(stage.input(s, slot), stage.boundary_floats(s - 1), dist::DType::F32, (s - 1) % pp,
                   Executor::tag(false, s - 1, k, S))->wait();
-      stage.forward(s, k, 0);
+      stage.select_version(s, -1);  // -1: the current (latest) weights
+      stage.forward(s, k, slot);
       if (s + 1 < S)
-        comm.send(stage.output(s, 0), stage.boundary_floats(s), dist::DType::F32, (s + 1) % pp,
+        comm.send(stage.output(s, slot), stage.boundary_floats(s), dist::DType::F32, (s + 1) % pp,
                   Executor::tag(false, s, k, S))->wait();
     }
 }

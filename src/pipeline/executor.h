@@ -1,4 +1,4 @@
-// The pipeline executor (DESIGN §2, §4; docs/schedules.md "For the executor"): runs this rank's
+// The pipeline executor (DESIGN §2, §4; docs/schedules.md "The executor"): runs this rank's
 // instruction list of a lowered, validated Program — one switch over Op — with asynchronous
 // point-to-point messages on the pipeline communicator. It knows Instr, dist::Comm and the narrow
 // Stage interface below, never a concrete model.
@@ -12,13 +12,27 @@
 // on the same slot) and waited where the program has them; sends are waited before their slot's
 // buffers are next computed into, and at the end of the run.
 //
-// Flush kinds only (gpipe, 1f1b, interleaved, zb-h1: W(t+1) = W(t) − lr·∇f(W(t)), notes-dissertation
-// §1.2, §1.5, §1.6; Qi et al. ZB-H1): the program is one optimizer step (spec.steps = 1) run once per
-// step, and the Stage may serve all of a rank's REDUCE_GRADS / OPT_STEP with one reduction and one
-// optimizer call. Weight stashing (pipedream, 2bw) is not implemented: the constructor refuses them.
+// Two ways to run:
+// - flush kinds (gpipe, 1f1b, interleaved, zb-h1: W(t+1) = W(t) − lr·∇f(W(t)), notes-dissertation
+//   §1.2, §1.5, §1.6; Qi et al. ZB-H1): `run` executes the whole list of a one-step program
+//   (spec.steps = 1) once per optimizer step; the Stage may serve all of a rank's REDUCE_GRADS /
+//   OPT_STEP with one reduction and one optimizer call.
+// - asynchronous kinds (pipedream, 2bw: notes-dissertation §1.3, §1.4; notes-pipedream §1): the
+//   program covers many optimizer steps with no flush; `run_until_update(n)` executes the list up
+//   to and including this rank's n-th OPT_STEP and returns with the pipeline still in flight
+//   (posted receives and unfinished sends are kept for the next call). Before every compute op the
+//   Stage is told the weight version the Instr names (`select_version`): weight stashing.
+//
+// Scatter/gather (PTD-P, notes-dissertation §3): with `ExecOptions::scatter_gather` (the stage's
+// tensor-parallel group, tp > 1, no sequence parallelism) each tp rank sends only its 1/tp slice
+// of a boundary tensor (activations and gradients are replicated over the tp group there) to the
+// same tp rank of the peer stage, and the receiver all-gathers the slices over its tp group when
+// the program waits for the message. Point-to-point bytes drop by tp (ExecStats::bytes_sent).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "dist/comm.h"
@@ -53,6 +67,10 @@ class Stage {
   // REDUCE_GRADS and OPT_STEP of `stage` (flush kinds: a rank's come together at the step's end).
   virtual void reduce_grads(int stage) = 0;
   virtual void optimizer_step(int stage, int weight_version) = 0;
+  // Weight stashing: the executor calls this before every compute op with the version its Instr
+  // names (asynchronous kinds; flush programs name the current weights and may ignore it);
+  // -1 = the current (latest) weights (evaluation).
+  virtual void select_version(int /*stage*/, int /*weight_version*/) {}
 };
 
 // Wall-clock account of one run (seconds).
@@ -64,19 +82,35 @@ struct ExecStats {
   double last_compute_end = 0;  // from the run's start to the end of the last compute op
   std::vector<double> fwd, bwd;  // per model stage of this rank: summed time of its FWD / BWD ops
   std::vector<int> fwd_count, bwd_count;
+  size_t bytes_sent = 0;        // point-to-point payload this rank sent (SEND_ACT, SEND_GRAD)
+  int updates = 0;              // OPT_STEPs run
+};
+
+struct ExecOptions {
+  // PTD-P scatter/gather: this rank's tensor-parallel group (size > 1), or null to send whole.
+  dist::Comm* scatter_gather = nullptr;
 };
 
 class Executor {
  public:
-  // `program`: lowered and valid (checked again here), flush kind, spec.steps = 1. `rank`: this
-  // rank's index in the program (= its rank in `comm`, the pipeline group).
-  Executor(Program program, int rank, dist::Comm& comm);
+  // `program`: lowered and valid (checked again here); a flush kind with spec.steps = 1, or an
+  // asynchronous kind (pipedream without replicated stages, 2bw) with any number of steps. `rank`:
+  // this rank's index in the program (= its rank in `comm`, the pipeline group).
+  Executor(Program program, int rank, dist::Comm& comm, ExecOptions options = {});
+  ~Executor();
   // Activation slots this rank needs: simulate's peak for the program (DESIGN §2).
   int slots() const { return slots_; }
   const Program& program() const { return program_; }
   const std::vector<Instr>& instructions() const { return program_.ranks[rank_]; }
-  // Runs this rank's instruction list once (one optimizer step).
+  // Weight versions alive at once on this rank (the ring a Stage keeps): the largest
+  // n − (oldest version read after OPT_STEP n) + 1 over the list; 1 for flush kinds.
+  int weight_versions() const { return versions_; }
+  // Flush kinds: runs this rank's instruction list once (one optimizer step).
   ExecStats run(Stage& stage);
+  // Asynchronous kinds: continues the list up to and including this rank's `updates`-th OPT_STEP
+  // counted from the program's start (or to the end), then returns with the pipeline in flight.
+  ExecStats run_until_update(Stage& stage, int updates);
+  bool finished() const { return pc_ >= instructions().size(); }
 
   // Message tag of (kind, stage, microbatch), below the 32767 every MPI supports; messages with
   // equal tags between two ranks are never in flight together (their slots would overlap).
@@ -87,11 +121,32 @@ class Executor {
   int rank_;
   dist::Comm& comm_;
   int slots_ = 0;
+  ExecOptions opt_;
+  int versions_ = 1;
   std::vector<int> post_after_;  // per instruction: post this receive once instruction j ran (-1: at start)
+  // Run state (kept across run_until_update calls).
+  size_t pc_ = 0;
+  bool started_ = false;
+  int updates_done_ = 0;
+  std::vector<dist::RequestPtr> recv_;                    // posted receives, by instruction
+  std::map<int, std::vector<dist::RequestPtr>> sends_;  // in-flight sends, by slot
+  std::vector<std::vector<int>> to_post_;                 // receives to post after instruction j
+
+  void start(Stage& stage);
+  void advance(Stage& stage, ExecStats& st, int stop_after_updates);
+  void post(Stage& stage, int i);
+  void wait_sends(int slot);
+  void wait_all_sends();
+  // Where a boundary message's payload starts and how many floats it has (a 1/tp slice under
+  // scatter/gather).
+  std::pair<size_t, size_t> payload(size_t floats) const;
 };
 
 // Forward only (evaluation): every micro-batch through every model stage in order, with blocking
 // point-to-point between neighbouring ranks (stage s runs on rank s mod pp), all in slot 0.
-void run_forward_only(Stage& stage, dist::Comm& comm, int pp, int vp, int microbatches);
+// `slot`: the activation slot to use (one the training program does not, when an asynchronous
+// program is in flight); `comm` should then be a separate communicator (e.g. a split of the
+// pipeline group) so that its messages never match the in-flight program's receives.
+void run_forward_only(Stage& stage, dist::Comm& comm, int pp, int vp, int microbatches, int slot = 0);
 
 }  // namespace baton::pipeline

@@ -63,7 +63,7 @@ Program lower(const Program& in) {
           for (int s : stages)
             dst.push_back(Instr{.op = Op::OPT_STEP, .stage = s, .weight_version = ++version[s]});
         }
-      } else if (in.spec.kind == "2bw") {
+      } else if (in.spec.kind == "2bw" || in.spec.kind == "1f1b-star") {  // 1F1B* uses 2BW's updates
         if (++done_in_batch[c.stage] == m) {
           done_in_batch[c.stage] = 0;
           update(c.stage);

@@ -214,6 +214,25 @@ Program gen_2bw(const ScheduleSpec& spec) {
   return continuous_1f1b(spec, [m](int, int k) { return std::max(k / m - 1, 0); });
 }
 
+// MadPipe's 1F1B* (notes-hetpipe-madpipe §C.2): 1F1B order with the 1F1B* group index of each
+// stage as its in-flight count, 2BW versions. See schedules.h.
+Program gen_1f1b_star_with(const ScheduleSpec& spec, const std::vector<int>& in_flight) {
+  const int m = spec.microbatches;
+  Program p{.spec = spec};
+  p.ranks.resize(spec.pp);
+  const int n = p.total_microbatches();
+  const std::vector<int> mbs = iota_from(0, n);
+  std::vector<int> versions(n);
+  for (int k = 0; k < n; ++k) versions[k] = std::max(k / m - 1, 0);
+  for (int s = 0; s < spec.pp; ++s) one_f_one_b(p.ranks[s], s, mbs, in_flight[s], versions);
+  return p;
+}
+
+// Registry form: equal stage loads, no communication, T = one stage's load.
+Program gen_1f1b_star(const ScheduleSpec& spec) {
+  return gen_1f1b_star_with(spec, one_f_one_b_star_in_flight(std::vector<double>(spec.pp, 1.0), {}, 1.0));
+}
+
 using Generator = Program (*)(const ScheduleSpec&);
 struct Entry {
   const char* name;
@@ -222,6 +241,7 @@ struct Entry {
 constexpr Entry kRegistry[] = {
     {"gpipe", gen_gpipe},         {"1f1b", gen_1f1b}, {"interleaved", gen_interleaved},
     {"pipedream", gen_pipedream}, {"2bw", gen_2bw},   {"zb-h1", gen_zb_h1},
+    {"1f1b-star", gen_1f1b_star},
 };
 
 const Entry* find(const std::string& kind) {
@@ -266,7 +286,7 @@ bool is_flush_kind(const std::string& kind) {
 
 void check_spec(const ScheduleSpec& s) {
   if (!find(s.kind)) {
-    const bool planned = s.kind == "1f1b-star" || s.kind == "wsp";
+    const bool planned = s.kind == "wsp";
     throw Error(fmt::format("unknown pipeline schedule kind '{}'{}", s.kind,
                             planned ? " (planned, not implemented yet)" : ""),
                 fmt::format("valid kinds: {}", fmt::join(schedule_kinds(), ", ")));
@@ -303,6 +323,11 @@ void check_spec(const ScheduleSpec& s) {
                             s.microbatches, s.pp),
                 "PipeDream-2BW accumulates gradients over m >= p microbatches so that two weight "
                 "versions suffice: raise microbatches");
+  BATON_REQUIRE(s.kind != "1f1b-star" || s.microbatches >= s.pp,
+                fmt::format("1f1b-star needs at least pp microbatches per batch: {} < pp = {}",
+                            s.microbatches, s.pp),
+                "1F1B* keeps PipeDream-2BW's two weight versions, which needs m >= the activations "
+                "in flight on the first stage (pp here): raise microbatches");
   BATON_REQUIRE(s.kind == "pipedream" || !s.vertical_sync,
                 fmt::format("vertical sync is a pipedream option, not one of '{}'", s.kind),
                 "drop the vertical-sync option or use kind pipedream");
@@ -335,6 +360,69 @@ Program generate(const ScheduleSpec& spec) {
   Program p = find(s.kind)->gen(s);
   BATON_ASSERT(static_cast<int>(p.ranks.size()) == p.num_ranks(), "generator {} made {} ranks",
                s.kind, p.ranks.size());
+  assign_slots(p);
+  return p;
+}
+
+std::vector<int> one_f_one_b_star_in_flight(const std::vector<double>& stage_loads,
+                                            const std::vector<double>& cut_loads, double T) {
+  const int P = static_cast<int>(stage_loads.size());
+  BATON_REQUIRE(P >= 1 && (cut_loads.empty() || static_cast<int>(cut_loads.size()) == P - 1),
+                fmt::format("1F1B*: {} stages need {} cut loads, got {}", P, P - 1, cut_loads.size()),
+                "give one load per stage and one per cut between consecutive stages (or none)");
+  BATON_REQUIRE(T > 0, fmt::format("1F1B*: the period must be positive, got {}", T), "");
+  // The chain of resources: stage 0, cut 0, stage 1, ..., stage P − 1 (cuts only when given).
+  std::vector<double> load;
+  std::vector<int> stage_of;  // resource -> stage, −1 for a cut
+  for (int s = 0; s < P; ++s) {
+    load.push_back(stage_loads[s]);
+    stage_of.push_back(s);
+    if (s + 1 < P && !cut_loads.empty()) {
+      load.push_back(cut_loads[s]);
+      stage_of.push_back(-1);
+    }
+  }
+  std::vector<int> out(P, 0);
+  int g = 1;
+  double sum = 0;
+  for (int i = static_cast<int>(load.size()) - 1; i >= 0; --i) {
+    BATON_REQUIRE(load[i] <= T * (1 + 1e-12),
+                  fmt::format("1F1B*: a {} of load {} is above the period {}",
+                              stage_of[i] < 0 ? "cut" : "stage", load[i], T),
+                  "the period must be at least the largest stage (and cut) load");
+    if (sum > 0 && sum + load[i] > T * (1 + 1e-12)) {  // does not fit: start the next group
+      ++g;
+      sum = 0;
+    }
+    sum += load[i];
+    if (stage_of[i] >= 0) out[stage_of[i]] = g;
+  }
+  return out;
+}
+
+Program generate_1f1b_star(const ScheduleSpec& spec, const std::vector<int>& in_flight) {
+  BATON_REQUIRE(spec.kind == "1f1b-star",
+                fmt::format("generate_1f1b_star builds kind 1f1b-star, not '{}'", spec.kind),
+                "set the spec's kind to 1f1b-star");
+  check_spec(spec);
+  BATON_REQUIRE(static_cast<int>(in_flight.size()) == spec.pp,
+                fmt::format("1f1b-star: {} in-flight counts for pp = {}", in_flight.size(), spec.pp),
+                "give one count (the stage's 1F1B* group) per stage");
+  for (int s = 0; s < spec.pp; ++s) {
+    BATON_REQUIRE(in_flight[s] >= 1 && (s == 0 || in_flight[s] <= in_flight[s - 1]),
+                  fmt::format("1f1b-star: in-flight counts must be >= 1 and non-increasing along "
+                              "the pipeline, stage {} has {}",
+                              s, in_flight[s]),
+                  "1F1B* group indices grow towards the first stage");
+    BATON_REQUIRE(in_flight[s] <= spec.microbatches,
+                  fmt::format("1f1b-star: stage {} keeps {} micro-batches in flight but a batch has "
+                              "only {}",
+                              s, in_flight[s], spec.microbatches),
+                  "two weight versions (2BW) need microbatches >= the largest in-flight count");
+  }
+  ScheduleSpec s = spec;
+  s.replicas.clear();
+  Program p = gen_1f1b_star_with(s, in_flight);
   assign_slots(p);
   return p;
 }

@@ -45,6 +45,7 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
   const int N = p.total_microbatches();
   const int m = spec.microbatches;
   const bool flush = is_flush_kind(spec.kind);
+  const bool two_bw = spec.kind == "2bw" || spec.kind == "1f1b-star";  // 1F1B* keeps 2BW's versions
   if (static_cast<int>(p.ranks.size()) != p.num_ranks()) {
     bad(-1, -1, nullptr,
         fmt::format("program has {} ranks, its layout {}", p.ranks.size(), p.num_ranks()));
@@ -92,7 +93,7 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
           fail(fmt::format("optimizer step with {} microbatches in flight: a flush schedule "
                            "updates only after the flush",
                            in_flight[in.stage].size()));
-        if (spec.kind == "2bw" && live_versions(in.stage) > 2)
+        if (two_bw && live_versions(in.stage) > 2)
           fail(fmt::format("2bw keeps at most two weight versions, {} live here",
                            live_versions(in.stage)));
         continue;
@@ -168,7 +169,7 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
             auto it = input_version.find(in.microbatch);
             if (it == input_version.end() || it->second != v)
               fail("vertical sync: must read the version the input stage read for this microbatch");
-          } else if (spec.kind == "2bw") {
+          } else if (two_bw) {
             const int want = std::max(in.microbatch / m - 1, 0);
             if (v != want)
               fail(fmt::format("2bw microbatch {} must read version max(⌊{}/{}⌋ − 1, 0) = {}",
@@ -234,7 +235,7 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
 
     if (p.lowered) {
       for (int s : my_stages) {
-        int want = flush || spec.kind == "2bw" ? spec.steps : 0;
+        int want = flush || two_bw ? spec.steps : 0;
         if (spec.kind == "pipedream")
           for (int k = 0; k < N; ++k) want += p.rank_of(s, k) == r;
         if (updates[s] != want)

@@ -8,6 +8,9 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "pipeline/lower.h"
+#include "pipeline/schedules.h"
+#include "pipeline/simulate.h"
 
 namespace baton::plan {
 
@@ -149,6 +152,93 @@ MpPlan madpipe_search(const MpProblem& pb, int K) {
     T = (lb + ub) / 2;
   }
   return best;
+}
+
+MpCheck madpipe_check(const MpProblem& pb, const MpPlan& plan) {
+  BATON_REQUIRE(plan.feasible && !plan.stages.empty(), "madpipe_check needs a feasible phase-1 plan",
+                "raise the memory or the number of GPUs");
+  const MpModel md(pb);
+  const int N = static_cast<int>(plan.stages.size());
+  std::vector<double> U(N), cut(N > 1 ? N - 1 : 0), msg(N, 0.0);
+  MpCheck out;
+  out.phase1_period = plan.period;
+  int normal = 0;
+  bool any_special = false;
+  out.gpu_of_stage.resize(N);
+  for (int s = 0; s < N; ++s) {
+    const auto& st = plan.stages[s];
+    U[s] = md.U(st.first, st.last);
+    if (s + 1 < N) {
+      cut[s] = md.C(st.last);
+      msg[s] = md.a[st.last] / pb.beta;  // one direction of the cut
+    }
+    if (st.special) {
+      out.special_load += U[s];
+      any_special = true;
+    } else {
+      out.gpu_of_stage[s] = normal++;
+    }
+  }
+  for (int s = 0; s < N; ++s)
+    if (plan.stages[s].special) out.gpu_of_stage[s] = normal;
+  const int gpus = normal + (any_special ? 1 : 0);
+  const double max_u = *std::max_element(U.begin(), U.end());
+  const double max_c = cut.empty() ? 0 : *std::max_element(cut.begin(), cut.end());
+
+  // Candidate periods: the phase-1 period, then every contiguous sum of resource loads above it
+  // (the values at which a 1F1B* group boundary moves).
+  std::vector<double> res;
+  for (int s = 0; s < N; ++s) {
+    res.push_back(U[s]);
+    if (s + 1 < N) res.push_back(cut[s]);
+  }
+  const double T0 = std::max({plan.period, max_u, max_c});
+  std::vector<double> Ts{T0};
+  for (size_t i = 0; i < res.size(); ++i) {
+    double sum = 0;
+    for (size_t j = i; j < res.size(); ++j) {
+      sum += res[j];
+      if (sum > T0 * (1 + 1e-12)) Ts.push_back(sum);
+    }
+  }
+  std::sort(Ts.begin(), Ts.end());
+  Ts.erase(std::unique(Ts.begin(), Ts.end(), [](double a, double b) { return b <= a * (1 + 1e-12); }),
+           Ts.end());
+
+  pipeline::Costs costs;
+  for (int s = 0; s < N; ++s) costs.stage.push_back({U[s] / 3, 2 * U[s] / 3, 0});
+  costs.send_act = msg;
+  costs.send_grad = msg;
+  for (double T : Ts) {
+    const std::vector<int> g = pipeline::one_f_one_b_star_in_flight(U, cut, T);
+    const int gmax = *std::max_element(g.begin(), g.end());
+    // Long enough runs that the difference is taken in the periodic regime (the transient can
+    // last tens of micro-batches when ranks have slack); a rank cannot beat its own load.
+    const int m1 = 16 * (gmax + N), m2 = 2 * m1;
+    std::vector<int> peaks;
+    auto makespan = [&](int m) {
+      const auto prog = pipeline::lower(pipeline::generate_1f1b_star(
+          {.kind = "1f1b-star", .pp = N, .microbatches = m}, g));
+      const auto r = pipeline::simulate(prog, costs);
+      if (peaks.empty()) peaks = r.peak_activations;
+      return r.makespan;
+    };
+    const double mk1 = makespan(m1);
+    out.simulated_period = std::max((makespan(m2) - mk1) / (m2 - m1), max_u);
+    out.schedule_T = T;
+    out.activations = peaks;
+    out.stage_memory.assign(N, 0);
+    out.gpu_memory.assign(gpus, 0);
+    for (int s = 0; s < N; ++s) {
+      out.stage_memory[s] = md.mem(plan.stages[s].first, plan.stages[s].last, peaks[s]);
+      out.gpu_memory[out.gpu_of_stage[s]] += out.stage_memory[s];
+    }
+    out.period = std::max({out.simulated_period, out.special_load, max_c});
+    out.fits = std::all_of(out.gpu_memory.begin(), out.gpu_memory.end(),
+                           [&](double m) { return m <= pb.memory * (1 + kTol); });
+    if (out.fits) break;
+  }
+  return out;
 }
 
 }  // namespace baton::plan

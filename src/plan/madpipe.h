@@ -21,9 +21,18 @@
 // Algorithm 1 (the period search) bisects T̂ between lb = U(1,L)/P and ub = U(1,L) + Σ C for K
 // iterations and returns the best max(MadPipe-DP(T̂), T̂). We follow the prose (min(T_i, T̂_i) is
 // a lower bound) where the printed line 7 reads min(T_i, T̃_i).
-// Phase 2 (the ILP repairing the special GPU's under-estimated memory) is not implemented; instead
-// `madpipe_check` recomputes the special GPU's memory with the exact bound for "each backward right
-// after its forward" (§C.3) and reports whether the plan fits (docs/planner.md).
+// Phase 2 (§C.4, an ILP over the N phase-1 stages) is replaced by the pipeline simulator:
+// `madpipe_check` builds MadPipe's own schedule for the phase-1 stages — the 1f1b-star program of
+// src/pipeline (generate_1f1b_star) for the chain of N stages with loads U(s) and cuts
+// C = 2a_s/β, one simulated rank per stage — simulates it (forward U/3, backward 2U/3, a_s/β per
+// message) and takes from the simulation the steady-state period and each stage's peak stored
+// activations g_s. Memory per GPU is ℳ(k, l, g_s) for a normal GPU and, for the special GPU,
+// Σ over its stages of ℳ(k, l, g_s) — the "all forwards, then all backwards" bound of §C.3, so
+// never an under-estimate (phase 1 under-estimates it as ℳ(k, l, g − 1)). The achieved period is
+// max(simulated period, the special GPU's load Σ U, the largest cut). If a GPU does not fit, the
+// schedule's period T is raised to the next value at which a 1F1B* group changes (a contiguous sum
+// of resource loads), which stores fewer activations, until every GPU fits (or T reaches the
+// sequential U(1,L) + ΣC: infeasible).
 #pragma once
 #include <vector>
 
@@ -79,6 +88,21 @@ struct MpModel {
 };
 
 MpPlan madpipe_dp(const MpProblem& pb, double target);
+
+struct MpCheck {
+  bool fits = false;              // every GPU within M under the checked schedule
+  double phase1_period = 0;       // the plan's (phase-1) period
+  double period = 0;              // achieved: max(simulated, special GPU load, largest cut)
+  double simulated_period = 0;    // steady-state period of the simulated 1f1b-star program
+  double schedule_T = 0;          // the T the 1F1B* groups were formed with
+  double special_load = 0;        // Σ U over the special GPU's stages
+  std::vector<int> activations;   // per stage: peak stored activations in the simulation
+  std::vector<double> stage_memory;  // per stage: ℳ(k, l, activations)
+  std::vector<int> gpu_of_stage;  // per stage: its GPU (normal GPUs 0.. in stage order, special last)
+  std::vector<double> gpu_memory; // per GPU that holds a stage
+};
+// Phase 2 replaced by simulation (see above). `plan` must be feasible.
+MpCheck madpipe_check(const MpProblem& pb, const MpPlan& plan);
 MpPlan madpipe_search(const MpProblem& pb, int iterations = 10);
 
 }  // namespace baton::plan

@@ -98,7 +98,14 @@ Prediction evaluate(const PtdpProblem& pb, const Layout& l, bool simulate, long 
   go.sequence_parallel = l.sequence_parallel;
   go.recompute = l.recompute;
   go.layout = pb.act_layout;
-  const ModelDesc md = gpt_desc(pb.shape, go);
+  ModelDesc md = gpt_desc(pb.shape, go);
+  std::vector<LayerTime> times(md.size());
+  if (pb.profile) {
+    check_profile(*pb.profile, pb.shape, pb.dtype);
+    times = profiled_times(*pb.profile, pb.shape, go, dev, A, md);
+  } else {
+    for (int i = 0; i < md.size(); ++i) times[i] = layer_time(md.layers[i], dev, pb.dtype, A);
+  }
 
   // Layers -> model stages: equal blocks per chunk, the embedding with the first, the head with
   // the last (Megatron's assignment).
@@ -107,7 +114,7 @@ Prediction evaluate(const PtdpProblem& pb, const Layout& l, bool simulate, long 
   for (int i = 0; i < L; ++i) {
     const int s = i == 0 ? 0 : i == L - 1 ? S - 1 : (i - 1) / per;
     const auto& ld = md.layers[i];
-    const LayerTime t = layer_time(ld, dev, pb.dtype, A);
+    const LayerTime& t = times[i];
     // Tensor-parallel all-reduces stay inside a node (tp divides the GPUs of a node).
     st[s].f += t.fwd + allreduce_time(ld.tp_fwd_bytes, l.tp, intra);
     st[s].b += t.bwd + allreduce_time(ld.tp_bwd_bytes, l.tp, intra);
@@ -137,6 +144,11 @@ Prediction evaluate(const PtdpProblem& pb, const Layout& l, bool simulate, long 
   p.layout = l;
   std::vector<double> fb(S);
   for (int s = 0; s < S; ++s) fb[s] = st[s].f + st[s].b;
+  {
+    std::vector<double> rank_fb(l.pp, 0.0);
+    for (int s = 0; s < S; ++s) rank_fb[s % l.pp] += fb[s];
+    p.compute_s = m * *std::max_element(rank_fb.begin(), rank_fb.end());
+  }
   const long instrs = long(S) * m * 6;
   const bool flush = l.schedule != "2bw";
   if (simulate && instrs <= max_sim_instrs && l.pp > 1) {
@@ -216,7 +228,7 @@ std::vector<Prediction> search(const PtdpProblem& pb, const SearchOptions& opt) 
   const int N = pb.cluster.total_gpus();
   BATON_REQUIRE(pb.cluster.homogeneous(),
                 fmt::format("cluster '{}' mixes device types or node sizes", pb.cluster.name),
-                "the PTD-P search needs identical nodes; HetPipe planning handles mixed clusters");
+                "the PTD-P search needs identical nodes; partition over mixed GPUs with --algorithm hetpipe");
   std::vector<Prediction> all;
   for (int tp = 1; tp <= pb.cluster.gpus_per_node(); ++tp) {
     for (int pp = 1; pp <= pb.shape.n_layer; ++pp) {

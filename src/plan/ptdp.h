@@ -17,12 +17,14 @@
 // the GPU count; micro_batch·dp divides global_batch; interleaved needs m a multiple of pp and
 // 2bw m ≥ pp (the generators' rules).
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "plan/cluster.h"
 #include "plan/cost_model.h"
 #include "plan/model_desc.h"
+#include "plan/profile.h"
 
 namespace baton::plan {
 
@@ -42,6 +44,9 @@ struct PtdpProblem {
   ActLayout act_layout = ActLayout::MEGATRON;
   Cluster cluster;  // homogeneous
   Assumptions assume;
+  // Measured per-layer times and memory (`baton plan --profile`) instead of the analytical ones,
+  // scaled to each layout's micro-batch, tp and recomputation as profile.h says.
+  std::shared_ptr<const MeasuredProfile> profile;
 };
 
 struct Prediction {
@@ -55,6 +60,7 @@ struct Prediction {
   bool fits = true;               // every rank within the device memory
   bool simulated = false;         // pipeline time from the simulator (else the closed form)
   double pipeline_s = 0, dp_comm_s = 0, optimizer_s = 0;  // parts of the step time
+  double compute_s = 0;  // m × the busiest rank's f + b per micro-batch (tp all-reduces included)
 };
 
 // Checks the divisibility rules; returns "" or what is violated.

@@ -7,6 +7,24 @@
 // norm over tp × dp × pp (each parameter counted once), clipping and AdamW. Gives the single-process
 // update W(t+1) = W(t) − lr·∇f(W(t)) (notes-dissertation §1.5, §1.6). Shared by the trainer and the
 // layout-invariance test.
+//
+// Asynchronous kinds (docs/schedules.md "Asynchronous kinds in training"):
+// - `2bw` (PipeDream-2BW, notes-dissertation §1.4): a step is one batch of m micro-batches per
+//   stage and one optimizer update per stage; batch n is computed on W(n − 1) (two versions live):
+//   W(n+1) = W(n) − lr·∇f(W(n − 1)).
+// - `pipedream` (notes-dissertation §1.3, notes-pipedream §1): a step is the same global batch
+//   (m micro-batches per stage), but every micro-batch's backward is followed by its stage's own
+//   optimizer update (m updates per step, each with the step's LR); stage s reads the stashed
+//   W_s(k − p + s + 1) for micro-batch k (W(k − p + 1) on every stage with vertical sync). The
+//   step's loss and grad norm are the means over its m updates.
+// The program runs without flushes over a *segment* of steps, drained (no micro-batch in flight)
+// at multiples of `drain_every` and at `total_steps`: checkpoints are taken there, so a resumed run
+// repeats an uninterrupted one exactly. Each update uses the global grad norm (a blocking
+// collective over the whole model at every update), and the tied wte's two copies (first and
+// last stage) sum their gradients at each update, so they stay identical version by version.
+// Weight versions are a ring of parameter buffers (Executor::weight_versions() of them); after
+// each step the latest version is copied to model.params() (what checkpoints, evaluation and
+// sampling read).
 #pragma once
 #include <memory>
 #include <string>
@@ -22,7 +40,17 @@ struct PipelineSetup {
   dist::Comm* embedding = nullptr;  // first + last pipeline stage (tied wte); null elsewhere
   int vp = 1;
   std::string schedule = "1f1b";
+  // PTD-P scatter/gather (notes-dissertation §3): send 1/tp of each boundary tensor per tp rank
+  // and all-gather on receipt. Needs tp > 1 and no sequence parallelism.
+  bool scatter_gather = false;
+  bool vertical_sync = false;  // pipedream only
+  // Asynchronous kinds: the run's last step (exclusive) and the drain period (0 = only at the end).
+  int64_t total_steps = 0;
+  int64_t drain_every = 0;
 };
+
+// pipedream and 2bw: no flush, weight versions (the executor's run_until_update).
+bool is_async_schedule(const std::string& kind);
 
 // The ranks of `pp` that share the tied wte (pipeline ranks 0 and pp − 1) as one group; every
 // other rank gets a group of its own (returned as null). Collective over `pp`.
@@ -39,6 +67,11 @@ class PipelineStep {
   PipelineStep& operator=(const PipelineStep&) = delete;
 
   StepResult step(const BatchRows& batch, int64_t step, double lr);
+  // Asynchronous kinds: true when no micro-batch is in flight (between segments); flush kinds:
+  // always. Checkpoints are only consistent when drained.
+  bool drained() const;
+  // Weight versions this rank keeps (1 for flush kinds).
+  int weight_versions() const;
   // Mean loss over `batches` batches of `rows` sequences (forward only), from `rows_fn(b, row, n,
   // x, y)`; the same on every rank.
   double evaluate(const BatchRows& rows_fn, int batches, int rows);
@@ -50,8 +83,14 @@ class PipelineStep {
 
  private:
   class GptStage;
+  void start_segment(int64_t step);
+  pipeline::ScheduleSpec spec_for(int steps) const;
+
   PipelineSetup s_;
   int microbatches_ = 0;
+  bool async_ = false;
+  int64_t segment_start_ = 0, next_step_ = 0;
+  std::unique_ptr<dist::Comm> eval_comm_;  // asynchronous kinds: evaluation's own communicator
   std::unique_ptr<pipeline::Executor> executor_;
   std::unique_ptr<GptStage> stage_;
   pipeline::ExecStats stats_;

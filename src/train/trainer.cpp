@@ -135,9 +135,19 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                 "precision.compute = \"bf16\" needs the CUDA backend", "use compute = \"fp32\" on the CPU");
   BATON_REQUIRE(!cfg.data.train.empty(), "data.train is not set",
                 "set data.train to a dataset prefix built with `baton data build`");
-  BATON_REQUIRE(!cfg.parallel.scatter_gather,
-                "parallel.scatter_gather = true is not implemented yet",
-                "set parallel.scatter_gather = false (inter-stage activations are sent whole)");
+  // PTD-P scatter/gather (notes-dissertation §3) splits what crosses a stage boundary over tp;
+  // with sequence parallelism it is split already (Megatron disables scatter/gather there).
+  BATON_REQUIRE(!cfg.parallel.scatter_gather ||
+                    (cfg.parallel.pp > 1 && cfg.parallel.tp > 1 && !cfg.parallel.sequence_parallel),
+                "parallel.scatter_gather = true needs pp > 1 and tp > 1 without sequence parallelism",
+                "scatter/gather splits the activations sent between pipeline stages over the "
+                "tensor-parallel ranks; under sequence parallelism they are split already: set "
+                "parallel.scatter_gather = false");
+  // The asynchronous schedules change the update rule (stale weights); with one stage there is no
+  // pipeline to run them on, and silently training with the flush rule would be a lie.
+  BATON_REQUIRE(!is_async_schedule(cfg.parallel.schedule) || cfg.parallel.pp > 1,
+                fmt::format("parallel.schedule = \"{}\" needs parallel.pp > 1", cfg.parallel.schedule),
+                "set parallel.pp > 1, or use a flush schedule (e.g. \"1f1b\") with pp = 1");
   const int world_size = world ? world->size() : 1;
   const int tp_size = cfg.parallel.tp, dp_size = cfg.dp, pp_size = cfg.parallel.pp;
   const int vp = cfg.parallel.vp;
@@ -219,8 +229,14 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     embedding_group = make_embedding_group(*groups.pp);
     pipe = std::make_unique<PipelineStep>(PipelineSetup{.step = setup, .pp = groups.pp.get(),
                                                         .embedding = embedding_group.get(),
-                                                        .vp = vp, .schedule = cfg.parallel.schedule});
+                                                        .vp = vp, .schedule = cfg.parallel.schedule,
+                                                        .scatter_gather = cfg.parallel.scatter_gather,
+                                                        .total_steps = cfg.train.steps,
+                                                        .drain_every = cfg.checkpoint.every});
   }
+  // Asynchronous schedules (pipedream, 2bw) run without flushes between checkpoints; the pipeline
+  // drains at checkpoint.every and at the end, where checkpoints are consistent.
+  const bool async_pipe = pipe && is_async_schedule(cfg.parallel.schedule);
   LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps,
                    cfg.optim.decay};
 
@@ -234,9 +250,18 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
             dp_size, pp_size, tpc.sp() ? " | sequence parallel" : "", dpg.zero1() ? " | ZeRO-1" : "");
   if (pipe)
     log::info("pipeline: schedule {}{} | {} micro-batches per step | {} activation slots on this "
-              "rank (the schedule's simulated peak) | {} blocks per model stage",
+              "rank (the schedule's simulated peak{}) | {} blocks per model stage{}{}",
               cfg.parallel.schedule, vp > 1 ? fmt::format(", {} chunks per rank", vp) : std::string(),
-              pipe->microbatches(), pipe->slots(), dims.n_layer / (pp_size * vp));
+              pipe->microbatches(), pipe->slots(), async_pipe ? " + 1 for evaluation" : "",
+              dims.n_layer / (pp_size * vp),
+              cfg.parallel.scatter_gather ? " | scatter/gather" : "",
+              async_pipe ? fmt::format(" | {}, drained every {}", cfg.parallel.schedule == "pipedream"
+                                                                     ? "one update per micro-batch"
+                                                                     : "one update per batch on W(t-1)",
+                                       cfg.checkpoint.every > 0
+                                           ? fmt::format("{} steps", cfg.checkpoint.every)
+                                           : std::string("run (at its end)"))
+                         : std::string());
   if (!choice.note.empty()) log::info("note: {}", choice.note);
   // Parameters of the whole model: each rank's tensor-parallel shards, replicated tensors on tp
   // rank 0, the tied wte once (first stage), summed over the job and divided by the replicas.
@@ -364,7 +389,14 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   }
 
   // ---- final checkpoint (also when stopped by a signal) and a sample ----
-  if (saved_step != summary.last_step)
+  if (async_pipe && !pipe->drained()) {
+    // An asynchronous pipeline stopped between drain points has micro-batches in flight on older
+    // weight versions: its state is not a checkpoint one could resume exactly.
+    log::warn("stopped in the middle of an asynchronous pipeline segment ({} drains at multiples of "
+              "checkpoint.every): no checkpoint written for step {}; the newest is {}",
+              cfg.parallel.schedule, summary.last_step,
+              saved_step >= 0 ? fmt::format("step {}", saved_step) : std::string("none"));
+  } else if (saved_step != summary.last_step)
     summary.checkpoint_path = save_state(cfg, model, opt, host, summary.last_step, lr, shard_layout);
   else if (start_step >= cfg.train.steps)
     log::info("nothing to train: the checkpoint is at step {}, train.steps = {}", start_step, cfg.train.steps);

@@ -3,6 +3,8 @@
 // 1F1B-RR, validate catching broken programs, and the spec errors.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -30,7 +32,7 @@ std::vector<ScheduleSpec> sweep_specs() {
         for (int m = 1; m <= 32; ++m) {
           ScheduleSpec s{.kind = kind, .pp = pp, .vp = vp, .microbatches = m};
           if (kind == "interleaved" && m % pp != 0) continue;
-          if (kind == "2bw" && m < pp) continue;
+          if ((kind == "2bw" || kind == "1f1b-star") && m < pp) continue;
           out.push_back(s);
         }
   return out;
@@ -38,7 +40,8 @@ std::vector<ScheduleSpec> sweep_specs() {
 
 TEST(PipelineSchedules, RegistryListsTheKinds) {
   EXPECT_EQ(schedule_kinds(),
-            (std::vector<std::string>{"gpipe", "1f1b", "interleaved", "pipedream", "2bw", "zb-h1"}));
+            (std::vector<std::string>{"gpipe", "1f1b", "interleaved", "pipedream", "2bw", "zb-h1",
+                                      "1f1b-star"}));
 }
 
 TEST(PipelineSchedules, SweepValidatesBeforeAndAfterLowering) {
@@ -304,7 +307,8 @@ void expect_error(const ScheduleSpec& s, const std::string& what, const std::str
 TEST(PipelineSchedules, SpecErrors) {
   expect_error({.kind = "zigzag", .pp = 2, .microbatches = 4}, "unknown pipeline schedule kind 'zigzag'",
                "gpipe, 1f1b, interleaved, pipedream, 2bw, zb-h1");
-  expect_error({.kind = "1f1b-star", .pp = 2, .microbatches = 4}, "not implemented", "valid kinds");
+  expect_error({.kind = "wsp", .pp = 2, .microbatches = 4}, "not implemented", "valid kinds");
+  expect_error({.kind = "1f1b-star", .pp = 4, .microbatches = 3}, "1f1b-star needs at least pp", "2BW");
   expect_error({.kind = "1f1b", .pp = 0, .microbatches = 4}, "at least 1, got 0", "pp = 1");
   expect_error({.kind = "1f1b", .pp = 2, .vp = 2, .microbatches = 4}, "vp = 2 needs the interleaved",
                "interleaved");
@@ -317,6 +321,85 @@ TEST(PipelineSchedules, SpecErrors) {
                "cannot be split evenly", "");
   expect_error({.kind = "pipedream", .pp = 2, .microbatches = 4, .replicas = {2}}, "lists 1 stages", "");
   expect_error({.kind = "gpipe", .pp = 2, .microbatches = 4, .vertical_sync = true}, "vertical sync", "");
+}
+
+// ---- 1F1B* (MadPipe, notes-hetpipe-madpipe §C.2) ----
+
+// The golden is hand-derived for the notes' example (§D.4): loads (4, 4, 4, 4), T = 8.
+TEST(PipelineSchedules, OneFOneBStarGolden) {
+  const std::string text =
+      read_file(std::string(BATON_SOURCE_DIR) + "/tests/unit/golden/pipeline/1f1b-star_pp4_m8_T8.txt");
+  const Program golden = parse_program(text);
+  const std::vector<int> in_flight = one_f_one_b_star_in_flight({4, 4, 4, 4}, {}, 8);
+  ASSERT_EQ(in_flight, (std::vector<int>{2, 2, 1, 1}));
+  const Program built = generate_1f1b_star(golden.spec, in_flight);
+  std::string body;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] != '#') body += line + "\n";
+  EXPECT_EQ(to_text(built), body);
+  EXPECT_EQ(built, golden);
+  EXPECT_EQ(joined(validate(golden)), "");
+  EXPECT_EQ(joined(validate(lower(golden))), "");
+}
+
+// Groups from the end with cuts as resources (§C.2 step 6): stage loads 2, cut 2 ... T = 2 gives
+// every resource its own group, so the first of 3 stages stores 2·3 − 1 = 5 activations.
+TEST(PipelineSchedules, OneFOneBStarGroups) {
+  EXPECT_EQ(one_f_one_b_star_in_flight({4, 4, 4, 4}, {}, 4), (std::vector<int>{4, 3, 2, 1}));  // 1F1B
+  EXPECT_EQ(one_f_one_b_star_in_flight({4, 4, 4, 4}, {}, 16), (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(one_f_one_b_star_in_flight({1, 3, 2, 2}, {}, 4), (std::vector<int>{2, 2, 1, 1}));
+  EXPECT_EQ(one_f_one_b_star_in_flight({2, 2}, {1}, 3), (std::vector<int>{2, 1}));
+  EXPECT_EQ(one_f_one_b_star_in_flight({2, 2, 2}, {2, 2}, 2), (std::vector<int>{5, 3, 1}));
+  EXPECT_THROW(one_f_one_b_star_in_flight({5, 1}, {}, 4), Error);
+  EXPECT_THROW(one_f_one_b_star_in_flight({1, 1}, {5}, 4), Error);  // a cut above the period
+  EXPECT_THROW(one_f_one_b_star_in_flight({1, 1, 1}, {1}, 4), Error);
+  // The registry's 1f1b-star (equal loads, T = a stage's load) is 2bw's order under another kind.
+  for (int pp = 1; pp <= 6; ++pp) {
+    Program star = generate({.kind = "1f1b-star", .pp = pp, .microbatches = pp + 2, .steps = 2});
+    const Program two_bw = generate({.kind = "2bw", .pp = pp, .microbatches = pp + 2, .steps = 2});
+    EXPECT_EQ(star.ranks, two_bw.ranks) << pp;
+  }
+}
+
+// Every non-increasing in-flight vector gives a valid program, compute-only and lowered, over
+// several batches (2BW updates: one per stage per batch, at most two live versions).
+TEST(PipelineSchedules, OneFOneBStarSweepValidates) {
+  int programs = 0;
+  for (int pp = 1; pp <= 5; ++pp)
+    for (int top = 1; top <= 2 * pp - 1; ++top)
+      for (int steps : {1, 3}) {
+        std::vector<int> in_flight(pp);
+        for (int s = 0; s < pp; ++s) in_flight[s] = std::max(1, top - s * (top + pp - 1) / pp);
+        for (int m : {top, top + 1, 2 * top + 3}) {
+          const ScheduleSpec spec{.kind = "1f1b-star", .pp = pp, .microbatches = std::max(m, pp),
+                                  .steps = steps};
+          SCOPED_TRACE(fmt::format("pp {} in-flight {} m {} steps {}", pp, fmt::join(in_flight, ","),
+                                   spec.microbatches, steps));
+          const Program p = generate_1f1b_star(spec, in_flight);
+          ASSERT_EQ(joined(validate(p)), "");
+          ASSERT_EQ(joined(validate(lower(p))), "");
+          ++programs;
+        }
+      }
+  EXPECT_GT(programs, 100);
+}
+
+TEST(PipelineSchedules, OneFOneBStarErrors) {
+  auto err = [](const ScheduleSpec& s, const std::vector<int>& f, const std::string& what) {
+    try {
+      generate_1f1b_star(s, f);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_FALSE(e.hint().empty());
+    }
+  };
+  err({.kind = "1f1b-star", .pp = 3, .microbatches = 4}, {2, 1}, "2 in-flight counts for pp = 3");
+  err({.kind = "1f1b-star", .pp = 2, .microbatches = 4}, {1, 2}, "non-increasing");
+  err({.kind = "1f1b-star", .pp = 2, .microbatches = 4}, {2, 0}, "non-increasing");
+  err({.kind = "1f1b-star", .pp = 2, .microbatches = 4}, {5, 1}, "only 4");
+  err({.kind = "2bw", .pp = 2, .microbatches = 4}, {2, 1}, "builds kind 1f1b-star");
 }
 
 }  // namespace

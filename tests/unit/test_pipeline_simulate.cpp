@@ -174,5 +174,72 @@ TEST(PipelineTrace, ChromeTraceIsValidJson) {
   EXPECT_NEAR(max_end, r.makespan * 1000, 1e-6);
 }
 
+// ---- 1F1B* (MadPipe, notes-hetpipe-madpipe §C.2) ----
+
+// Steady-state period of a 1f1b-star program: how much the makespan grows per extra microbatch.
+// Per-stage forward f and backward b (U = f + b), one-way message latency `send` on every cut.
+struct StarRun {
+  double period = 0;
+  std::vector<int> peaks;
+};
+StarRun star(const std::vector<int>& in_flight, const std::vector<StageCost>& cost, double send = 0) {
+  const int pp = static_cast<int>(in_flight.size());
+  auto makespan = [&](int m, std::vector<int>* peaks) {
+    const Program p = lower(generate_1f1b_star({.kind = "1f1b-star", .pp = pp, .microbatches = m}, in_flight));
+    Costs c;
+    c.stage = cost;
+    c.send_act.assign(pp, send);
+    c.send_grad.assign(pp, send);
+    const SimResult r = simulate(p, c);
+    if (peaks) *peaks = r.peak_activations;
+    return r.makespan;
+  };
+  const int m1 = 8 * pp + 8, m2 = 2 * m1;
+  StarRun out;
+  const double a = makespan(m1, &out.peaks);
+  out.period = (makespan(m2, nullptr) - a) / (m2 - m1);
+  return out;
+}
+
+// §C.2 / §D.4: stage loads (4, 4, 4, 4). At T = 8 the groups are {s2, s3} → 1 and {s0, s1} → 2:
+// the simulated schedule runs at exactly period 8 storing (2, 2, 1, 1) activations; at T = 4
+// (every stage its own group) it is 1F1B, period 4 with (4, 3, 2, 1). Proposition 1: one
+// activation fewer on stage 1 than 1F1B* stores cannot keep period 8 (its round trip F1 F2 F3 B3
+// B2 B1 = 12 then runs unpipelined).
+TEST(PipelineSimulate, OneFOneBStarPeriodAndActivations) {
+  const std::vector<StageCost> equal(4, StageCost{1, 3, 0});  // U = 4
+  StarRun r = star(one_f_one_b_star_in_flight({4, 4, 4, 4}, {}, 8), equal);
+  EXPECT_NEAR(r.period, 8, 1e-9);
+  EXPECT_EQ(r.peaks, (std::vector<int>{2, 2, 1, 1}));
+  r = star(one_f_one_b_star_in_flight({4, 4, 4, 4}, {}, 4), equal);
+  EXPECT_NEAR(r.period, 4, 1e-9);
+  EXPECT_EQ(r.peaks, (std::vector<int>{4, 3, 2, 1}));
+  r = star({2, 1, 1, 1}, equal);
+  EXPECT_NEAR(r.period, 12, 1e-9);
+  // Unequal loads (1, 3, 2, 2), T = 4: groups {s2, s3}, {s0, s1}; period 4 = T, (2, 2, 1, 1).
+  const std::vector<StageCost> uneven = {{0.25, 0.75, 0}, {1, 2, 0}, {0.5, 1.5, 0}, {0.5, 1.5, 0}};
+  r = star(one_f_one_b_star_in_flight({1, 3, 2, 2}, {}, 4), uneven);
+  EXPECT_NEAR(r.period, 4, 1e-9);
+  EXPECT_EQ(r.peaks, (std::vector<int>{2, 2, 1, 1}));
+  r = star({2, 1, 1, 1}, uneven);
+  EXPECT_GT(r.period, 4 + 1e-6);
+}
+
+// With communication (§C.2 step 6): two stages of load 2 and a cut of load C = 2a/β = 1 (0.5 each
+// way). At T = 3 the cut joins the last stage's group and stage 0 stores 2 activations: the
+// simulated period is within T (the round trip 2 + 0.5 + 2 + 0.5 = 5 over 2 in flight = 2.5),
+// while storing 1 would need period 5 > T.
+TEST(PipelineSimulate, OneFOneBStarWithCommunication) {
+  const std::vector<StageCost> cost(2, StageCost{0.5, 1.5, 0});
+  const std::vector<int> g = one_f_one_b_star_in_flight({2, 2}, {1}, 3);
+  ASSERT_EQ(g, (std::vector<int>{2, 1}));
+  StarRun r = star(g, cost, 0.5);
+  EXPECT_LE(r.period, 3 + 1e-9);
+  EXPECT_NEAR(r.period, 2.5, 1e-9);
+  EXPECT_EQ(r.peaks, g);
+  r = star({1, 1}, cost, 0.5);
+  EXPECT_NEAR(r.period, 5, 1e-9);
+}
+
 }  // namespace
 }  // namespace baton::pipeline

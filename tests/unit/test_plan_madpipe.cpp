@@ -142,5 +142,81 @@ TEST(PlanMadPipe, SearchNonIncreasingInMemory) {
   }
 }
 
+// ---- Phase 2 replaced by the simulator (madpipe_check, docs/planner.md) ----
+
+// With ample memory the checked schedule is MadPipe's 1F1B* at the phase-1 period: the simulated
+// period confirms phase 1 (never above it, never below the busiest resource), every stage stores
+// exactly its 1F1B* group index of activations (§C.2 step 4), and the memory per GPU is ℳ with
+// those counts — the special GPU summing its stages (§C.3's all-forwards-first bound).
+TEST(PlanMadPipe, CheckConfirmsThePhase1Period) {
+  std::mt19937 rng(21);
+  int with_special = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    MpProblem pb = random_problem(rng, 5 + trial % 4, 2 + trial % 3);
+    pb.memory = 100;  // nothing binds
+    const MpPlan plan = madpipe_search(pb);
+    ASSERT_TRUE(plan.feasible);
+    const MpCheck c = madpipe_check(pb, plan);
+    ASSERT_TRUE(c.fits) << trial;
+    const MpModel md(pb);
+    const int N = plan.stages.size();
+    std::vector<double> U, cut;
+    double busiest = 0, special = 0;
+    for (int s = 0; s < N; ++s) {
+      U.push_back(md.U(plan.stages[s].first, plan.stages[s].last));
+      if (s + 1 < N) cut.push_back(md.C(plan.stages[s].last));
+      busiest = std::max(busiest, U.back());
+      if (plan.stages[s].special) special += U.back();
+    }
+    for (double x : cut) busiest = std::max(busiest, x);
+    with_special += special > 0;
+    EXPECT_EQ(c.schedule_T, std::max(plan.period, busiest));
+    EXPECT_LE(c.period, plan.period * (1 + 1e-9)) << trial;
+    EXPECT_GE(c.period, std::max(busiest, special) * (1 - 1e-9)) << trial;
+    EXPECT_DOUBLE_EQ(c.special_load, special);
+    EXPECT_EQ(c.activations, one_f_one_b_star_activations(U, cut, c.schedule_T)) << trial;
+    std::vector<double> gpu(c.gpu_memory.size(), 0.0);
+    for (int s = 0; s < N; ++s)
+      gpu[c.gpu_of_stage[s]] += md.mem(plan.stages[s].first, plan.stages[s].last, c.activations[s]);
+    EXPECT_EQ(gpu, c.gpu_memory);
+  }
+  EXPECT_GT(with_special, 0);
+}
+
+// Tight memory: phase 1 under-estimates the special GPU, so some plans do not fit at the phase-1
+// period; the check then raises the schedule's T (fewer stored activations) until they fit, and a
+// plan it reports as fitting has every GPU within M. A larger T never stores more activations.
+TEST(PlanMadPipe, CheckAdjustsThePeriodUnderTightMemory) {
+  std::mt19937 rng(8);
+  int adjusted = 0, fitting = 0, infeasible = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    MpProblem pb = random_problem(rng, 5 + trial % 4, 2 + trial % 3);
+    pb.layers[0].out_bytes *= 4;  // large early activations, as in CNNs (§C.5)
+    const MpPlan plan = madpipe_search(pb);
+    if (!plan.feasible) continue;
+    const MpCheck c = madpipe_check(pb, plan);
+    if (!c.fits) {
+      ++infeasible;
+      continue;
+    }
+    ++fitting;
+    for (double m : c.gpu_memory) EXPECT_LE(m, pb.memory * (1 + 1e-9));
+    if (c.schedule_T > plan.period * (1 + 1e-9)) {
+      ++adjusted;
+      EXPECT_GE(c.period, plan.period * (1 - 1e-9));
+    }
+  }
+  EXPECT_GT(fitting, 20);
+  EXPECT_GT(adjusted, 0);
+  // Monotone: raising T never stores more.
+  for (double T : {3.0, 4.0, 6.0, 9.0}) {
+    const auto lo = one_f_one_b_star_activations({2, 3, 1, 2}, {1, 0.5, 1}, T);
+    const auto hi = one_f_one_b_star_activations({2, 3, 1, 2}, {1, 0.5, 1}, T + 1);
+    for (int s = 0; s < 4; ++s) EXPECT_LE(hi[s], lo[s]);
+  }
+  std::printf("tight memory: %d fit, %d adjusted, %d infeasible after the check\n", fitting, adjusted,
+              infeasible);
+}
+
 }  // namespace
 }  // namespace baton::plan
