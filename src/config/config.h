@@ -67,6 +67,7 @@ struct ParallelConfig {
   bool zero1 = false;
   std::string recompute = "none";  // "none" | "selective" | "full"
   bool scatter_gather = false;
+  bool vertical_sync = false;  // pipedream (PipeDream §3.3): all stages use the input stage's version
   double bucket_mb = 25.0;  // data-parallel gradients are reduced in buckets of this size
 
   bool operator==(const ParallelConfig&) const = default;

@@ -79,6 +79,7 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(parallel, recompute, "activation recomputation",
                 .allowed = {"none", "selective", "full"}),
       BATON_KEY(parallel, scatter_gather, "split inter-stage activations over tp ranks"),
+      BATON_KEY(parallel, vertical_sync, "pipedream: every stage uses the input stage's weight version"),
       BATON_KEY(parallel, bucket_mb, "data-parallel gradient bucket size in MiB",
                 .range = above(0)),
 

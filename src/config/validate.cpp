@@ -93,6 +93,12 @@ void validate(Config& cfg, int world_size) {
                     p.schedule),
         "virtual pipeline chunks only exist in the interleaved 1F1B schedule: set "
         "schedule = \"interleaved\" or vp = 1");
+  if (p.vertical_sync && p.schedule != "pipedream")
+    inconsistent(latest(cfg, {"parallel.vertical_sync", "parallel.schedule"}),
+                 fmt::format("parallel.vertical_sync = true needs parallel.schedule = \"pipedream\", got "
+                             "\"{}\"", p.schedule),
+                 "vertical sync is PipeDream's option for its weight stashing: set schedule = "
+                 "\"pipedream\" or vertical_sync = false");
   if (p.vp > 1 && p.pp == 1)
     inconsistent(latest(cfg, {"parallel.vp", "parallel.pp"}),
                  fmt::format("parallel.vp = {} needs pipeline parallelism, but parallel.pp = 1", p.vp),

@@ -231,6 +231,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                                                         .embedding = embedding_group.get(),
                                                         .vp = vp, .schedule = cfg.parallel.schedule,
                                                         .scatter_gather = cfg.parallel.scatter_gather,
+                                                        .vertical_sync = cfg.parallel.vertical_sync,
                                                         .total_steps = cfg.train.steps,
                                                         .drain_every = cfg.checkpoint.every});
   }

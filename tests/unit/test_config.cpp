@@ -373,6 +373,24 @@ TEST(ConfigErrors, VirtualStagesNeedInterleaved) {
                                      "x.toml", {}, 2));
 }
 
+TEST(ConfigErrors, VerticalSyncNeedsPipedream) {
+  EXPECT_CONFIG_ERROR(load_fails("[parallel]\npp = 2\nvertical_sync = true\n", {}, 2), "x.toml:3",
+                      "parallel.vertical_sync", "pipedream");
+  EXPECT_NO_THROW(load_config_string(
+      "[parallel]\npp = 2\nvertical_sync = true\nschedule = \"pipedream\"\n", "x.toml", {}, 2));
+}
+
+// The trainer's other new layout rules, each named at the key that breaks it.
+TEST(ConfigErrors, PipelineLayoutRules) {
+  EXPECT_CONFIG_ERROR(load_fails("[parallel]\nvp = 2\nschedule = \"interleaved\"\n"), "x.toml:2",
+                      "parallel.vp", "parallel.pp = 1");
+  EXPECT_CONFIG_ERROR(load_fails("[model]\nn_layer = 3\n[parallel]\npp = 2\n", {}, 2), "x.toml",
+                      "n_layer");
+  EXPECT_CONFIG_ERROR(load_fails("[train]\nglobal_batch = 24\nmicro_batch = 8\n[parallel]\npp = 2\n"
+                                 "vp = 2\nschedule = \"interleaved\"\n", {}, 2),
+                      "x.toml", "interleaved", "multiple of");
+}
+
 TEST(ConfigErrors, DefaultsAreLabelled) {
   // d_model comes from the file, n_head from the defaults: the error is at d_model's line.
   EXPECT_CONFIG_ERROR(load_fails("[model]\nd_model = 250\n"), "x.toml:2", "model.d_model");
