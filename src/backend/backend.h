@@ -46,7 +46,11 @@ class Backend {
   virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                               int N, int C, int OC) = 0;
   // dinp[N,C] (= or +=) dout[N,OC] . weight[OC,C];  dweight[OC,C] += dout^T . inp;
-  // dbias[OC] += sum_n dout.  dinp/dbias may be null (skipped).
+  // dbias[OC] += sum_n dout.  Each of dinp, dweight, dbias may be null: that gradient is skipped
+  // and the others are computed exactly as with all three (zero bubble, Qi et al. §2: the input
+  // part calls with dweight = dbias = null, the deferred weight part with dinp = null; both
+  // together must equal the fused call bit for bit). `weight` is unused when dinp is null and
+  // `inp` when dweight is null.
   virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, int N, int C, int OC,
                                bool accumulate_dinp) = 0;
@@ -56,6 +60,9 @@ class Backend {
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                  const float* weight, const float* bias, int N, int C) = 0;
   // dinp[N,C] += ...; dweight[C] += ...; dbias[C] += ...
+  // Each of dinp, dweight, dbias may be null (skipped), the others computed exactly as in the
+  // fused call (zero bubble's input / weight split; split calls == fused call bit for bit).
+  // `weight` is unused when dinp is null.
   virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                   const float* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C) = 0;

@@ -6,6 +6,9 @@
 #include <fstream>
 
 #include "core/error.h"
+#ifdef BATON_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace baton {
 namespace {
@@ -31,15 +34,30 @@ BackendChoice choose_backend(const std::string& device) {
   BackendChoice c;
   if (device != "cpu") {
     CudaDeviceInfo info = detect_cuda();
-    // The CUDA backend (kernels/, src/backend/cuda) is issue 6; until it exists every run is CPU.
-    if (device == "cuda")
-      throw Error(info.count > 0
-                      ? fmt::format("this build of baton has no CUDA training backend yet (found {})", info.name)
-                      : "precision.device = \"cuda\" but no CUDA training backend is available",
-                  "set precision.device = \"cpu\" (or \"auto\") to train on the CPU");
+#ifdef BATON_HAVE_CUDA
+    if (device == "cuda") {
+      BATON_REQUIRE(info.count > 0,
+                    fmt::format("precision.device = \"cuda\" but no CUDA device is visible ({})",
+                                info.error.empty() ? "0 devices" : info.error),
+                    "run on a GPU node (check nvidia-smi and CUDA_VISIBLE_DEVICES), or set "
+                    "precision.device = \"cpu\"");
+      c.backend = make_cuda_backend(0);
+      c.device = "cuda";
+      c.device_name = info.name;
+      return c;
+    }
+    // "auto": the CUDA backend (fp32, docs/cuda.md) has not yet passed `ctest -L gpu` on a GPU, so
+    // auto stays on the CPU until a GPU session validates it; "cuda" opts in explicitly.
     if (info.count > 0)
-      c.note = fmt::format("found {} but the CUDA training backend is not built yet; using the CPU",
+      c.note = fmt::format("found {} but the CUDA backend has not been validated on a GPU yet; "
+                           "using the CPU (set precision.device = \"cuda\" to use it)",
                            info.name);
+#else
+    if (device == "cuda")
+      throw Error("precision.device = \"cuda\" but this build of baton has no CUDA backend",
+                  "rebuild with CUDA (cmake -DBATON_CUDA=ON, nvcc on the PATH), or set "
+                  "precision.device = \"cpu\"");
+#endif
   }
   c.backend = make_cpu_backend();
   c.device = "cpu";

@@ -68,6 +68,10 @@ struct ParallelConfig {
   std::string recompute = "none";  // "none" | "selective" | "full"
   bool scatter_gather = false;
   bool vertical_sync = false;  // pipedream (PipeDream §3.3): all stages use the input stage's version
+  // pipedream with replicated stages (1F1B-RR, PipeDream §3.2): ranks per pipeline stage (pp
+  // entries; the pipeline then spans their sum of ranks, micro-batch k runs on replica k mod r_s of
+  // stage s). Empty = one rank per stage.
+  std::vector<int> replicas;
   double bucket_mb = 25.0;  // data-parallel gradients are reduced in buckets of this size
 
   bool operator==(const ParallelConfig&) const = default;

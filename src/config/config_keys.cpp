@@ -80,6 +80,8 @@ std::vector<KeyDesc> make_table() {
                 .allowed = {"none", "selective", "full"}),
       BATON_KEY(parallel, scatter_gather, "split inter-stage activations over tp ranks"),
       BATON_KEY(parallel, vertical_sync, "pipedream: every stage uses the input stage's weight version"),
+      BATON_KEY(parallel, replicas, "pipedream (1F1B-RR): ranks per pipeline stage, e.g. [2, 1, 1, 2] "
+                "(empty = one each)"),
       BATON_KEY(parallel, bucket_mb, "data-parallel gradient bucket size in MiB",
                 .range = above(0)),
 
@@ -277,6 +279,10 @@ std::string format_field(const KeyDesc& key, const Config& cfg) {
         else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           std::string out = "[";
           for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_string(v[i]);
+          return out + "]";
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          std::string out = "[";
+          for (size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", v[i]);
           return out + "]";
         } else
           return fmt::format("{}", v);

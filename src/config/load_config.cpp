@@ -3,10 +3,12 @@
 // finds each key's `file:line` in Config::origins. Every error names the key and where it was set.
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "config/config.h"
@@ -101,6 +103,28 @@ class FieldWriter {
                         where_, key_.full_name(), type_name(item)),
             example_hint());
       out.push_back(item.as_string()->get());
+    }
+    dst = std::move(out);
+  }
+  void operator()(std::vector<int>& dst) const {
+    const toml::array* a = v_.as_array();
+    if (!a) wrong_type("an array of integers");
+    std::vector<int> out;
+    for (const toml::node& item : *a) {
+      // Integers; a --set list without TOML syntax (2,1) arrives as strings of digits.
+      std::optional<int64_t> x;
+      if (auto i = item.as_integer()) x = i->get();
+      if (auto s = item.as_string()) {
+        const std::string& t = s->get();
+        if (!t.empty() && t.size() < 10 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; }))
+          x = std::stoll(t);
+      }
+      if (!x || *x < 0 || *x > std::numeric_limits<int>::max())
+        throw Error(
+            fmt::format("{}: {} must be an array of non-negative integers, got an array with a {} element",
+                        where_, key_.full_name(), type_name(item)),
+            example_hint());
+      out.push_back(static_cast<int>(*x));
     }
     dst = std::move(out);
   }
@@ -263,7 +287,8 @@ void apply_override(Config& cfg, const std::string& text, int index) {
   const bool wants_string =
       std::holds_alternative<config_detail::Accessor<std::string>>(desc->field);
   const bool wants_list =
-      std::holds_alternative<config_detail::Accessor<std::vector<std::string>>>(desc->field);
+      std::holds_alternative<config_detail::Accessor<std::vector<std::string>>>(desc->field) ||
+      std::holds_alternative<config_detail::Accessor<std::vector<int>>>(desc->field);
   toml::table fallback;
   const toml::node* v = is_toml ? parsed.get("v") : nullptr;
   if (v && ((wants_string && !v->is_string()) || (wants_list && !v->is_array()))) v = nullptr;

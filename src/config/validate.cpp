@@ -123,7 +123,42 @@ void validate(Config& cfg, int world_size) {
         "Megatron's split gives every model stage the same number of transformer blocks: use an "
         "n_layer that is a multiple of pp × vp, or change pp / vp");
 
-  const int64_t model_ranks = int64_t{p.tp} * p.pp;
+  // pipedream with replicated stages (1F1B-RR, PipeDream §3.2): the pipeline spans Σ replicas ranks.
+  int64_t pipeline_ranks = p.pp;
+  if (!p.replicas.empty()) {
+    if (p.schedule != "pipedream")
+      inconsistent(latest(cfg, {"parallel.replicas", "parallel.schedule"}),
+                   fmt::format("parallel.replicas needs parallel.schedule = \"pipedream\", got \"{}\"",
+                               p.schedule),
+                   "replicated stages are PipeDream's 1F1B-RR: set schedule = \"pipedream\" or "
+                   "replicas = []");
+    if (static_cast<int>(p.replicas.size()) != p.pp)
+      inconsistent(latest(cfg, {"parallel.replicas", "parallel.pp"}),
+                   fmt::format("parallel.replicas lists {} stages but parallel.pp = {}",
+                               p.replicas.size(), p.pp),
+                   "give one replica count per pipeline stage, e.g. replicas = [2, 1, 1, 2] with pp = 4");
+    pipeline_ranks = 0;
+    for (int r : p.replicas) {
+      if (r < 1)
+        inconsistent(where(cfg, "parallel.replicas"),
+                     fmt::format("parallel.replicas has a count of {}", r),
+                     "every stage needs at least one rank: use counts >= 1");
+      pipeline_ranks += r;
+    }
+    if (p.replicas.front() != p.replicas.back())
+      inconsistent(where(cfg, "parallel.replicas"),
+                   fmt::format("parallel.replicas gives the first stage {} replicas and the last {}",
+                               p.replicas.front(), p.replicas.back()),
+                   "the tied token embedding is updated on the first and the last stage together: "
+                   "give both the same number of replicas");
+    if (p.tp != 1 || world_size != pipeline_ranks)
+      inconsistent(latest(cfg, {"parallel.replicas", "parallel.tp"}),
+                   fmt::format("parallel.replicas needs tp = 1 and exactly Σ replicas = {} ranks "
+                               "(tp = {}, {} ranks)", pipeline_ranks, p.tp, world_size),
+                   fmt::format("replicas are PipeDream's data parallelism per stage: launch {} ranks "
+                               "with tp = 1", pipeline_ranks));
+  }
+  const int64_t model_ranks = int64_t{p.tp} * pipeline_ranks;
   if (world_size % model_ranks != 0)
     inconsistent(
         latest(cfg, {"parallel.tp", "parallel.pp"}),
@@ -156,6 +191,14 @@ void validate(Config& cfg, int world_size) {
   }
   // Interleaved 1F1B (PTD-P, notes-dissertation §1.6) runs micro-batches in groups of pp.
   const int64_t microbatches = t.global_batch / per_step;
+  // 1F1B-RR: the replicas of a stage update together, each on one micro-batch of every r_s.
+  for (int r : p.replicas)
+    if (microbatches % r != 0)
+      inconsistent(latest(cfg, {"train.global_batch", "train.micro_batch", "parallel.replicas"}),
+                   fmt::format("{} micro-batches per step (train.global_batch / train.micro_batch) "
+                               "do not split evenly over {} replicas", microbatches, r),
+                   "the replicas of a stage sum their gradients at every update (1F1B-RR): use a "
+                   "number of micro-batches that every replica count divides");
   if (p.schedule == "interleaved" && p.pp > 1 && microbatches % p.pp != 0) {
     const int64_t good = (microbatches / p.pp + 1) * p.pp * per_step;
     inconsistent(

@@ -26,4 +26,17 @@ void Embedding::backward(const LayerCtx& ctx, const float*, const float* dout, f
                              tp_.rank * rows, rows);
 }
 
+void Embedding::backward_input(const LayerCtx& ctx, const float*, const float* dout, float*, float*,
+                               float* deferred) {
+  const int N = ctx.B * ctx.T, C = d_.d_model;
+  const float* dfull = tp_.exit_backward(dout, deferred, N, C);
+  if (dfull != deferred) ctx.be->copy(deferred, dfull, size_t(N) * C);
+}
+
+void Embedding::backward_weight(const LayerCtx& ctx, const float*, float*, float* deferred) {
+  const int C = d_.d_model, rows = d_.vocab_padded / tp_.size;
+  ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), deferred, ctx.tokens, ctx.B, ctx.T, C,
+                             tp_.rank * rows, rows);
+}
+
 }  // namespace baton

@@ -24,6 +24,13 @@ class Embedding : public Layer {
   void forward(const LayerCtx& ctx, const float* in, float* saved) override;
   void backward(const LayerCtx& ctx, const float* in, const float* dout, float* din,
                 float* saved) override;
+  // Zero bubble (layer.h): everything is weight gradient; the input part only gathers the output
+  // gradient (a collective under sequence parallelism) into `deferred` [N,C].
+  size_t deferred_floats(int B, int T) const override { return size_t(B) * T * d_.d_model; }
+  void backward_input(const LayerCtx& ctx, const float* in, const float* dout, float* din,
+                      float* saved, float* deferred) override;
+  void backward_weight(const LayerCtx& ctx, const float* in, float* saved,
+                       float* deferred) override;
 
  private:
   GptDims d_;

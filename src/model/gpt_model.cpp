@@ -93,6 +93,7 @@ void GptModel::free_activations() {
     be_.release(s.input);
     be_.release(s.dout);
     be_.release(s.din);
+    be_.release(s.deferred);
     be_.release(s.tokens);
     be_.release(s.targets);
   }
@@ -151,24 +152,31 @@ size_t GptModel::boundary_floats(int B, int T) const {
   return size_t(tp_.local_rows(B * T)) * dims_.d_model;
 }
 
-void GptModel::reserve(int B, int T, int slots) {
+void GptModel::reserve(int B, int T, int slots, bool split_backward) {
   BATON_ASSERT(T <= dims_.seq_len, "sequence of {} tokens exceeds seq_len {}", T, dims_.seq_len);
-  if (B <= cap_B_ && T <= cap_T_ && slots <= static_cast<int>(slots_.size())) return;
+  if (B <= cap_B_ && T <= cap_T_ && slots <= static_cast<int>(slots_.size()) &&
+      (!split_backward || split_))
+    return;
+  split_ = split_ || split_backward;
   B = std::max(B, cap_B_);
   T = std::max(T, cap_T_);
   slots = std::max(slots, static_cast<int>(slots_.size()));
   free_activations();
   layer_offsets_.assign(layers_.size(), 0);
+  deferred_offsets_.assign(layers_.size(), 0);
   // A slot holds one chunk's activations: offsets restart at each chunk, the slot is as large as
   // the largest chunk.
-  size_t per_slot = 0, ws = 0, io = 0, rec = 0;
+  size_t per_slot = 0, ws = 0, io = 0, rec = 0, per_slot_deferred = 0;
   for (int c = 0; c < num_chunks(); ++c) {
-    size_t used = 0;
+    size_t used = 0, deferred = 0;
     for (int l = chunk_first_[c]; l < chunk_first_[c + 1]; ++l) {
       const Layer& layer = *layers_[l];
       layer_offsets_[l] = used;
       const size_t keep = recomputes(l) ? layer.output_floats(B, T) : layer.saved_floats(B, T);
       used += (keep + 15) / 16 * 16;
+      deferred_offsets_[l] = deferred;
+      if (split_ && !recomputes(l)) deferred += (layer.deferred_floats(B, T) + 15) / 16 * 16;
+      per_slot_deferred = std::max(per_slot_deferred, deferred);
       ws = std::max(ws, layer.workspace_floats(B, T));
       io = std::max(io, layer.output_floats(B, T));
       if (recomputes(l)) rec = std::max(rec, layer.saved_floats(B, T));
@@ -183,6 +191,7 @@ void GptModel::reserve(int B, int T, int slots) {
     s.input = alloc(boundary);
     s.dout = alloc(boundary);
     s.din = alloc(boundary);
+    s.deferred = alloc(per_slot_deferred);
     s.tokens = static_cast<int32_t*>(be_.alloc(size_t(B) * T * sizeof(int32_t)));
     s.targets = static_cast<int32_t*>(be_.alloc(size_t(B) * T * sizeof(int32_t)));
     slots_.push_back(s);
@@ -191,7 +200,7 @@ void GptModel::reserve(int B, int T, int slots) {
   recompute_buf_ = alloc(rec);
   dbuf_[0] = alloc(io);
   dbuf_[1] = alloc(io);
-  act_floats_ = (per_slot + 3 * boundary) * slots + ws + rec + 2 * io;
+  act_floats_ = (per_slot + per_slot_deferred + 3 * boundary) * slots + ws + rec + 2 * io;
   cap_B_ = B;
   cap_T_ = T;
 }
@@ -260,25 +269,47 @@ double GptModel::forward_chunk(int chunk, int slot, bool training, float dloss) 
   return sum;
 }
 
-void GptModel::backward_chunk(int chunk, int slot, const std::function<void(int)>& after_layer) {
+void GptModel::backward_chunk(int chunk, int slot, const std::function<void(int)>& after_layer,
+                              BackwardPass pass) {
   BATON_ASSERT(chunk >= 0 && chunk < num_chunks(), "chunk {} of {}", chunk, num_chunks());
+  BATON_ASSERT(pass == BackwardPass::FULL || split_,
+               "split backward without reserve(..., split_backward = true)");
   Slot& s = slots_[slot];
   const bool head = chunks_[chunk].end == dims_.n_layer + 2;
   BATON_ASSERT(!head || s.has_targets, "backward of slot {} without targets", slot);
   LayerCtx ctx = ctx_for(s, true, 0.0f);
   const int first = chunk_first_[chunk], last = chunk_first_[chunk + 1] - 1;
   const bool embedding = chunks_[chunk].begin == 0;
+  auto input_of = [&](int l) -> const float* {
+    return l > first ? layer_out(s, l - 1) : (embedding ? nullptr : s.input);
+  };
+  if (pass == BackwardPass::WEIGHT) {
+    // Zero bubble's W: every layer's parameter gradients from its saved activations, its input and
+    // the output gradients its input part kept (same layer order as FULL, so the tied wte of a
+    // whole model accumulates in the same order).
+    for (int l = last; l >= first; --l) {
+      if (!recomputes(l))  // else done whole in INPUT
+        layers_[l]->backward_weight(ctx, input_of(l), layer_saved(s, l),
+                                    s.deferred + deferred_offsets_[l]);
+      if (after_layer) after_layer(l);
+    }
+    return;
+  }
   const float* dout = head ? nullptr : s.dout;
   for (int l = last; l >= first; --l) {
-    const float* in = l > first ? layer_out(s, l - 1) : (embedding ? nullptr : s.input);
+    const float* in = input_of(l);
     float* din = l > first ? dbuf_[l % 2] : (embedding ? nullptr : s.din);
     float* saved = layer_saved(s, l);
     if (recomputes(l)) {
       layers_[l]->forward(ctx, in, recompute_buf_);  // PTD-P §3: recompute, then backward
       saved = recompute_buf_;
     }
-    layers_[l]->backward(ctx, in, dout, din, saved);
-    if (after_layer) after_layer(l);
+    if (pass == BackwardPass::FULL || recomputes(l)) {
+      layers_[l]->backward(ctx, in, dout, din, saved);
+      if (after_layer && pass == BackwardPass::FULL) after_layer(l);
+    } else {
+      layers_[l]->backward_input(ctx, in, dout, din, saved, s.deferred + deferred_offsets_[l]);
+    }
     dout = din;
   }
 }

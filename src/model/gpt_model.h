@@ -41,6 +41,11 @@ struct LayerRange {
 };
 
 enum class Recompute : uint8_t { NONE, SELECTIVE, FULL };
+
+// Which part of a chunk's backward to run (zero bubble, Qi et al. 2023 §2): FULL = input and
+// weight gradients together; INPUT = the gradient w.r.t. the chunk's input (all collectives), the
+// matmul/layernorm output gradients kept in the slot; WEIGHT = the parameter gradients from them.
+enum class BackwardPass : uint8_t { FULL, INPUT, WEIGHT };
 // "none" | "selective" | "full" (config parallel.recompute).
 Recompute parse_recompute(const std::string& s);
 
@@ -98,7 +103,9 @@ class GptModel {
 
   // Allocates `slots` activation slots for micro-batches of up to B x T (T <= seq_len) and the
   // shared scratch. Call again to change the shape; allocation happens only when it grows.
-  void reserve(int B, int T, int slots);
+  // `split_backward`: also keep, per slot, what the deferred weight part of a split backward
+  // needs (Layer::deferred_floats; zero bubble's BWD_INPUT / BWD_WEIGHT).
+  void reserve(int B, int T, int slots, bool split_backward = false);
   int num_slots() const { return static_cast<int>(slots_.size()); }
   // Bytes of every activation buffer (slots, boundary buffers, scratch): the peak activation
   // memory of training with this many slots.
@@ -126,7 +133,14 @@ class GptModel {
   // Backward of chunk `chunk` on `slot`: output gradient from slot_output_grad(slot) (unused by
   // the head chunk), input gradient to slot_input_grad(slot) (not computed for the embedding
   // chunk). Accumulates into grads().
-  void backward_chunk(int chunk, int slot, const std::function<void(int)>& after_layer = {});
+  // `pass` (zero bubble): INPUT computes the input gradient and keeps what the weight part needs in
+  // the slot (reserve(..., split_backward = true)); WEIGHT, run later on the same slot (whose saved
+  // activations, input and tokens are untouched in between), accumulates the parameter gradients
+  // (after_layer runs there). INPUT then WEIGHT accumulates exactly FULL's gradients, bit for bit.
+  // Blocks under full recomputation run their whole backward in INPUT (their activations live in
+  // shared scratch only during the call).
+  void backward_chunk(int chunk, int slot, const std::function<void(int)>& after_layer = {},
+                      BackwardPass pass = BackwardPass::FULL);
   // Floats crossing a chunk boundary for a B x T micro-batch: [local_rows(B·T), C].
   size_t boundary_floats(int B, int T) const;
   float* slot_input(int slot) { return slots_[slot].input; }
@@ -147,6 +161,7 @@ class GptModel {
     float* input = nullptr;  // received chunk input [Nl,C]
     float* dout = nullptr;   // received gradient of the chunk output [Nl,C]
     float* din = nullptr;    // gradient of the chunk input [Nl,C] (sent)
+    float* deferred = nullptr;  // split backward: what the weight part needs, layer after layer
     int32_t* tokens = nullptr;
     int32_t* targets = nullptr;
     int B = 0, T = 0;
@@ -176,6 +191,8 @@ class GptModel {
   float* grads_ = nullptr;
   std::vector<Slot> slots_;
   std::vector<size_t> layer_offsets_;  // offset of each layer's saved block inside a slot
+  std::vector<size_t> deferred_offsets_;  // offset of each layer's deferred block (split backward)
+  bool split_ = false;
   float* workspace_ = nullptr;
   float* recompute_buf_ = nullptr;     // one block's full saved activations (FULL recompute)
   float* dbuf_[2] = {nullptr, nullptr};  // ping-pong gradients between layers

@@ -51,6 +51,22 @@ class Layer {
   // `in`, overwritten (null for the first layer).
   virtual void backward(const LayerCtx& ctx, const float* in, const float* dout, float* din,
                         float* saved) = 0;
+
+  // Zero bubble (Qi et al. 2023, §2): the backward split into an input part (everything the
+  // gradient w.r.t. `in` needs, every collective included) and a weight part (the parameter
+  // gradients: dW and db of every matmul, layernorm gains and biases, embedding tables) that may
+  // run later. What the weight part needs besides `saved` and `in` (each matmul's output gradient)
+  // is kept in `deferred`, deferred_floats() per micro-batch, between the two calls; `saved`, `in`
+  // and the micro-batch's tokens must stay valid until backward_weight. backward_input followed by
+  // backward_weight gives exactly backward's gradients (bit for bit).
+  virtual size_t deferred_floats(int /*B*/, int /*T*/) const { return 0; }
+  // Default (a layer without a split): the whole backward now, nothing left for the weight part.
+  virtual void backward_input(const LayerCtx& ctx, const float* in, const float* dout, float* din,
+                              float* saved, float* /*deferred*/) {
+    backward(ctx, in, dout, din, saved);
+  }
+  virtual void backward_weight(const LayerCtx& /*ctx*/, const float* /*in*/, float* /*saved*/,
+                               float* /*deferred*/) {}
 };
 
 }  // namespace baton

@@ -92,4 +92,29 @@ void LmHead::backward(const LayerCtx& ctx, const float* x, const float*, float* 
                              s.mean, s.rstd, Nl, C);
 }
 
+void LmHead::backward_input(const LayerCtx& ctx, const float* x, const float*, float* dx,
+                            float* saved, float* deferred) {
+  const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model;
+  const int Vl = d_.vocab_padded / tp_.size;
+  Saved s = views(saved, ctx.B, ctx.T);
+  float* dpartial = ctx.workspace;
+  ctx.be->matmul_backward(dpartial, nullptr, nullptr, s.logits, s.lnf_full, ctx.param(wte_), N, C,
+                          Vl, false);
+  const float* dlnf = tp_.enter_backward(dpartial, deferred, N, C);
+  if (dlnf != deferred) ctx.be->copy(deferred, dlnf, size_t(Nl) * C);
+  ctx.be->zero(dx, size_t(Nl) * C);
+  ctx.be->layernorm_backward(dx, nullptr, nullptr, deferred, x, ctx.param(lnf_w_), s.mean, s.rstd,
+                             Nl, C);
+}
+
+void LmHead::backward_weight(const LayerCtx& ctx, const float* x, float* saved, float* deferred) {
+  const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model;
+  const int Vl = d_.vocab_padded / tp_.size;
+  Saved s = views(saved, ctx.B, ctx.T);
+  ctx.be->matmul_backward(nullptr, ctx.grad(wte_), nullptr, s.logits, s.lnf_full, nullptr, N, C, Vl,
+                          false);
+  ctx.be->layernorm_backward(nullptr, ctx.grad(lnf_w_), ctx.grad(lnf_b_), deferred, x, nullptr,
+                             s.mean, s.rstd, Nl, C);
+}
+
 }  // namespace baton

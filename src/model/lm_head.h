@@ -32,6 +32,15 @@ class LmHead : public Layer {
   void forward(const LayerCtx& ctx, const float* in, float* saved) override;
   void backward(const LayerCtx& ctx, const float* in, const float* dout, float* din,
                 float* saved) override;
+  // Zero bubble (layer.h): deferred = the gradient of lnf's output dlnf[Nl,C]; the weight part
+  // recomputes nothing (the logits gradient is saved) and runs the wte GEMM and lnf's gains.
+  size_t deferred_floats(int B, int T) const override {
+    return size_t(tp_.local_rows(B * T)) * d_.d_model;
+  }
+  void backward_input(const LayerCtx& ctx, const float* in, const float* dout, float* din,
+                      float* saved, float* deferred) override;
+  void backward_weight(const LayerCtx& ctx, const float* in, float* saved,
+                       float* deferred) override;
 
  private:
   struct Saved;

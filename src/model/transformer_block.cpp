@@ -185,3 +185,102 @@ void TransformerBlock::backward(const LayerCtx& ctx, const float* x, const float
 }
 
 }  // namespace baton
+
+namespace baton {
+
+// ---- zero bubble: the backward above split into its input and weight parts (Qi et al. §2) ----
+
+struct TransformerBlock::Deferred {
+  float *dmlp, *dfch, *dattn, *dqkv, *dln2, *dln1;
+};
+
+TransformerBlock::Deferred TransformerBlock::deferred_views(float* d, int B, int T) const {
+  const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model, Cl = C / tp_.size;
+  Carver c{d};
+  Deferred v{};
+  v.dmlp = c.take(N * C);
+  v.dfch = c.take(N * 4 * Cl);
+  v.dattn = c.take(N * C);
+  v.dqkv = c.take(N * 3 * Cl);
+  v.dln2 = c.take(Nl * C);
+  v.dln1 = c.take(Nl * C);
+  return v;
+}
+
+size_t TransformerBlock::deferred_floats(int B, int T) const {
+  const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model, Cl = C / tp_.size;
+  return 2 * N * C + 7 * N * Cl + 2 * Nl * C;
+}
+
+// The same ops as backward() in the same order with dweight = dbias = null; each matmul's and
+// layernorm's output gradient lands in (or is copied to) `deferred`. All tensor-parallel
+// collectives are here, so the weight part is local compute only.
+void TransformerBlock::backward_input(const LayerCtx& ctx, const float* x, const float* dout,
+                                      float* dx, float* saved, float* deferred) {
+  Backend& be = *ctx.be;
+  const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model, Cl = C / tp_.size;
+  const int NHl = d_.n_head / tp_.size;
+  const size_t NlC = size_t(Nl) * C, NCl = size_t(N) * Cl;
+  Saved s = views(saved, ctx.B, ctx.T);
+  Workspace w = scratch(ctx.workspace, ctx.B, ctx.T);
+  Deferred d = deferred_views(deferred, ctx.B, ctx.T);
+  auto keep = [&](float* dst, const float* src, size_t n) {
+    if (src != dst) be.copy(dst, src, n);
+  };
+  float* dfch_gelu = w.big;
+  // MLP
+  const float* dmlp = tp_.exit_backward(dout, d.dmlp, N, C);
+  keep(d.dmlp, dmlp, size_t(N) * C);
+  be.matmul_backward(dfch_gelu, nullptr, nullptr, d.dmlp, s.fch_gelu, ctx.param(fcproj_w_), N,
+                     4 * Cl, C, false);
+  be.gelu_backward(d.dfch, s.fch, dfch_gelu, 4 * NCl);
+  be.matmul_backward(w.dpartial, nullptr, nullptr, d.dfch, s.ln2_full, ctx.param(fc_w_), N, C,
+                     4 * Cl, false);
+  const float* dln2 = tp_.enter_backward(w.dpartial, d.dln2, N, C);
+  keep(d.dln2, dln2, NlC);
+  // Without sequence parallelism the residual gradient dx2 is itself the attention output's
+  // gradient (exit_backward is the identity): keep it in the deferred buffer directly.
+  float* dx2 = tp_.sp() ? w.dx2 : d.dattn;
+  be.copy(dx2, dout, NlC);
+  be.layernorm_backward(dx2, nullptr, nullptr, d.dln2, s.x2, ctx.param(ln2_w_), s.mean2, s.rstd2,
+                        Nl, C);
+  // Attention
+  float* datty = w.big;
+  const float* dattn = tp_.exit_backward(dx2, d.dattn, N, C);
+  keep(d.dattn, dattn, size_t(N) * C);
+  be.matmul_backward(datty, nullptr, nullptr, d.dattn, s.atty, ctx.param(proj_w_), N, Cl, C, false);
+  float* att = s.att;
+  if (recompute_attention_) {
+    att = w.att;
+    be.attention_forward(w.dfull, att, s.qkv, ctx.B, ctx.T, Cl, NHl);
+  }
+  be.attention_backward(d.dqkv, datty, s.qkv, att, ctx.B, ctx.T, Cl, NHl);
+  be.matmul_backward(w.dpartial, nullptr, nullptr, d.dqkv, s.ln1_full, ctx.param(qkv_w_), N, C,
+                     3 * Cl, false);
+  const float* dln1 = tp_.enter_backward(w.dpartial, d.dln1, N, C);
+  keep(d.dln1, dln1, NlC);
+  be.copy(dx, dx2, NlC);
+  be.layernorm_backward(dx, nullptr, nullptr, d.dln1, x, ctx.param(ln1_w_), s.mean1, s.rstd1, Nl, C);
+}
+
+void TransformerBlock::backward_weight(const LayerCtx& ctx, const float* x, float* saved,
+                                       float* deferred) {
+  Backend& be = *ctx.be;
+  const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model, Cl = C / tp_.size;
+  Saved s = views(saved, ctx.B, ctx.T);
+  Deferred d = deferred_views(deferred, ctx.B, ctx.T);
+  be.matmul_backward(nullptr, ctx.grad(fcproj_w_), ctx.grad(fcproj_b_), d.dmlp, s.fch_gelu, nullptr,
+                     N, 4 * Cl, C, false);
+  be.matmul_backward(nullptr, ctx.grad(fc_w_), ctx.grad(fc_b_), d.dfch, s.ln2_full, nullptr, N, C,
+                     4 * Cl, false);
+  be.layernorm_backward(nullptr, ctx.grad(ln2_w_), ctx.grad(ln2_b_), d.dln2, s.x2, nullptr, s.mean2,
+                        s.rstd2, Nl, C);
+  be.matmul_backward(nullptr, ctx.grad(proj_w_), ctx.grad(proj_b_), d.dattn, s.atty, nullptr, N, Cl,
+                     C, false);
+  be.matmul_backward(nullptr, ctx.grad(qkv_w_), ctx.grad(qkv_b_), d.dqkv, s.ln1_full, nullptr, N, C,
+                     3 * Cl, false);
+  be.layernorm_backward(nullptr, ctx.grad(ln1_w_), ctx.grad(ln1_b_), d.dln1, x, nullptr, s.mean1,
+                        s.rstd1, Nl, C);
+}
+
+}  // namespace baton

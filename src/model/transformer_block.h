@@ -34,12 +34,21 @@ class TransformerBlock : public Layer {
   void forward(const LayerCtx& ctx, const float* in, float* saved) override;
   void backward(const LayerCtx& ctx, const float* in, const float* dout, float* din,
                 float* saved) override;
+  // Zero bubble split (layer.h): deferred = the output gradients of the four matmuls and of the
+  // two layernorms: dmlp[N,C] dfch[N,4Cl] dattn[N,C] dqkv[N,3Cl] dln2[Nl,C] dln1[Nl,C].
+  size_t deferred_floats(int B, int T) const override;
+  void backward_input(const LayerCtx& ctx, const float* in, const float* dout, float* din,
+                      float* saved, float* deferred) override;
+  void backward_weight(const LayerCtx& ctx, const float* in, float* saved,
+                       float* deferred) override;
 
  private:
   struct Saved;      // views into the saved buffer
   struct Workspace;  // views into the shared scratch
+  struct Deferred;   // views into the deferred buffer (zero bubble)
   Saved views(float* saved, int B, int T) const;
   Workspace scratch(float* ws, int B, int T) const;
+  Deferred deferred_views(float* d, int B, int T) const;
   GptDims d_;
   int index_;
   const TensorParallel& tp_;

@@ -38,9 +38,11 @@ Executor::Executor(Program program, int rank, dist::Comm& comm, ExecOptions opti
   BATON_REQUIRE(flush || spec.kind == "pipedream" || spec.kind == "2bw",
                 fmt::format("parallel.schedule = \"{}\" is not executable yet", spec.kind),
                 "the executor runs gpipe, 1f1b, interleaved, zb-h1, pipedream and 2bw");
-  BATON_REQUIRE(!has_replicated_stage(spec),
-                "pipedream with replicated stages (1F1B-RR) is not executable yet",
-                "use data parallelism (parallel.dp via the world size) instead of replicated stages");
+  // Replicated stages (pipedream's 1F1B-RR): ranks are laid out by stage, the peers of every
+  // SEND/RECV follow Program::rank_of (round-robin by microbatch id), and REDUCE_GRADS is the
+  // Stage's collective over the stage's replicas.
+  BATON_REQUIRE(!has_replicated_stage(spec) || spec.kind == "pipedream",
+                "replicated stages are a pipedream option", "drop the replicas");
   BATON_ASSERT(program_.lowered, "the executor runs lowered programs");
   BATON_ASSERT(!flush || spec.steps == 1, "flush programs run one optimizer step per run (steps = {})",
                spec.steps);
@@ -146,8 +148,10 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
   const int pp = program_.spec.pp;
   st.fwd.assign(program_.spec.vp, 0);
   st.bwd.assign(program_.spec.vp, 0);
+  st.wgt.assign(program_.spec.vp, 0);
   st.fwd_count.assign(program_.spec.vp, 0);
   st.bwd_count.assign(program_.spec.vp, 0);
+  st.wgt_count.assign(program_.spec.vp, 0);
   const double t0 = now();
   auto chunk = [&](int s) { return s / pp; };
 
@@ -195,8 +199,13 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
                        in.op == Op::BWD ? BackwardPart::FULL
                                         : in.op == Op::BWD_INPUT ? BackwardPart::INPUT
                                                                  : BackwardPart::WEIGHT);
-        st.bwd[chunk(in.stage)] += now() - start;
-        if (in.op != Op::BWD_WEIGHT) st.bwd_count[chunk(in.stage)]++;
+        if (in.op == Op::BWD_WEIGHT) {
+          st.wgt[chunk(in.stage)] += now() - start;
+          st.wgt_count[chunk(in.stage)]++;
+        } else {
+          st.bwd[chunk(in.stage)] += now() - start;
+          st.bwd_count[chunk(in.stage)]++;
+        }
         break;
       case Op::REDUCE_GRADS:
         // Flush kinds: every message of the step has been sent; finish them before the

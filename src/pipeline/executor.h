@@ -42,8 +42,8 @@ namespace baton::pipeline {
 
 enum class BackwardPart : uint8_t {
   FULL,    // BWD: input and weight gradients
-  INPUT,   // BWD_INPUT (zero bubble): at least the input gradient
-  WEIGHT,  // BWD_WEIGHT: whatever weight gradient INPUT deferred
+  INPUT,   // BWD_INPUT (zero bubble): the input gradient; the Stage keeps what WEIGHT needs
+  WEIGHT,  // BWD_WEIGHT: the weight gradients INPUT deferred (same slot, later in the list)
 };
 
 // One pipeline rank's model as the executor sees it. `stage` is the Program's model stage
@@ -80,8 +80,10 @@ struct ExecStats {
   double recv_wait = 0;  // blocked waiting for a message (the bubble, as this rank sees it)
   double update = 0;     // REDUCE_GRADS, OPT_STEP
   double last_compute_end = 0;  // from the run's start to the end of the last compute op
-  std::vector<double> fwd, bwd;  // per model stage of this rank: summed time of its FWD / BWD ops
-  std::vector<int> fwd_count, bwd_count;
+  // Per chunk of this rank (model stage c·pp + r): summed time of its FWD, BWD or BWD_INPUT, and
+  // BWD_WEIGHT ops (zero bubble's F, B and W costs, measured separately), and their counts.
+  std::vector<double> fwd, bwd, wgt;
+  std::vector<int> fwd_count, bwd_count, wgt_count;
   size_t bytes_sent = 0;        // point-to-point payload this rank sent (SEND_ACT, SEND_GRAD)
   int updates = 0;              // OPT_STEPs run
 };
@@ -94,7 +96,8 @@ struct ExecOptions {
 class Executor {
  public:
   // `program`: lowered and valid (checked again here); a flush kind with spec.steps = 1, or an
-  // asynchronous kind (pipedream without replicated stages, 2bw) with any number of steps. `rank`:
+  // asynchronous kind (pipedream, also with replicated stages — 1F1B-RR —, 2bw) with any number of
+  // steps. `rank`:
   // this rank's index in the program (= its rank in `comm`, the pipeline group).
   Executor(Program program, int rank, dist::Comm& comm, ExecOptions options = {});
   ~Executor();

@@ -17,9 +17,11 @@ bool is_async_schedule(const std::string& kind) { return kind == "pipedream" || 
 // Model stage s is chunk s / pp of this rank (chunk c of rank r is stage c·pp + r, PTD-P §1.6).
 class PipelineStep::GptStage : public pipeline::Stage {
  public:
-  GptStage(const PipelineSetup& s, bool async, int microbatches)
-      : s_(s), m_(*s.step.model), pp_(s.pp->size()), async_(async), per_step_(microbatches),
-        x_(size_t(s.step.micro_batch) * s.step.seq_len), y_(x_.size()) {}
+  // `stages`: pipeline stages (the pp group's size without replication); `replica`: the group of
+  // this stage's replicas (1F1B-RR), null without replication.
+  GptStage(const PipelineSetup& s, bool async, int microbatches, int stages, dist::Comm* replica)
+      : s_(s), m_(*s.step.model), pp_(stages), async_(async), per_step_(microbatches),
+        replica_(replica), x_(size_t(s.step.micro_batch) * s.step.seq_len), y_(x_.size()) {}
   ~GptStage() override {
     m_.use_params(nullptr);
     for (float* b : ring_) m_.backend().release(b);
@@ -42,6 +44,11 @@ class PipelineStep::GptStage : public pipeline::Stage {
     result_ = {};
     sum_loss_ = sum_norm_ = 0;
     updates_ = 0;
+    rep_sumsq_ = 0;
+  }
+  // 1F1B-RR: this rank's mean squared stage-gradient norm over the run's updates and its loss sum.
+  std::pair<double, double> replicated_stats() const {
+    return {updates_ > 0 ? rep_sumsq_ / updates_ : 0.0, w_.loss_sum};
   }
   // Evaluation in the middle of an asynchronous segment must not disturb the training run's state.
   Work swap_work(const Work& w) {
@@ -104,18 +111,21 @@ class PipelineStep::GptStage : public pipeline::Stage {
     w_.loss_sum += m_.forward_chunk(c, slot, w_.training, w_.dloss);
   }
 
-  // BWD and BWD_INPUT run the whole backward of the chunk; BWD_WEIGHT then has nothing left to do.
-  // (zb-h1 therefore keeps its order and semantics but not yet its deferred weight-gradient
-  // savings: the layers' backward computes input and weight gradients together.)
+  // BWD: the chunk's whole backward. Zero bubble (zb-h1, Qi et al. §2–3): BWD_INPUT only the
+  // input gradient (sent upstream right after), keeping each matmul's and layernorm's output
+  // gradient in the slot; BWD_WEIGHT, later in the list, the parameter gradients from them.
   void backward(int stage, int, int slot, pipeline::BackwardPart part) override {
-    if (part == pipeline::BackwardPart::WEIGHT) return;
-    m_.backward_chunk(stage / pp_, slot);
+    const BackwardPass pass = part == pipeline::BackwardPart::FULL    ? BackwardPass::FULL
+                              : part == pipeline::BackwardPart::INPUT ? BackwardPass::INPUT
+                                                                      : BackwardPass::WEIGHT;
+    m_.backward_chunk(stage / pp_, slot, {}, pass);
   }
 
   // Flush kinds: a rank's REDUCE_GRADS come together after its last backward; the last one
   // reduces everything (no overlap with backward under pp > 1: every bucket launches here).
   // Asynchronous kinds (vp = 1): every REDUCE_GRADS is one stage's update.
   void reduce_grads(int) override {
+    if (replica_) return reduce_replicated();
     if (!async_ && ++reduced_ < m_.num_chunks()) return;
     const StepSetup& st = s_.step;
     for (int l = m_.num_layers() - 1; l >= 0; --l) m_.reduce_sequence_parallel_grads(l);
@@ -183,11 +193,47 @@ class PipelineStep::GptStage : public pipeline::Stage {
     return ring_[idx];
   }
 
+  // 1F1B-RR (PipeDream §3.2): the stage's replicas sum their gradients (each computed on its own
+  // micro-batch, dloss = 1 / its tokens); replica j of the first and of the last stage then sum
+  // their tied wte copies (each already the sum over its stage's replicas). Clipping is per stage
+  // (stages update at different rates, so no collective spans all stages), except that the first
+  // and the last stage — which update together, r_0 = r_{p−1} — clip with the norm of their
+  // gradients together (wte once), so that both apply the same update to the tied wte and its two
+  // copies stay identical.
+  void reduce_replicated() {
+    const StepSetup& st = s_.step;
+    if (replica_->size() > 1)
+      replica_->all_reduce(m_.grads(), m_.flat_size(), dist::DType::F32, dist::ReduceOp::SUM);
+    const int w = m_.tied_wte_param();
+    if (s_.embedding) {
+      BATON_ASSERT(w >= 0, "embedding group on a rank without a tied wte copy");
+      s_.embedding->all_reduce(m_.table().at(m_.grads(), w), m_.table().numel(w), dist::DType::F32,
+                               dist::ReduceOp::SUM);
+    }
+    st.grads->finish(m_.grads());  // dp = 1: nothing to reduce
+    // The head's wte copy is left out of grad_sumsq (the caller excludes it, as for every
+    // pipeline): counted once, on the first stage.
+    const double own = st.grads->grad_sumsq(m_.grads());
+    double sumsq = own;
+    if (s_.embedding) s_.embedding->all_reduce(&sumsq, 1, dist::DType::F64, dist::ReduceOp::SUM);
+    rep_sumsq_ += own;
+    result_.loss = 0;
+    result_.grad_norm = std::sqrt(sumsq);
+    result_.clip_scale = 1;
+    if (st.grad_clip > 0 && result_.grad_norm > st.grad_clip)
+      result_.clip_scale = static_cast<float>(st.grad_clip / (result_.grad_norm + 1e-6));
+    BATON_REQUIRE(std::isfinite(result_.grad_norm),
+                  fmt::format("training diverged at step {} (grad norm {})", w_.step + 1, result_.grad_norm),
+                  "lower optim.lr or raise optim.warmup_steps");
+  }
+
   const PipelineSetup& s_;
   GptModel& m_;
   int pp_;
   bool async_;
   int per_step_;
+  dist::Comm* replica_ = nullptr;
+  double rep_sumsq_ = 0;
   std::vector<int32_t> x_, y_;
   Work w_;
   int reduced_ = 0, stepped_ = 0;
@@ -200,7 +246,41 @@ class PipelineStep::GptStage : public pipeline::Stage {
   double sum_loss_ = 0, sum_norm_ = 0;
 };
 
-std::unique_ptr<dist::Comm> make_embedding_group(dist::Comm& pp) {
+int stage_of_rank(const std::vector<int>& replicas, int rank) {
+  if (replicas.empty()) return rank;
+  int first = 0;
+  for (size_t s = 0; s < replicas.size(); ++s) {
+    if (rank < first + replicas[s]) return static_cast<int>(s);
+    first += replicas[s];
+  }
+  BATON_ASSERT(false, "rank {} beyond the {} ranks of the replicated stages", rank, first);
+  return -1;
+}
+
+int stage_first_rank(const std::vector<int>& replicas, int stage) {
+  if (replicas.empty()) return stage;
+  int first = 0;
+  for (int t = 0; t < stage; ++t) first += replicas[t];
+  return first;
+}
+
+std::unique_ptr<dist::Comm> make_embedding_group(dist::Comm& pp, const std::vector<int>& replicas) {
+  if (!replicas.empty()) {
+    // 1F1B-RR: replica j of the first stage with replica j of the last.
+    const int stages = static_cast<int>(replicas.size()), r = pp.rank();
+    BATON_REQUIRE(replicas.front() == replicas.back(),
+                  fmt::format("replicated stages {} give the first stage {} replicas and the last {}",
+                              fmt::join(replicas, ","), replicas.front(), replicas.back()),
+                  "the tied token embedding is updated on the first and the last stage together: "
+                  "give both the same number of replicas");
+    const int s = stage_of_rank(replicas, r);
+    int first = 0;
+    for (int t = 0; t < s; ++t) first += replicas[t];
+    const bool end = s == 0 || s == stages - 1;
+    std::unique_ptr<dist::Comm> g = pp.split(end ? r - first : replicas.front() + r, r);
+    if (!end || stages == 1) return nullptr;
+    return g;
+  }
   const int r = pp.rank(), last = pp.size() - 1;
   const bool end = r == 0 || r == last;
   std::unique_ptr<dist::Comm> g = pp.split(end ? 0 : r, r);
@@ -209,9 +289,9 @@ std::unique_ptr<dist::Comm> make_embedding_group(dist::Comm& pp) {
 }
 
 pipeline::ScheduleSpec PipelineStep::spec_for(int steps) const {
-  return pipeline::ScheduleSpec{.kind = s_.schedule, .pp = s_.pp->size(), .vp = s_.vp,
+  return pipeline::ScheduleSpec{.kind = s_.schedule, .pp = stages_, .vp = s_.vp,
                                 .microbatches = microbatches_, .steps = steps,
-                                .vertical_sync = s_.vertical_sync};
+                                .replicas = s_.replicas, .vertical_sync = s_.vertical_sync};
 }
 
 static pipeline::ExecOptions exec_options(const PipelineSetup& s) {
@@ -237,11 +317,41 @@ PipelineStep::PipelineStep(const PipelineSetup& setup) : s_(setup) {
                dp, st.micro_batch);
   BATON_ASSERT(st.model->num_chunks() == s_.vp, "model has {} chunks, vp = {}", st.model->num_chunks(), s_.vp);
   async_ = is_async_schedule(s_.schedule);
+  stages_ = s_.pp->size();
+  my_stage_ = s_.pp->rank();
+  const bool replicated = !s_.replicas.empty();
+  if (replicated) {
+    // 1F1B-RR (PipeDream §3.2): stage s on replicas[s] consecutive ranks of the pp group.
+    BATON_REQUIRE(s_.schedule == "pipedream",
+                  fmt::format("replicated stages are a pipedream option, not one of '{}'", s_.schedule),
+                  "drop the replicas or use parallel.schedule = \"pipedream\"");
+    int total = 0;
+    for (int r : s_.replicas) total += r;
+    BATON_REQUIRE(total == s_.pp->size(),
+                  fmt::format("replicated stages {} need {} pipeline ranks, the pipeline group has {}",
+                              fmt::join(s_.replicas, ","), total, s_.pp->size()),
+                  "the replica counts must sum to the ranks of a pipeline");
+    BATON_REQUIRE(!st.dp && !st.model->tp().active(),
+                  "replicated pipeline stages (1F1B-RR) with tensor or data parallelism are not supported",
+                  "replicas are PipeDream's data parallelism per stage: use tp = dp = 1 with them");
+    stages_ = static_cast<int>(s_.replicas.size());
+    my_stage_ = stage_of_rank(s_.replicas, s_.pp->rank());
+    for (int t = 0; t < my_stage_; ++t) my_replica_ -= s_.replicas[t];
+    my_replica_ += s_.pp->rank();
+    BATON_ASSERT(st.model->chunks() == pipeline_chunks(st.model->dims().n_layer, stages_, 1, my_stage_),
+                 "rank {} holds the wrong chunks for stage {}", s_.pp->rank(), my_stage_);
+    replica_comm_ = s_.pp->split(my_stage_, s_.pp->rank());
+  }
   const pipeline::ExecOptions opts = exec_options(s_);
   if (!async_) {
     executor_ = std::make_unique<pipeline::Executor>(pipeline::lower(pipeline::generate(spec_for(1))),
                                                      s_.pp->rank(), *s_.pp, opts);
-    st.model->reserve(st.micro_batch, st.seq_len, executor_->slots());
+    // Split backward (zb-h1): each slot also keeps the output gradients its BWD_WEIGHT reads.
+    const std::vector<pipeline::Instr>& list = executor_->instructions();
+    const bool split = std::any_of(list.begin(), list.end(), [](const pipeline::Instr& in) {
+      return in.op == pipeline::Op::BWD_WEIGHT;
+    });
+    st.model->reserve(st.micro_batch, st.seq_len, executor_->slots(), split);
   } else {
     BATON_REQUIRE(s_.total_steps > 0, "asynchronous pipeline without a step count",
                   "set train.steps");
@@ -249,12 +359,18 @@ PipelineStep::PipelineStep(const PipelineSetup& setup) : s_(setup) {
     // grow with the number of steps) and checks the spec (e.g. 2bw needs m ≥ pp) up front; one
     // more slot serves evaluation while a segment is in flight.
     const int probe_steps = static_cast<int>(std::min<int64_t>(s_.total_steps, s_.pp->size() + 1));
+    if (s_.schedule == "pipedream") {
+      BATON_ASSERT(microbatches_ % (replicated ? s_.replicas[my_stage_] : 1) == 0,
+                   "{} micro-batches over {} replicas", microbatches_, s_.replicas[my_stage_]);
+      updates_per_step_ = microbatches_ / (replicated ? s_.replicas[my_stage_] : 1);
+    }
     pipeline::Executor probe(pipeline::lower(pipeline::generate(spec_for(probe_steps))), s_.pp->rank(),
                              *s_.pp, opts);
     st.model->reserve(st.micro_batch, st.seq_len, probe.slots() + 1);
-    eval_comm_ = s_.pp->split(0, s_.pp->rank());
+    // Evaluation runs on replica 0 of every stage (rank = stage in this communicator).
+    eval_comm_ = s_.pp->split(my_replica_ == 0 ? 0 : 1, s_.pp->rank());
   }
-  stage_ = std::make_unique<GptStage>(s_, async_, microbatches_);
+  stage_ = std::make_unique<GptStage>(s_, async_, microbatches_, stages_, replica_comm_.get());
 }
 
 PipelineStep::~PipelineStep() = default;
@@ -277,8 +393,7 @@ void PipelineStep::start_segment(int64_t step) {
   BATON_ASSERT(executor_->slots() < s_.step.model->num_slots(), "segment needs {} slots, {} reserved",
                executor_->slots(), s_.step.model->num_slots());
   segment_start_ = next_step_ = step;
-  const int64_t updates_per_step = s_.schedule == "pipedream" ? microbatches_ : 1;
-  stage_->start_versions(executor_->weight_versions(), step * updates_per_step);
+  stage_->start_versions(executor_->weight_versions(), step * updates_per_step_);
 }
 
 StepResult PipelineStep::step(const BatchRows& batch, int64_t step, double lr) {
@@ -298,15 +413,26 @@ StepResult PipelineStep::step(const BatchRows& batch, int64_t step, double lr) {
   const bool pipedream = s_.schedule == "pipedream";
   // d(loss)/d(per-token loss) of one update: 2bw averages over the global batch, pipedream over
   // one micro-batch of every data-parallel replica.
+  // (1F1B-RR: each micro-batch's gradient is its own mean, dp = 1; the replicas sum them.)
   const int64_t tokens = pipedream ? int64_t(st.micro_batch) * (st.dp ? st.dp->size() : 1) * st.seq_len
                                    : int64_t(st.global_batch) * st.seq_len;
   stage_->begin(&batch, segment_start_, dp_rank * rows, true, 1.0f / static_cast<float>(tokens), lr);
-  const int updates_per_step = pipedream ? microbatches_ : 1;
-  stats_ = executor_->run_until_update(*stage_, static_cast<int>((step - segment_start_ + 1) * updates_per_step));
+  stats_ = executor_->run_until_update(*stage_, static_cast<int>((step - segment_start_ + 1) * updates_per_step_));
   BATON_ASSERT(stage_->updated(), "the schedule ran no optimizer step on this rank");
   stage_->publish_latest();
   next_step_ = step + 1;
-  return stage_->result();
+  if (s_.replicas.empty()) return stage_->result();
+  // 1F1B-RR: the step's statistics, once per step (every rank's portion of the step depends only
+  // on the other ranks' portions of the same step, so this collective cannot block the pipeline):
+  // loss per token of the global batch (the last stage's replicas hold it), grad norm
+  // √Σ_s mean over stage s's updates of its squared norm (replica 0 of each stage contributes).
+  auto [sumsq, loss_sum] = stage_->replicated_stats();
+  double stats[2] = {my_replica_ == 0 ? sumsq : 0.0, loss_sum};
+  s_.pp->all_reduce(stats, 2, dist::DType::F64, dist::ReduceOp::SUM);
+  StepResult r = stage_->result();
+  r.loss = stats[1] / (double(st.global_batch) * st.seq_len);
+  r.grad_norm = std::sqrt(stats[0]);
+  return r;
 }
 
 double PipelineStep::evaluate(const BatchRows& rows_fn, int batches, int rows) {
@@ -321,7 +447,8 @@ double PipelineStep::evaluate(const BatchRows& rows_fn, int batches, int rows) {
   for (int b = 0; b < batches; ++b) {
     GptStage::Work saved = stage_->swap_work(
         GptStage::Work{.batch = &rows_fn, .step = b, .row0 = dp_rank * mine, .training = false});
-    pipeline::run_forward_only(*stage_, comm, s_.pp->size(), s_.vp, mine / st.micro_batch, slot);
+    if (my_replica_ == 0)  // 1F1B-RR: replica 0 of each stage (eval_comm_ rank = stage)
+      pipeline::run_forward_only(*stage_, comm, stages_, s_.vp, mine / st.micro_batch, slot);
     sum += stage_->loss_sum();
     stage_->swap_work(saved);
   }

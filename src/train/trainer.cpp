@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -131,8 +132,11 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                 "use optim.kind = \"adamw\"");
   BATON_REQUIRE(cfg.model.dropout == 0.0, "model.dropout > 0 is not implemented yet",
                 "set model.dropout = 0");
-  BATON_REQUIRE(cfg.precision.compute == "fp32" || cfg.precision.device != "cpu",
-                "precision.compute = \"bf16\" needs the CUDA backend", "use compute = \"fp32\" on the CPU");
+  // bf16 mixed precision is the CUDA backend's next step (docs/cuda.md): refuse it rather than
+  // silently computing in fp32.
+  BATON_REQUIRE(cfg.precision.compute == "fp32",
+                "precision.compute = \"bf16\" is not implemented yet (the CUDA backend computes in fp32)",
+                "use compute = \"fp32\"");
   BATON_REQUIRE(!cfg.data.train.empty(), "data.train is not set",
                 "set data.train to a dataset prefix built with `baton data build`");
   // PTD-P scatter/gather (notes-dissertation §3) splits what crosses a stage boundary over tp;
@@ -149,15 +153,21 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                 fmt::format("parallel.schedule = \"{}\" needs parallel.pp > 1", cfg.parallel.schedule),
                 "set parallel.pp > 1, or use a flush schedule (e.g. \"1f1b\") with pp = 1");
   const int world_size = world ? world->size() : 1;
-  const int tp_size = cfg.parallel.tp, dp_size = cfg.dp, pp_size = cfg.parallel.pp;
+  // pp_stages: pipeline stages; pp_size: ranks of a pipeline — their sum of replicas under
+  // pipedream's replicated stages (1F1B-RR, parallel.replicas), else pp_stages.
+  const std::vector<int>& replicas = cfg.parallel.replicas;
+  const int tp_size = cfg.parallel.tp, dp_size = cfg.dp, pp_stages = cfg.parallel.pp;
+  int pp_size = pp_stages;
+  if (!replicas.empty()) pp_size = std::accumulate(replicas.begin(), replicas.end(), 0);
   const int vp = cfg.parallel.vp;
   // Megatron's split of the blocks over pp·vp model stages; the same error on every rank, before
   // any collective.
-  pipeline_chunks(cfg.model.n_layer, pp_size, vp, 0);
-  BATON_REQUIRE(tp_size * dp_size * cfg.parallel.pp == world_size,
+  pipeline_chunks(cfg.model.n_layer, pp_stages, vp, 0);
+  BATON_REQUIRE(tp_size * dp_size * pp_size == world_size,
                 fmt::format("layout tp={} x dp={} x pp={} does not match {} ranks", tp_size, dp_size,
-                            cfg.parallel.pp, world_size),
-                "launch tp*pp*dp ranks (dp comes from the world size)");
+                            pp_size, world_size),
+                "launch tp*pp*dp ranks (dp comes from the world size; with parallel.replicas, pp "
+                "counts every replica)");
   dist::ProcessGroups groups;
   if (world_size > 1) groups = dist::make_process_groups(*world, {tp_size, dp_size, pp_size});
   const bool rank0 = !world || world->rank() == 0;
@@ -183,6 +193,11 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   // ---- model, optimizer ----
   BackendChoice choice = choose_backend(cfg.precision.device);
   Backend& be = *choice.backend;
+  // The communicators are MPI over host memory; GPU buffers need the NCCL Comm, not wired yet.
+  BATON_REQUIRE(choice.device == "cpu" || world_size == 1,
+                fmt::format("{} ranks with precision.device = \"cuda\": multi-rank GPU training needs "
+                            "the NCCL communicator, which is not wired into training yet", world_size),
+                "run one process per job on the GPU, or precision.device = \"cpu\" for multi-rank runs");
   TensorParallel tpc;
   if (tp_size > 1)
     tpc = {.rank = groups.coord.tp, .size = tp_size,
@@ -193,7 +208,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                 "change train.micro_batch or model.seq_len, or turn sequence_parallel off");
   dist::Comm* dp_comm = dp_size > 1 ? groups.dp.get() : nullptr;
   GptModel model(dims, be, tpc, 16 * size_t(dp_size),
-                 pipeline_chunks(dims.n_layer, pp_size, vp, groups.coord.pp),
+                 pipeline_chunks(dims.n_layer, pp_stages, vp, stage_of_rank(replicas, groups.coord.pp)),
                  parse_recompute(cfg.parallel.recompute));
   model.init_weights(cfg.train.seed);
   const int micro = cfg.train.micro_batch;
@@ -203,12 +218,15 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                         static_cast<size_t>(cfg.parallel.bucket_mb * 1048576.0), tpc.rank == 0);
   // The last pipeline stage's copy of the tied wte: counted in the norm on the first stage only,
   // written to checkpoints by the first stage only (both stages read it).
-  const bool wte_copy = pp_size > 1 && model.has_head() && !model.has_embedding();
+  const bool wte_copy = pp_stages > 1 && model.has_head() && !model.has_embedding();
+  // 1F1B-RR: the replicas of a stage hold identical weights and optimizer state; replica 0 writes.
+  const bool replica0 = replicas.empty() || !world ||
+                        groups.coord.pp == stage_first_rank(replicas, stage_of_rank(replicas, groups.coord.pp));
   if (wte_copy) dpg.exclude_from_norm(model.table(), model.tied_wte_param());
   AdamW opt(be, dpg.segments(), dpg.state_size(), cfg.optim);
   HostTrainState host(model.table(), model.flat_size());  // host staging of params, m, v
   ShardLayout shard_layout{.tp_rank = tpc.rank, .tp_size = tpc.size,
-                           .writes = !world || groups.coord.dp == 0,
+                           .writes = (!world || groups.coord.dp == 0) && replica0,
                            .comm = world_size > 1 ? dynamic_cast<dist::MpiComm&>(*world).handle()
                                                   : MPI_COMM_NULL,
                            .dp = &dpg,
@@ -226,12 +244,13 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   std::unique_ptr<dist::Comm> embedding_group;
   std::unique_ptr<PipelineStep> pipe;
   if (pp_size > 1) {
-    embedding_group = make_embedding_group(*groups.pp);
+    embedding_group = make_embedding_group(*groups.pp, replicas);
     pipe = std::make_unique<PipelineStep>(PipelineSetup{.step = setup, .pp = groups.pp.get(),
                                                         .embedding = embedding_group.get(),
                                                         .vp = vp, .schedule = cfg.parallel.schedule,
                                                         .scatter_gather = cfg.parallel.scatter_gather,
                                                         .vertical_sync = cfg.parallel.vertical_sync,
+                                                        .replicas = replicas,
                                                         .total_steps = cfg.train.steps,
                                                         .drain_every = cfg.checkpoint.every});
   }
@@ -246,18 +265,22 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
                                                 dims.d_model, dims.vocab_padded);
   const double peak = peak_tflops_for(choice.device_name);
   const int64_t tokens_per_step = int64_t(cfg.train.global_batch) * T;
-  log::info("baton {} | device {} ({}) | {} rank{}: tp {} x dp {} x pp {}{}{}", build::version,
+  log::info("baton {} | device {} ({}) | {} rank{}: tp {} x dp {} x pp {}{}{}{}", build::version,
             choice.device, choice.device_name, world_size, world_size > 1 ? "s" : "", tp_size,
-            dp_size, pp_size, tpc.sp() ? " | sequence parallel" : "", dpg.zero1() ? " | ZeRO-1" : "");
+            dp_size, pp_size,
+            replicas.empty() ? std::string()
+                             : fmt::format(" ({} stages, replicas {})", pp_stages, fmt::join(replicas, ",")),
+            tpc.sp() ? " | sequence parallel" : "", dpg.zero1() ? " | ZeRO-1" : "");
   if (pipe)
     log::info("pipeline: schedule {}{} | {} micro-batches per step | {} activation slots on this "
               "rank (the schedule's simulated peak{}) | {} blocks per model stage{}{}",
               cfg.parallel.schedule, vp > 1 ? fmt::format(", {} chunks per rank", vp) : std::string(),
               pipe->microbatches(), pipe->slots(), async_pipe ? " + 1 for evaluation" : "",
-              dims.n_layer / (pp_size * vp),
+              dims.n_layer / (pp_stages * vp),
               cfg.parallel.scatter_gather ? " | scatter/gather" : "",
               async_pipe ? fmt::format(" | {}, drained every {}", cfg.parallel.schedule == "pipedream"
-                                                                     ? "one update per micro-batch"
+                                                                     ? replicas.empty() ? "one update per micro-batch"
+                                                                     : "1F1B-RR: one update per round of a stage's replicas (their gradients summed)"
                                                                      : "one update per batch on W(t-1)",
                                        cfg.checkpoint.every > 0
                                            ? fmt::format("{} steps", cfg.checkpoint.every)

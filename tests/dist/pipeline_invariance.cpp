@@ -136,6 +136,23 @@ std::vector<Layout> layouts_for(int world) {
   add({.tp = 2, .pp = 2, .vp = 2, .schedule = "interleaved", .recompute = "selective"});
   add({.dp = 2, .pp = 4, .schedule = "1f1b", .recompute = "selective"});
   add({.tp = 2, .dp = 2, .pp = 2, .schedule = "zb-h1", .recompute = "full"});
+  // zb-h1's split backward (BWD_INPUT / BWD_WEIGHT, Qi et al. §2) under sequence parallelism (its
+  // collectives all in the input part) and selective recomputation.
+  add({.tp = 2, .pp = 2, .schedule = "zb-h1", .sp = true});
+  add({.tp = 2, .pp = 4, .schedule = "zb-h1", .recompute = "selective"});
+  return out;
+}
+
+// zb-h1 against 1f1b on the same layout: the split backward computes the same ops and every
+// stage's weight parts accumulate in micro-batch order, as 1f1b's backwards do, so the losses and
+// norms must be bit-identical (tolerance 0).
+std::vector<Layout> bitexact_for(int world) {
+  std::vector<Layout> out;
+  for (Layout l : {Layout{.dp = 2, .pp = 2, .schedule = "zb-h1"},
+                   Layout{.pp = 4, .schedule = "zb-h1"},
+                   Layout{.tp = 2, .pp = 2, .schedule = "zb-h1", .sp = true},
+                   Layout{.tp = 2, .pp = 4, .schedule = "zb-h1"}})
+    if (l.tp * l.dp * l.pp == world) out.push_back(l);
   return out;
 }
 
@@ -173,6 +190,13 @@ int main(int argc, char** argv) {
     for (const Layout& l : layouts_for(world->size())) {
       Trace got = run(l, world.get());
       if (rank == 0) report(describe(l), worst_difference(got, ref), 1e-4, got);
+    }
+    for (Layout l : bitexact_for(world->size())) {
+      Trace zb = run(l, world.get());
+      l.schedule = "1f1b";
+      Trace ref1 = run(l, world.get());
+      l.schedule = "zb-h1";
+      if (rank == 0) report(describe(l) + " vs 1f1b (bit-exact)", worst_difference(zb, ref1), 0.0, zb);
     }
     if (rank == 0) std::printf("%d passed, %d failed\n", passes, failures);
     return world->all_reduce_scalar(failures) == 0 ? 0 : 1;

@@ -14,12 +14,19 @@
 //      stage; stage i (1-based) computes micro-batch t on its stashed W_i(t − p + i), i.e. stage
 //      s (0-based) on W_s(max(k − p + s + 1, 0)) for 0-based micro-batch k; with vertical sync every
 //      stage on W(max(k − p + 1, 0)).
-//    Both with AdamW, global-norm clipping, the tied wte's two copies summing their gradients, and
+//    - pipedream with replicated stages (1F1B-RR, PipeDream §3.2, notes-pipedream §1): stage s on
+//      r_s ranks, micro-batch k on replica k mod r_s; update n of stage s applies the sum of the
+//      replicas' gradients of micro-batches (n − 1)·r_s .. n·r_s − 1; micro-batch k reads
+//      W_s(max(⌊k/r_s⌋ − a_s + 1, 0)), a_s = ⌈(r_s + … + r_{p−1}) / r_s⌉; each stage clips with its
+//      own norm (the first and last stage, which update together and share the tied wte, with the
+//      norm of both: the wte's two copies must stay bit-identical, checked). Compared with the
+//      same reference with a_s − 1 and a_s + 1 (off-by-one staleness), which must differ.
+//    All with AdamW, global-norm clipping, the tied wte's two copies summing their gradients, and
 //    the pipeline drained at segment boundaries (`drain_every`: the rules restart there, as after
 //    a resume). Losses and grad norms within 1e-5 relative. Each kind is also compared with the
 //    reference of a *different* rule (no staleness), which must differ by far more — so the test
 //    can fail.
-//   mpirun -np N pipeline_semantics      (N = 2 or 4: the layouts of that world size)
+//   mpirun -np N pipeline_semantics      (N = 2, 4 or 6: the layouts of that world size)
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -85,6 +92,7 @@ struct Trace {
   std::vector<double> loss, norm;
   std::vector<size_t> bytes;  // point-to-point bytes this rank sent, per step
   int weight_versions = 0;
+  bool tied_identical = true;  // the tied wte's copies (first / last stage) equal after the run
 };
 
 double worst_difference(const Trace& got, const Trace& ref) {
@@ -103,6 +111,7 @@ struct Layout {
   std::string schedule = "1f1b";
   bool sp = false, zero1 = false, scatter_gather = false, vertical_sync = false;
   int drain_every = 0;
+  std::vector<int> replicas;  // 1F1B-RR (pipedream); pp = their sum
 };
 
 Trace run_pipelined(const Layout& L, dist::Comm& world) {
@@ -111,7 +120,9 @@ Trace run_pipelined(const Layout& L, dist::Comm& world) {
   TensorParallel tpc;
   if (L.tp > 1)
     tpc = {.rank = groups.coord.tp, .size = L.tp, .sequence_parallel = L.sp, .comm = groups.tp.get()};
-  GptModel model(tiny_dims(), *be, tpc, 16 * size_t(L.dp), pipeline_chunks(kLayers, L.pp, 1, groups.coord.pp));
+  const int stages = L.replicas.empty() ? L.pp : static_cast<int>(L.replicas.size());
+  GptModel model(tiny_dims(), *be, tpc, 16 * size_t(L.dp),
+                 pipeline_chunks(kLayers, stages, 1, stage_of_rank(L.replicas, groups.coord.pp)));
   model.init_weights(5);
   DataParallelGrads grads(*be, model.table(), model.layer_of_param(),
                           L.dp > 1 ? groups.dp.get() : nullptr, L.zero1, 4096, tpc.rank == 0);
@@ -121,11 +132,11 @@ Trace run_pipelined(const Layout& L, dist::Comm& world) {
               .tp = L.tp > 1 ? groups.tp.get() : nullptr, .dp = L.dp > 1 ? groups.dp.get() : nullptr,
               .dp_rank = groups.coord.dp, .global_batch = kGlobalBatch, .micro_batch = kMicro,
               .seq_len = kSeq, .grad_clip = kClip};
-  std::unique_ptr<dist::Comm> embedding = make_embedding_group(*groups.pp);
+  std::unique_ptr<dist::Comm> embedding = make_embedding_group(*groups.pp, L.replicas);
   PipelineStep pipe(PipelineSetup{.step = s, .pp = groups.pp.get(), .embedding = embedding.get(),
                                   .schedule = L.schedule, .scatter_gather = L.scatter_gather,
-                                  .vertical_sync = L.vertical_sync, .total_steps = kSteps,
-                                  .drain_every = L.drain_every});
+                                  .vertical_sync = L.vertical_sync, .replicas = L.replicas,
+                                  .total_steps = kSteps, .drain_every = L.drain_every});
   Trace t;
   for (int step = 0; step < kSteps; ++step) {
     StepResult r = pipe.step(batch_rows, step, lr_at(step));
@@ -135,6 +146,17 @@ Trace run_pipelined(const Layout& L, dist::Comm& world) {
     t.weight_versions = std::max(t.weight_versions, pipe.weight_versions());
   }
   BATON_ASSERT(pipe.drained(), "the pipeline is not drained after the last step");
+  // The tied wte: elementwise MIN == MAX over the embedding group (its copies are bit-identical).
+  if (embedding) {
+    const int w = model.tied_wte_param();
+    std::vector<float> lo(model.table().numel(w)), hi;
+    be->to_host(lo.data(), model.table().at(model.params(), w), lo.size() * sizeof(float));
+    hi = lo;
+    embedding->all_reduce(lo.data(), lo.size(), dist::DType::F32, dist::ReduceOp::MIN);
+    embedding->all_reduce(hi.data(), hi.size(), dist::DType::F32, dist::ReduceOp::MAX);
+    t.tied_identical = lo == hi;
+  }
+  t.tied_identical = world.all_reduce_scalar(t.tied_identical ? 0.0 : 1.0) == 0.0;
   return t;
 }
 
@@ -251,13 +273,103 @@ Trace run_reference(int p, Rule rule, int dp, int drain_every) {
   return out;
 }
 
+// 1F1B-RR reference: `lag[s]` = a_s, the in-flight count of stage s (the rule under test), or a
+// wrong one for the negative control. Every stage keeps all its versions; stage s updates after
+// every r_s micro-batches (in id order) with the sum of their gradients, clipped by its own norm.
+Trace run_reference_rr(const std::vector<int>& r, const std::vector<int>& lag, int drain_every) {
+  auto be = make_cpu_backend();
+  const int p = static_cast<int>(r.size());
+  std::vector<RefStage> st(p);
+  for (int s = 0; s < p; ++s) {
+    auto& x = st[s];
+    x.model = std::make_unique<GptModel>(tiny_dims(), *be, TensorParallel{}, 16, pipeline_chunks(kLayers, p, 1, s));
+    x.model->init_weights(5);
+    x.model->reserve(kMicro, kSeq, 1);
+    x.grads = std::make_unique<DataParallelGrads>(*be, x.model->table(), x.model->layer_of_param(),
+                                                  nullptr, false, 4096, true);
+    if (s == p - 1 && p > 1) x.grads->exclude_from_norm(x.model->table(), x.model->tied_wte_param());
+    x.opt = std::make_unique<AdamW>(*be, x.grads->segments(), x.grads->state_size(), optim_config());
+    x.versions.emplace_back(x.model->params(), x.model->params() + x.model->flat_size());
+    x.model->zero_grads();
+  }
+  const int m = kGlobalBatch / kMicro;
+  std::vector<int32_t> xs(kMicro * kSeq), ys(xs.size());
+  Trace out;
+  for (int step = 0; step < kSteps; ++step) {
+    const int k0 = (drain_every > 0 ? step / drain_every * drain_every : 0) * m;  // segment start
+    double loss = 0;
+    std::vector<double> sumsq(p, 0);
+    std::vector<int> count(p, 0);
+    for (int i = 0; i < m; ++i) {
+      const int k = step * m + i;
+      batch_rows(step, i * kMicro, kMicro, xs.data(), ys.data());
+      const float dloss = 1.0f / float(kMicro * kSeq);
+      for (int s = 0; s < p; ++s) {  // forward, stage s on W_s(base + max(⌊(k − k0)/r_s⌋ − a_s + 1, 0))
+        GptModel& g = *st[s].model;
+        g.use_params(st[s].versions.at(k0 / r[s] + std::max((k - k0) / r[s] - lag[s] + 1, 0)).data());
+        g.set_batch(0, s == 0 ? xs.data() : nullptr, s == p - 1 ? ys.data() : nullptr, kMicro, kSeq);
+        if (s > 0) be->copy(g.slot_input(0), st[s - 1].model->chunk_output(0, 0), g.boundary_floats(kMicro, kSeq));
+        loss += g.forward_chunk(0, 0, true, dloss);
+      }
+      for (int s = p - 1; s >= 0; --s) {  // backward on the same (stashed) versions
+        GptModel& g = *st[s].model;
+        g.use_params(st[s].versions.at(k0 / r[s] + std::max((k - k0) / r[s] - lag[s] + 1, 0)).data());
+        if (s < p - 1)
+          be->copy(g.slot_output_grad(0), st[s + 1].model->slot_input_grad(0), g.boundary_floats(kMicro, kSeq));
+        g.backward_chunk(0, 0);
+      }
+      // Updates: stage s after every r_s micro-batches of the segment; the tied wte's copies
+      // (r_0 = r_{p−1}: the first and last stage update together) sum first.
+      if ((k - k0 + 1) % r[0] == 0 && p > 1) {
+        GptModel &a = *st[0].model, &b = *st[p - 1].model;
+        float* ga = a.table().at(a.grads(), a.tied_wte_param());
+        float* gb = b.table().at(b.grads(), b.tied_wte_param());
+        for (size_t j = 0; j < a.table().numel(a.tied_wte_param()); ++j) ga[j] = gb[j] = ga[j] + gb[j];
+      }
+      std::vector<double> own(p);
+      for (int s = 0; s < p; ++s) own[s] = st[s].grads->grad_sumsq(st[s].model->grads());
+      for (int s = 0; s < p; ++s) {
+        if ((k - k0 + 1) % r[s] != 0) continue;
+        RefStage& x = st[s];
+        // Clipping norm: the stage's own; the first and last stage's together (wte once).
+        const bool end = p > 1 && (s == 0 || s == p - 1);
+        const double sq = own[s], norm = std::sqrt(end ? own[0] + own[p - 1] : sq);
+        const float scale = norm > kClip ? static_cast<float>(kClip / (norm + 1e-6)) : 1.0f;
+        x.versions.push_back(x.versions.back());
+        x.opt->step(x.versions.back().data(), x.model->grads(), lr_at(step), scale,
+                    static_cast<int64_t>(x.versions.size() - 1));
+        x.model->zero_grads();
+        sumsq[s] += sq;
+        ++count[s];
+      }
+    }
+    double norm2 = 0;
+    for (int s = 0; s < p; ++s) norm2 += sumsq[s] / count[s];
+    out.loss.push_back(loss / (kGlobalBatch * kSeq));
+    out.norm.push_back(std::sqrt(norm2));
+  }
+  return out;
+}
+
+// a_s = ⌈(r_s + … + r_{p−1}) / r_s⌉ (the pipedream generator's in-flight count; NOAM for s = 0).
+std::vector<int> rr_in_flight(const std::vector<int>& r) {
+  std::vector<int> a(r.size());
+  for (size_t s = 0; s < r.size(); ++s) {
+    int down = 0;
+    for (size_t t = s; t < r.size(); ++t) down += r[t];
+    a[s] = (down + r[s] - 1) / r[s];
+  }
+  return a;
+}
+
 Rule rule_of(const Layout& l) {
   if (l.schedule == "2bw") return Rule::TWO_BW;
   return l.vertical_sync ? Rule::PIPEDREAM_VSYNC : Rule::PIPEDREAM;
 }
 
 std::string describe(const Layout& l) {
-  return fmt::format("tp={} dp={} pp={} {}{}{}{}{}", l.tp, l.dp, l.pp, l.schedule,
+  return fmt::format("tp={} dp={} pp={} {}{}{}{}{}{}", l.tp, l.dp, l.pp, l.schedule,
+                     l.replicas.empty() ? "" : fmt::format(" replicas={}", fmt::join(l.replicas, ",")),
                      l.vertical_sync ? " vertical_sync" : "", l.zero1 ? " zero1" : "",
                      l.scatter_gather ? " scatter_gather" : "",
                      l.drain_every ? fmt::format(" drain_every={}", l.drain_every) : "");
@@ -280,6 +392,17 @@ std::vector<Layout> async_layouts(int world) {
   add({.pp = 4, .schedule = "pipedream", .drain_every = 2});
   add({.dp = 2, .pp = 2, .schedule = "2bw", .zero1 = true});
   add({.dp = 2, .pp = 2, .schedule = "pipedream"});
+  return out;
+}
+
+// 1F1B-RR layouts (pp = the ranks of the pipeline = Σ replicas).
+std::vector<Layout> rr_layouts(int world) {
+  std::vector<Layout> out;
+  for (Layout l : {Layout{.pp = 4, .schedule = "pipedream", .replicas = {2, 2}},
+                   Layout{.pp = 4, .schedule = "pipedream", .drain_every = 4, .replicas = {2, 2}},
+                   Layout{.pp = 6, .schedule = "pipedream", .replicas = {2, 1, 1, 2}},
+                   Layout{.pp = 6, .schedule = "pipedream", .drain_every = 3, .replicas = {2, 1, 1, 2}}})
+    if (l.pp == world) out.push_back(l);
   return out;
 }
 
@@ -348,6 +471,34 @@ int main(int argc, char** argv) {
                         "nearest other rule's {:.2e}); loss {:.5f} -> {:.5f}; {} weight versions on rank 0",
                         describe(l), worst, other, got.loss.front(), got.loss.back(),
                         got.weight_versions));
+    }
+    // ---- 3. pipedream with replicated stages (1F1B-RR) against its rule ----
+    for (const Layout& l : rr_layouts(W)) {
+      const Trace got = run_pipelined(l, *world);
+      if (rank != 0) continue;
+      const std::vector<int> a = rr_in_flight(l.replicas);
+      const double worst = worst_difference(got, run_reference_rr(l.replicas, a, l.drain_every));
+      double other = 1e300;
+      for (int d : {-1, 1}) {  // staleness off by one micro-batch per replica
+        std::vector<int> b = a;
+        for (int& x : b) x = std::max(1, x + d);
+        if (b != a) other = std::min(other, worst_difference(got, run_reference_rr(l.replicas, b, l.drain_every)));
+      }
+      check(worst <= 1e-5 && other > 1e-3 && got.tied_identical,
+            fmt::format("{}: worst relative difference to the 1F1B-RR reference {:.2e} (to off-by-one "
+                        "staleness {:.2e}); tied wte copies {}; loss {:.5f} -> {:.5f}; {} weight "
+                        "versions on rank 0",
+                        describe(l), worst, other, got.tied_identical ? "identical" : "DIFFER",
+                        got.loss.front(), got.loss.back(), got.weight_versions));
+    }
+    if (W == 4) {  // the tied embedding needs r_0 = r_{p−1}: a clear error otherwise
+      bool refused = false;
+      try {
+        run_pipelined({.pp = 4, .schedule = "pipedream", .replicas = {3, 1}}, *world);
+      } catch (const Error& e) {
+        refused = std::string(e.what()).find("replicas") != std::string::npos && !e.hint().empty();
+      }
+      check(refused, "replicas 3,1 (first and last stage differ) are refused with a clear error");
     }
     if (rank == 0) std::printf("%d passed, %d failed\n", passes, failures);
     return world->all_reduce_scalar(failures) == 0 ? 0 : 1;

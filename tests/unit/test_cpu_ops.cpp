@@ -294,6 +294,77 @@ TEST_F(CpuOps, MatmulBackwardTwiceDoublesParamGrads) {
   EXPECT_TRUE(same_bits(dinp, dinp1));  // activation grad overwritten, not accumulated
 }
 
+// Zero bubble (Qi et al. 2023, §2 "splitting the backward"): the input part calls
+// matmul_backward with dweight = dbias = null, the deferred weight part with dinp = null. The two
+// together must give the fused call's gradients bit for bit, at shapes taking the threaded paths,
+// and a null pointer must leave its gradient untouched (garbage stays garbage).
+TEST_F(CpuOps, MatmulBackwardSplitEqualsFusedBitExact) {
+  for (MatShape s : {MatShape{7, 12, 5}, MatShape{256, 96, 200}}) {
+    const int N = s.N, C = s.C, OC = s.OC;
+    VecF inp = random_vec(size_t(N) * C, 81), w = random_vec(size_t(OC) * C, 82),
+         dout = random_vec(size_t(N) * OC, 83), dw0 = random_vec(w.size(), 84),
+         db0 = random_vec(OC, 85);
+    for (bool acc : {false, true}) {
+      VecF dinp0 = random_vec(inp.size(), 86);
+      VecF dinp = dinp0, dw = dw0, db = db0;
+      be->matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N,
+                          C, OC, acc);
+      VecF sdinp = dinp0, sdw = dw0, sdb = db0;
+      // Input part: dinp only; the parameter gradients stay as they were.
+      be->matmul_backward(sdinp.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C,
+                          OC, acc);
+      EXPECT_TRUE(same_bits(sdinp, dinp));
+      EXPECT_TRUE(same_bits(sdw, dw0));
+      EXPECT_TRUE(same_bits(sdb, db0));
+      // Weight part: dweight and dbias only (weight not even read: pass null).
+      be->matmul_backward(nullptr, sdw.data(), sdb.data(), dout.data(), inp.data(), nullptr, N, C,
+                          OC, acc);
+      EXPECT_TRUE(same_bits(sdw, dw));
+      EXPECT_TRUE(same_bits(sdb, db));
+      EXPECT_TRUE(same_bits(sdinp, dinp));
+    }
+    // dbias alone (inp not read when dweight is null).
+    VecF db = db0, dbias_only = db0, dwx = dw0;
+    be->matmul_backward(nullptr, dwx.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC,
+                        false);
+    be->matmul_backward(nullptr, nullptr, dbias_only.data(), dout.data(), nullptr, nullptr, N, C,
+                        OC, false);
+    EXPECT_TRUE(same_bits(dbias_only, db));
+  }
+}
+
+TEST_F(CpuOps, LayernormBackwardSplitEqualsFusedBitExact) {
+  for (auto [N, C] : {std::pair{7, 12}, std::pair{256, 96}, std::pair{5, 130}}) {
+    VecF x = random_vec(size_t(N) * C, 91), w = random_vec(C, 92), b = random_vec(C, 93),
+         dy = random_vec(size_t(N) * C, 94), dx0 = random_vec(x.size(), 95),
+         dw0 = random_vec(C, 96), db0 = random_vec(C, 97);
+    VecF out(x.size()), mean(N), rstd(N);
+    be->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    VecF dx = dx0, dw = dw0, db = db0;
+    be->layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                           mean.data(), rstd.data(), N, C);
+    VecF sdx = dx0, sdw = dw0, sdb = db0;
+    be->layernorm_backward(sdx.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), mean.data(),
+                           rstd.data(), N, C);
+    EXPECT_TRUE(same_bits(sdx, dx));
+    EXPECT_TRUE(same_bits(sdw, dw0));
+    EXPECT_TRUE(same_bits(sdb, db0));
+    be->layernorm_backward(nullptr, sdw.data(), sdb.data(), dy.data(), x.data(), nullptr,
+                           mean.data(), rstd.data(), N, C);
+    EXPECT_TRUE(same_bits(sdw, dw));
+    EXPECT_TRUE(same_bits(sdb, db));
+    EXPECT_TRUE(same_bits(sdx, dx));
+    // Each parameter gradient on its own.
+    VecF only_w = dw0, only_b = db0;
+    be->layernorm_backward(nullptr, only_w.data(), nullptr, dy.data(), x.data(), nullptr,
+                           mean.data(), rstd.data(), N, C);
+    be->layernorm_backward(nullptr, nullptr, only_b.data(), dy.data(), x.data(), nullptr,
+                           mean.data(), rstd.data(), N, C);
+    EXPECT_TRUE(same_bits(only_w, dw));
+    EXPECT_TRUE(same_bits(only_b, db));
+  }
+}
+
 // ---- layernorm ---------------------------------------------------------------------------------
 
 TEST_F(CpuOps, LayernormForwardMatchesReference) {

@@ -67,6 +67,10 @@ void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, c
                                     const float* rstd, int N, int C) {
   BATON_ASSERT(N >= 0 && C > 0, "layernorm_backward: bad shape N={} C={}", N, C);
   const bool parallel = size_t(N) * C >= cpu_detail::kSerialBelow;
+  // Each of the three gradients is skipped when its pointer is null (zero bubble splits the
+  // backward into the input part, dinp, and the weight part, dweight/dbias); each part computes
+  // exactly what the fused call does, so split == fused bit for bit.
+  if (dinp != nullptr) {
   // dinp: with xhat = (x - mean) * rstd and g = dout * weight,
   //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (accumulated into dinp)
 #pragma omp parallel for schedule(static) if (parallel)
@@ -90,6 +94,8 @@ void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, c
       dx[c] += s * (dy[c] * weight[c] - g_mean - xhat * gx_mean);
     }
   }
+  }
+  if (dweight == nullptr && dbias == nullptr) return;
   // dweight[C] += sum_n dout * xhat;  dbias[C] += sum_n dout. Column blocks, rows in order.
   const int nblocks = (C + cpu_detail::kColBlock - 1) / cpu_detail::kColBlock;
 #pragma omp parallel for schedule(static) if (parallel)
@@ -106,10 +112,10 @@ void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, c
         db[c - c0] += dy;
       }
     }
-    for (int c = c0; c < c1; c++) {
-      dweight[c] += dw[c - c0];
-      dbias[c] += db[c - c0];
-    }
+    if (dweight != nullptr)
+      for (int c = c0; c < c1; c++) dweight[c] += dw[c - c0];
+    if (dbias != nullptr)
+      for (int c = c0; c < c1; c++) dbias[c] += db[c - c0];
   }
 }
 

@@ -72,8 +72,8 @@ void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, cons
   // dinp[N,C] (=|+=) dout[N,OC] . weight[OC,C]
   if (dinp != nullptr)
     parallel_sgemm(false, false, N, C, OC, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
-  // dweight[OC,C] += dout[N,OC]^T . inp[N,C]
-  parallel_sgemm(true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+  // dweight[OC,C] += dout[N,OC]^T . inp[N,C]   (skipped when null: zero bubble's input part)
+  if (dweight != nullptr) parallel_sgemm(true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias != nullptr) {
     // dbias[OC] += sum_n dout[n,:]. Parallel over column blocks, rows summed in order inside each
     // block: deterministic for any thread count, and the inner loop is contiguous.

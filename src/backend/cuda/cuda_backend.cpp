@@ -1,0 +1,358 @@
+// CudaBackend (see cuda_backend.h). Host side only: memory, the stream, the cuBLAS handle, and one
+// call into kernels/ per op.
+//
+// What allocates device memory (DESIGN §9 arenas; issue 6 "no cudaMalloc after step 0"):
+//  - alloc(): from the arena; a cudaMalloc happens only when no free block fits (the model's
+//    parameters, gradients, optimizer state and activations are allocated before the first step);
+//  - the op scratch (bias/layernorm partials, attention dP/dS of one batch row, embedding buckets,
+//    sum_squares partials): one buffer that grows to the largest request, i.e. during the first
+//    step; it is then reused;
+//  - the cuBLAS workspace (32 MiB) at construction, so cuBLAS never allocates on its own.
+// Everything runs on one non-blocking stream; to_device/to_host and sum_squares synchronise it, so
+// host buffers may be reused as soon as they return. embedding_backward copies the tokens to the
+// host (B*T ints, a synchronisation) to bucket them deterministically.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <new>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/adamw.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/classifier.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/gelu.cuh"
+#include "kernels/gemm.cuh"
+#include "kernels/layernorm.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/reduce.cuh"
+
+namespace baton {
+namespace {
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw Error(fmt::format("CUDA: {}: {}", what, cudaGetErrorString(e)),
+                "check the GPU with nvidia-smi; rerun with CUDA_LAUNCH_BLOCKING=1 to locate a "
+                "failing kernel");
+}
+
+// Device memory arena: cudaMalloc'd chunks, each sub-allocated first-fit by address with a free
+// list that coalesces neighbours on release. 256-byte alignment (cudaMalloc's; >= the 64 the
+// Backend contract asks for). Not thread-safe (one backend, one host thread).
+class DeviceArena {
+ public:
+  static constexpr size_t kAlign = 256;
+  static constexpr size_t kMinChunk = size_t(64) << 20;
+
+  ~DeviceArena() {
+    for (auto& c : chunks_) cudaFree(c.base);
+  }
+
+  void* alloc(size_t bytes) {
+    const size_t size = std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    for (auto& c : chunks_) {
+      for (auto it = c.free.begin(); it != c.free.end(); ++it) {
+        if (it->second < size) continue;
+        char* p = it->first;
+        const size_t rest = it->second - size;
+        c.free.erase(it);
+        if (rest > 0) c.free.emplace(p + size, rest);
+        return take(p, size);
+      }
+    }
+    const size_t chunk = std::max(size, kMinChunk);
+    void* base = nullptr;
+    const cudaError_t e = cudaMalloc(&base, chunk);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error state
+      throw Error(fmt::format("CUDA: out of device memory allocating {:.1f} MiB ({:.1f} MiB in use, "
+                              "{:.1f} MiB reserved): {}",
+                              double(chunk) / (1 << 20), double(in_use_) / (1 << 20),
+                              double(reserved_) / (1 << 20), cudaGetErrorString(e)),
+                  "reduce train.micro_batch or model size, or enable parallel.recompute");
+    }
+    mallocs_++;
+    reserved_ += chunk;
+    chunks_.push_back({static_cast<char*>(base), chunk, {}});
+    if (chunk > size) chunks_.back().free.emplace(static_cast<char*>(base) + size, chunk - size);
+    return take(static_cast<char*>(base), size);
+  }
+
+  void release(void* ptr) {
+    if (ptr == nullptr) return;
+    char* p = static_cast<char*>(ptr);
+    auto used = used_.find(p);
+    BATON_ASSERT(used != used_.end(), "CudaBackend::release: {} was not allocated here", ptr);
+    size_t size = used->second;
+    used_.erase(used);
+    in_use_ -= size;
+    for (auto& c : chunks_) {
+      if (p < c.base || p >= c.base + c.size) continue;
+      auto next = c.free.lower_bound(p);
+      if (next != c.free.end() && p + size == next->first) {
+        size += next->second;
+        next = c.free.erase(next);
+      }
+      if (next != c.free.begin()) {
+        auto prev = std::prev(next);
+        if (prev->first + prev->second == p) {
+          prev->second += size;
+          return;
+        }
+      }
+      c.free.emplace(p, size);
+      return;
+    }
+  }
+
+  CudaMemoryStats stats() const { return {reserved_, in_use_, peak_, mallocs_}; }
+
+ private:
+  struct Chunk {
+    char* base;
+    size_t size;
+    std::map<char*, size_t> free;  // address -> bytes
+  };
+  void* take(char* p, size_t size) {
+    used_.emplace(p, size);
+    in_use_ += size;
+    peak_ = std::max(peak_, in_use_);
+    return p;
+  }
+  std::vector<Chunk> chunks_;
+  std::map<char*, size_t> used_;
+  size_t reserved_ = 0, in_use_ = 0, peak_ = 0;
+  int mallocs_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    BATON_REQUIRE(e == cudaSuccess && n > device && device >= 0,
+                  fmt::format("no CUDA device {} ({})", device,
+                              e == cudaSuccess ? fmt::format("{} visible", n) : cudaGetErrorString(e)),
+                  "set precision.device = \"cpu\" (or \"auto\"), or run on a GPU node");
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    kernels::check_cublas(cublasCreate(&cublas_), "cublasCreate");
+    kernels::check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
+    // fp32 exactly: no TF32 (also not via NVIDIA_TF32_OVERRIDE), no reduced-precision reductions.
+    kernels::check_cublas(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    // Deterministic: cuBLAS may not use atomics (the default, stated here on purpose).
+    kernels::check_cublas(cublasSetAtomicsMode(cublas_, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
+    workspace_ = arena_.alloc(kCublasWorkspace);
+    kernels::check_cublas(cublasSetWorkspace(cublas_, workspace_, kCublasWorkspace), "cublasSetWorkspace");
+    cuda_check(cudaMallocHost(&host_double_, sizeof(double)), "cudaMallocHost");
+  }
+
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    if (host_double_ != nullptr) cudaFreeHost(host_double_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+    // arena_ frees its chunks (workspace and scratch included) in its destructor.
+  }
+
+  std::string name() const override { return "cuda"; }
+
+  CudaMemoryStats stats() const { return arena_.stats(); }
+
+  // ---- memory ----
+  void* alloc(size_t bytes) override {
+    void* p = arena_.alloc(bytes);
+    // Zero-initialised (contract), ordered before any later op on the stream.
+    cuda_check(cudaMemsetAsync(p, 0, std::max<size_t>(bytes, 1), stream_), "alloc memset");
+    return p;
+  }
+  void release(void* p) override {
+    // Stream order makes reuse safe: later work on this stream runs after earlier users of p.
+    arena_.release(p);
+  }
+  void to_device(void* dst, const void* src_host, size_t bytes) override {
+    if (bytes == 0) return;
+    cuda_check(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, stream_), "to_device");
+    cuda_check(cudaStreamSynchronize(stream_), "to_device");
+  }
+  void to_host(void* dst_host, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    cuda_check(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, stream_), "to_host");
+    cuda_check(cudaStreamSynchronize(stream_), "to_host");
+  }
+  void synchronize() override { cuda_check(cudaStreamSynchronize(stream_), "synchronize"); }
+
+  void zero(float* x, size_t n) override { kernels::zero(x, n, stream_); }
+  void copy(float* dst, const float* src, size_t n) override { kernels::copy(dst, src, n, stream_); }
+  void scale(float* x, float s, size_t n) override { kernels::scale(x, s, n, stream_); }
+  void add(float* dst, const float* src, size_t n) override { kernels::add(dst, src, n, stream_); }
+  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
+    kernels::residual(out, a, b, n, stream_);
+  }
+  double sum_squares(const float* x, size_t n) override {
+    const size_t nd = kernels::sum_squares_scratch_doubles(n);
+    double* scratch = static_cast<double*>(scratch_bytes(nd * sizeof(double)));
+    double* result = scratch + nd - 1;
+    kernels::sum_squares(result, x, n, scratch, nd, stream_);
+    cuda_check(cudaMemcpyAsync(host_double_, result, sizeof(double), cudaMemcpyDeviceToHost, stream_),
+               "sum_squares");
+    cuda_check(cudaStreamSynchronize(stream_), "sum_squares");
+    return *host_double_;
+  }
+
+  // ---- dense ----
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int C, int OC) override {
+    kernels::matmul_forward(out, inp, weight, bias, N, C, OC, cublas_, stream_);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int C, int OC,
+                       bool accumulate_dinp) override {
+    const size_t nf = dbias != nullptr ? kernels::matmul_backward_scratch_floats(N, OC) : 0;
+    float* scratch = nf > 0 ? static_cast<float*>(scratch_bytes(nf * sizeof(float))) : nullptr;
+    kernels::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate_dinp,
+                             scratch, nf, cublas_, stream_);
+  }
+
+  // ---- normalisation ----
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C) override {
+    kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override {
+    const bool params = dweight != nullptr || dbias != nullptr;
+    const size_t nf = params ? kernels::layernorm_backward_scratch_floats(N, C) : 0;
+    float* scratch = nf > 0 ? static_cast<float*>(scratch_bytes(nf * sizeof(float))) : nullptr;
+    kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch,
+                                nf, stream_);
+  }
+  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                  const float* a, const float* b, const float* weight,
+                                  const float* bias, int N, int C) override {
+    kernels::residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, stream_);
+  }
+
+  // ---- activations ----
+  void gelu_forward(float* out, const float* inp, size_t n) override {
+    kernels::gelu_forward(out, inp, n, stream_);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    kernels::gelu_backward(dinp, inp, dout, n, stream_);
+  }
+
+  // ---- attention ----
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    kernels::attention_forward(out, att, qkv, B, T, C, NH, cublas_, stream_);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                          int T, int C, int NH) override {
+    const size_t nf = kernels::attention_backward_scratch_floats(T, NH);
+    float* scratch = static_cast<float*>(scratch_bytes(std::max<size_t>(nf, 1) * sizeof(float)));
+    kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH, scratch, nf, cublas_, stream_);
+  }
+
+  // ---- embeddings ----
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C, int vocab_start, int vocab_rows) override {
+    kernels::embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows, stream_);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                          int T, int C, int vocab_start, int vocab_rows) override {
+    const int N = B * T;
+    if (N <= 0) return;
+    host_tokens_.resize(size_t(N));
+    to_host(host_tokens_.data(), tokens, size_t(N) * sizeof(int32_t));
+    const size_t ni = kernels::embedding_backward_scratch_ints(N);
+    int32_t* scratch = static_cast<int32_t*>(scratch_bytes(ni * sizeof(int32_t)));
+    kernels::embedding_backward(dwte, dwpe, dout, host_tokens_.data(), B, T, C, vocab_start,
+                                vocab_rows, scratch, ni, stream_);
+  }
+
+  // ---- classifier ----
+  void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+                             const int32_t* targets, int N, int V, int Vp, float dloss) override {
+    kernels::softmax_cross_entropy(losses, dlogits, logits, targets, N, V, Vp, dloss, stream_);
+  }
+  void logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl) override {
+    kernels::logits_row_max(maxv, logits, N, V_local, Vl, stream_);
+  }
+  void logits_sumexp_target(float* sumexp, float* target_logit, const float* logits,
+                            const float* maxv, const int32_t* targets, int N, int V_local, int Vl,
+                            int vocab_start) override {
+    kernels::logits_sumexp_target(sumexp, target_logit, logits, maxv, targets, N, V_local, Vl,
+                                  vocab_start, stream_);
+  }
+  void cross_entropy_finish(float* losses, float* dlogits, const float* logits, const float* maxv,
+                            const float* sumexp, const float* target_logit,
+                            const int32_t* targets, int N, int V_local, int Vl, int vocab_start,
+                            float dloss) override {
+    kernels::cross_entropy_finish(losses, dlogits, logits, maxv, sumexp, target_logit, targets, N,
+                                  V_local, Vl, vocab_start, dloss, stream_);
+  }
+
+  // ---- optimizer ----
+  void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
+                  const AdamWArgs& a) override {
+    BATON_ASSERT(a.step >= 1, "adamw_step: step must be 1-based, got {}", a.step);
+    kernels::AdamWParams p;
+    p.lr = a.lr;
+    p.beta1 = a.beta1;
+    p.beta2 = a.beta2;
+    p.eps = a.eps;
+    p.weight_decay = a.weight_decay;
+    p.grad_scale = a.grad_scale;
+    // As the CPU twin: bias corrections in double, rounded to float.
+    p.bc1 = float(1.0 - std::pow(double(a.beta1), double(a.step)));
+    p.bc2 = float(1.0 - std::pow(double(a.beta2), double(a.step)));
+    kernels::adamw_step(param, grad, m, v, n, p, stream_);
+  }
+
+ private:
+  static constexpr size_t kCublasWorkspace = size_t(32) << 20;
+
+  // The op scratch: grows to the largest request (first step), then reused. Safe to hand out to
+  // consecutive ops because they are ordered on the one stream.
+  void* scratch_bytes(size_t bytes) {
+    if (bytes > scratch_size_) {
+      arena_.release(scratch_);
+      scratch_ = nullptr;
+      scratch_ = arena_.alloc(bytes);
+      scratch_size_ = bytes;
+    }
+    return scratch_;
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceArena arena_;
+  void* workspace_ = nullptr;
+  void* scratch_ = nullptr;
+  size_t scratch_size_ = 0;
+  double* host_double_ = nullptr;
+  std::vector<int32_t> host_tokens_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+CudaMemoryStats cuda_memory_stats(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  BATON_REQUIRE(cuda != nullptr, fmt::format("cuda_memory_stats: backend \"{}\" is not CUDA", backend.name()),
+                "call it on a backend from make_cuda_backend()");
+  return cuda->stats();
+}
+
+}  // namespace baton

@@ -1,0 +1,584 @@
+// CUDA backend (fp32) against the CPU reference backend: every Backend op on random inputs of
+// several shapes (odd sizes included), a tiny GPT's loss and every gradient, determinism (same
+// inputs twice -> identical bits) and the arena's "no cudaMalloc after warm-up". Label `gpu`;
+// every test skips with "skipped: no CUDA device" where cudaGetDeviceCount reports none.
+//
+// Tolerances (|gpu - cpu| <= rtol * |cpu| + atol * max|cpu| over the tensor), and why:
+//   exact        0, 0        zero/copy/scale/add/residual, embedding forward, AdamW moments: one
+//                            IEEE op per element on both sides (or a copy).
+//   sumsq        1e-12, 0    double accumulation in a different order (fp32 inputs exact in double).
+//   gelu         1e-5, 1e-7  CUDA tanhf vs glibc tanhf (<= 2 ulp each) and FMA contraction.
+//   reduce       1e-5, 1e-6  single-precision sums of <= a few thousand terms in a different order
+//                            (layernorm statistics, bias/column sums, softmax sums, embedding dwpe).
+//   gemm         1e-4, 1e-5  cuBLAS vs OpenBLAS sgemm: different blocking of the K sum (error
+//                            ~ sqrt(K) eps relative to the row norm, K <= 1000 here); TF32 is off,
+//                            with TF32 these would fail at ~1e-3.
+//   attention    1e-4, 1e-5  GEMM order plus softmax sums (att, out, dqkv).
+//   adamw param  1e-6, 1e-7  IEEE sqrt/div on both sides; FMA contraction may differ by an ulp.
+//   model        2e-3, 1e-4  a 2-layer GPT: the above compounded through ~20 ops, forward and back
+//                            (loss to 1e-5 relative).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/rng.h"
+#include "model/gpt_model.h"
+
+namespace baton {
+namespace {
+
+struct Tol {
+  double rtol, atol;
+};
+constexpr Tol kExact{0, 0}, kSumsq{1e-12, 0}, kGelu{1e-5, 1e-7}, kReduce{1e-5, 1e-6},
+    kGemm{1e-4, 1e-5}, kAttention{1e-4, 1e-5}, kAdamParam{1e-6, 1e-7}, kModel{2e-3, 1e-4};
+
+bool have_cuda() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = scale * rng.normal();
+  return v;
+}
+
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, Tol tol,
+                  const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  double maxabs = 0;
+  for (float x : cpu)
+    if (std::isfinite(x)) maxabs = std::max(maxabs, double(std::fabs(x)));
+  size_t bad = 0, first = 0;
+  double worst = 0;
+  for (size_t i = 0; i < cpu.size(); i++) {
+    if (gpu[i] == cpu[i]) continue;  // also equal infinities (row max over no columns)
+    const double d = std::fabs(double(gpu[i]) - double(cpu[i]));
+    const double lim = tol.rtol * std::fabs(double(cpu[i])) + tol.atol * maxabs;
+    if (!(d <= lim)) {  // catches NaN
+      if (bad++ == 0) first = i;
+      worst = std::max(worst, d);
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " elements out of tolerance"
+                     << " (first at " << first << ": gpu " << (bad ? gpu[first] : 0) << " cpu "
+                     << (bad ? cpu[first] : 0) << ", worst diff " << worst << ", max|cpu| " << maxabs
+                     << ")";
+}
+
+// A tensor living on both backends, with the same contents.
+struct Pair {
+  Backend* cpu;
+  Backend* gpu;
+  size_t n;
+  float* c = nullptr;
+  float* g = nullptr;
+  Pair(Backend& cb, Backend& gb, size_t n_, const std::vector<float>* init = nullptr)
+      : cpu(&cb), gpu(&gb), n(n_) {
+    c = static_cast<float*>(cpu->alloc(std::max<size_t>(n, 1) * sizeof(float)));
+    g = static_cast<float*>(gpu->alloc(std::max<size_t>(n, 1) * sizeof(float)));
+    if (init != nullptr) set(*init);
+  }
+  Pair(const Pair&) = delete;
+  ~Pair() {
+    cpu->release(c);
+    gpu->release(g);
+  }
+  void set(const std::vector<float>& v) {
+    std::copy(v.begin(), v.end(), c);
+    gpu->to_device(g, v.data(), v.size() * sizeof(float));
+  }
+  std::vector<float> host_gpu() const {
+    std::vector<float> v(n);
+    gpu->to_host(v.data(), g, n * sizeof(float));
+    return v;
+  }
+  std::vector<float> host_cpu() const { return std::vector<float>(c, c + n); }
+  void expect(Tol tol, const std::string& what) const { expect_close(host_gpu(), host_cpu(), tol, what); }
+};
+
+// Int tensors (tokens, targets) on both backends.
+struct IntPair {
+  Backend* cpu;
+  Backend* gpu;
+  int32_t* c;
+  int32_t* g;
+  IntPair(Backend& cb, Backend& gb, const std::vector<int32_t>& v) : cpu(&cb), gpu(&gb) {
+    const size_t bytes = std::max<size_t>(v.size(), 1) * sizeof(int32_t);
+    c = static_cast<int32_t*>(cpu->alloc(bytes));
+    g = static_cast<int32_t*>(gpu->alloc(bytes));
+    std::copy(v.begin(), v.end(), c);
+    gpu->to_device(g, v.data(), v.size() * sizeof(int32_t));
+  }
+  IntPair(const IntPair&) = delete;
+  ~IntPair() {
+    cpu->release(c);
+    gpu->release(g);
+  }
+};
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_cuda()) GTEST_SKIP() << "skipped: no CUDA device";
+    cpu_ = make_cpu_backend();
+    gpu_ = make_cuda_backend();
+  }
+  std::unique_ptr<Backend> cpu_, gpu_;
+};
+
+TEST_F(CudaOps, Elementwise) {
+  for (size_t n : {size_t(1), size_t(1000), size_t(65537)}) {
+    const std::string tag = " n=" + std::to_string(n);
+    auto a = randn(n, 1), b = randn(n, 2);
+    Pair x(*cpu_, *gpu_, n, &a), y(*cpu_, *gpu_, n, &b), out(*cpu_, *gpu_, n);
+    cpu_->residual_forward(out.c, x.c, y.c, n);
+    gpu_->residual_forward(out.g, x.g, y.g, n);
+    out.expect(kExact, "residual" + tag);
+    cpu_->add(x.c, y.c, n);
+    gpu_->add(x.g, y.g, n);
+    x.expect(kExact, "add" + tag);
+    cpu_->scale(x.c, 0.37f, n);
+    gpu_->scale(x.g, 0.37f, n);
+    x.expect(kExact, "scale" + tag);
+    cpu_->copy(out.c, x.c, n);
+    gpu_->copy(out.g, x.g, n);
+    out.expect(kExact, "copy" + tag);
+    cpu_->zero(out.c, n);
+    gpu_->zero(out.g, n);
+    out.expect(kExact, "zero" + tag);
+  }
+}
+
+TEST_F(CudaOps, AllocIsZeroed) {
+  const size_t n = 12345;
+  float* p = static_cast<float*>(gpu_->alloc(n * sizeof(float)));
+  std::vector<float> h(n, 1.0f);
+  gpu_->to_host(h.data(), p, n * sizeof(float));
+  for (float x : h) ASSERT_EQ(x, 0.0f);
+  gpu_->release(p);
+}
+
+TEST_F(CudaOps, SumSquares) {
+  for (size_t n : {size_t(0), size_t(1), size_t(12345), (size_t(1) << 20) + 3}) {
+    auto a = randn(n, 3);
+    Pair x(*cpu_, *gpu_, n, &a);
+    const double c = cpu_->sum_squares(x.c, n), g = gpu_->sum_squares(x.g, n);
+    EXPECT_NEAR(g, c, kSumsq.rtol * c) << "n=" << n;
+    EXPECT_EQ(g, gpu_->sum_squares(x.g, n)) << "deterministic, n=" << n;
+  }
+}
+
+TEST_F(CudaOps, Gelu) {
+  for (size_t n : {size_t(1), size_t(777), size_t(100003)}) {
+    auto a = randn(n, 4, 2.0f), d = randn(n, 5);
+    Pair x(*cpu_, *gpu_, n, &a), dy(*cpu_, *gpu_, n, &d), y(*cpu_, *gpu_, n), dx(*cpu_, *gpu_, n);
+    cpu_->gelu_forward(y.c, x.c, n);
+    gpu_->gelu_forward(y.g, x.g, n);
+    y.expect(kGelu, "gelu_forward n=" + std::to_string(n));
+    cpu_->gelu_backward(dx.c, x.c, dy.c, n);
+    gpu_->gelu_backward(dx.g, x.g, dy.g, n);
+    dx.expect(kGelu, "gelu_backward n=" + std::to_string(n));
+  }
+}
+
+struct MmShape {
+  int N, C, OC;
+};
+const MmShape kMmShapes[] = {{1, 1, 1}, {7, 13, 5}, {64, 96, 160}, {257, 33, 71}, {300, 512, 129}};
+
+TEST_F(CudaOps, MatmulForward) {
+  for (auto s : kMmShapes) {
+    const std::string tag = " N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) +
+                            " OC=" + std::to_string(s.OC);
+    auto xi = randn(size_t(s.N) * s.C, 6), wi = randn(size_t(s.OC) * s.C, 7, 0.1f),
+         bi = randn(s.OC, 8);
+    Pair x(*cpu_, *gpu_, xi.size(), &xi), w(*cpu_, *gpu_, wi.size(), &wi),
+        b(*cpu_, *gpu_, bi.size(), &bi), out(*cpu_, *gpu_, size_t(s.N) * s.OC);
+    for (bool bias : {true, false}) {
+      cpu_->matmul_forward(out.c, x.c, w.c, bias ? b.c : nullptr, s.N, s.C, s.OC);
+      gpu_->matmul_forward(out.g, x.g, w.g, bias ? b.g : nullptr, s.N, s.C, s.OC);
+      out.expect(kGemm, std::string("matmul_forward bias=") + (bias ? "1" : "0") + tag);
+    }
+  }
+}
+
+TEST_F(CudaOps, MatmulBackwardEveryNullCombination) {
+  for (auto s : kMmShapes) {
+    const std::string tag = " N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) +
+                            " OC=" + std::to_string(s.OC);
+    auto xi = randn(size_t(s.N) * s.C, 9), wi = randn(size_t(s.OC) * s.C, 10, 0.1f),
+         di = randn(size_t(s.N) * s.OC, 11), dxi = randn(size_t(s.N) * s.C, 12),
+         dwi = randn(wi.size(), 13), dbi = randn(s.OC, 14);
+    Pair x(*cpu_, *gpu_, xi.size(), &xi), w(*cpu_, *gpu_, wi.size(), &wi),
+        dy(*cpu_, *gpu_, di.size(), &di);
+    for (int mask = 0; mask < 8; mask++) {
+      for (bool acc : {false, true}) {
+        const std::string t = tag + " mask=" + std::to_string(mask) + " acc=" + std::to_string(acc);
+        // Gradients start non-zero so accumulation (+=) and overwrite (=) are both checked.
+        Pair dx(*cpu_, *gpu_, dxi.size(), &dxi), dw(*cpu_, *gpu_, dwi.size(), &dwi),
+            db(*cpu_, *gpu_, dbi.size(), &dbi);
+        const bool wdx = mask & 1, wdw = mask & 2, wdb = mask & 4;
+        cpu_->matmul_backward(wdx ? dx.c : nullptr, wdw ? dw.c : nullptr, wdb ? db.c : nullptr, dy.c,
+                              x.c, w.c, s.N, s.C, s.OC, acc);
+        gpu_->matmul_backward(wdx ? dx.g : nullptr, wdw ? dw.g : nullptr, wdb ? db.g : nullptr, dy.g,
+                              x.g, w.g, s.N, s.C, s.OC, acc);
+        dx.expect(kGemm, "matmul_backward dinp" + t);
+        dw.expect(kGemm, "matmul_backward dweight" + t);
+        db.expect(kReduce, "matmul_backward dbias" + t);
+      }
+    }
+  }
+}
+
+struct LnShape {
+  int N, C;
+};
+const LnShape kLnShapes[] = {{1, 1}, {3, 7}, {64, 128}, {129, 769}, {1000, 64}};
+
+TEST_F(CudaOps, LayernormForwardAndResidual) {
+  for (auto s : kLnShapes) {
+    const std::string tag = " N=" + std::to_string(s.N) + " C=" + std::to_string(s.C);
+    const size_t nc = size_t(s.N) * s.C;
+    auto ai = randn(nc, 15, 3.0f), bi = randn(nc, 16), wi = randn(s.C, 17), bbi = randn(s.C, 18);
+    Pair a(*cpu_, *gpu_, nc, &ai), b(*cpu_, *gpu_, nc, &bi), w(*cpu_, *gpu_, s.C, &wi),
+        bias(*cpu_, *gpu_, s.C, &bbi), out(*cpu_, *gpu_, nc), res(*cpu_, *gpu_, nc),
+        mean(*cpu_, *gpu_, s.N), rstd(*cpu_, *gpu_, s.N);
+    cpu_->layernorm_forward(out.c, mean.c, rstd.c, a.c, w.c, bias.c, s.N, s.C);
+    gpu_->layernorm_forward(out.g, mean.g, rstd.g, a.g, w.g, bias.g, s.N, s.C);
+    out.expect(kReduce, "layernorm_forward out" + tag);
+    mean.expect(kReduce, "layernorm_forward mean" + tag);
+    rstd.expect(kReduce, "layernorm_forward rstd" + tag);
+    cpu_->residual_layernorm_forward(res.c, out.c, mean.c, rstd.c, a.c, b.c, w.c, bias.c, s.N, s.C);
+    gpu_->residual_layernorm_forward(res.g, out.g, mean.g, rstd.g, a.g, b.g, w.g, bias.g, s.N, s.C);
+    res.expect(kExact, "residual_layernorm_forward residual" + tag);
+    out.expect(kReduce, "residual_layernorm_forward out" + tag);
+    mean.expect(kReduce, "residual_layernorm_forward mean" + tag);
+    rstd.expect(kReduce, "residual_layernorm_forward rstd" + tag);
+  }
+}
+
+TEST_F(CudaOps, LayernormBackwardEveryNullCombination) {
+  for (auto s : kLnShapes) {
+    const std::string tag = " N=" + std::to_string(s.N) + " C=" + std::to_string(s.C);
+    const size_t nc = size_t(s.N) * s.C;
+    auto xi = randn(nc, 19, 2.0f), wi = randn(s.C, 20), bi = randn(s.C, 21), di = randn(nc, 22),
+         dxi = randn(nc, 23), dwi = randn(s.C, 24), dbi = randn(s.C, 25);
+    Pair x(*cpu_, *gpu_, nc, &xi), w(*cpu_, *gpu_, s.C, &wi), b(*cpu_, *gpu_, s.C, &bi),
+        dy(*cpu_, *gpu_, nc, &di), out(*cpu_, *gpu_, nc), mean(*cpu_, *gpu_, s.N),
+        rstd(*cpu_, *gpu_, s.N);
+    // Saved statistics from the CPU forward on both sides, so the backward is compared alone.
+    cpu_->layernorm_forward(out.c, mean.c, rstd.c, x.c, w.c, b.c, s.N, s.C);
+    mean.set(mean.host_cpu());
+    rstd.set(rstd.host_cpu());
+    for (int mask = 0; mask < 8; mask++) {
+      const std::string t = tag + " mask=" + std::to_string(mask);
+      Pair dx(*cpu_, *gpu_, nc, &dxi), dw(*cpu_, *gpu_, s.C, &dwi), db(*cpu_, *gpu_, s.C, &dbi);
+      const bool wdx = mask & 1, wdw = mask & 2, wdb = mask & 4;
+      cpu_->layernorm_backward(wdx ? dx.c : nullptr, wdw ? dw.c : nullptr, wdb ? db.c : nullptr,
+                               dy.c, x.c, w.c, mean.c, rstd.c, s.N, s.C);
+      gpu_->layernorm_backward(wdx ? dx.g : nullptr, wdw ? dw.g : nullptr, wdb ? db.g : nullptr,
+                               dy.g, x.g, w.g, mean.g, rstd.g, s.N, s.C);
+      dx.expect(kReduce, "layernorm_backward dinp" + t);
+      dw.expect(kReduce, "layernorm_backward dweight" + t);
+      db.expect(kReduce, "layernorm_backward dbias" + t);
+    }
+  }
+}
+
+struct AttShape {
+  int B, T, C, NH;
+};
+const AttShape kAttShapes[] = {{1, 1, 4, 1}, {2, 7, 12, 3}, {3, 64, 64, 4}, {1, 129, 96, 2}, {2, 256, 128, 2}};
+
+TEST_F(CudaOps, Attention) {
+  for (auto s : kAttShapes) {
+    const std::string tag = " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                            " C=" + std::to_string(s.C) + " NH=" + std::to_string(s.NH);
+    const size_t nqkv = size_t(s.B) * s.T * 3 * s.C, nout = size_t(s.B) * s.T * s.C,
+                 natt = size_t(s.B) * s.NH * s.T * s.T;
+    auto qi = randn(nqkv, 26), di = randn(nout, 27);
+    Pair qkv(*cpu_, *gpu_, nqkv, &qi), dout(*cpu_, *gpu_, nout, &di), out(*cpu_, *gpu_, nout),
+        att(*cpu_, *gpu_, natt), dqkv(*cpu_, *gpu_, nqkv, &qi /* poison: must be overwritten */);
+    cpu_->attention_forward(out.c, att.c, qkv.c, s.B, s.T, s.C, s.NH);
+    gpu_->attention_forward(out.g, att.g, qkv.g, s.B, s.T, s.C, s.NH);
+    att.expect(kAttention, "attention_forward att" + tag);
+    out.expect(kAttention, "attention_forward out" + tag);
+    // Backward from the same saved probabilities on both sides.
+    att.set(att.host_cpu());
+    cpu_->attention_backward(dqkv.c, dout.c, qkv.c, att.c, s.B, s.T, s.C, s.NH);
+    gpu_->attention_backward(dqkv.g, dout.g, qkv.g, att.g, s.B, s.T, s.C, s.NH);
+    dqkv.expect(kAttention, "attention_backward dqkv" + tag);
+  }
+}
+
+TEST_F(CudaOps, EmbeddingWithVocabRange) {
+  struct S {
+    int B, T, C, V, vocab_start, vocab_rows;
+    bool wpe;
+  };
+  for (S s : {S{1, 1, 1, 3, 0, 3, true}, S{2, 9, 33, 7, 0, 7, true}, S{4, 64, 96, 50, 10, 20, true},
+              S{3, 17, 300, 11, 5, 6, false}, S{8, 128, 64, 5, 0, 5, true}}) {
+    const std::string tag = " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                            " C=" + std::to_string(s.C) + " range=" + std::to_string(s.vocab_start) +
+                            "+" + std::to_string(s.vocab_rows);
+    const int N = s.B * s.T;
+    Rng rng(28);
+    std::vector<int32_t> tok(N);
+    for (auto& t : tok) t = int32_t(rng.below(s.V));  // small V: many repeated tokens
+    IntPair tokens(*cpu_, *gpu_, tok);
+    auto wtei = randn(size_t(s.vocab_rows) * s.C, 29), wpei = randn(size_t(s.T) * s.C, 30),
+         di = randn(size_t(N) * s.C, 31), dwtei = randn(wtei.size(), 32), dwpei = randn(wpei.size(), 33);
+    Pair wte(*cpu_, *gpu_, wtei.size(), &wtei), wpe(*cpu_, *gpu_, wpei.size(), &wpei),
+        out(*cpu_, *gpu_, size_t(N) * s.C), dout(*cpu_, *gpu_, di.size(), &di),
+        dwte(*cpu_, *gpu_, dwtei.size(), &dwtei), dwpe(*cpu_, *gpu_, dwpei.size(), &dwpei);
+    cpu_->embedding_forward(out.c, tokens.c, wte.c, s.wpe ? wpe.c : nullptr, s.B, s.T, s.C,
+                            s.vocab_start, s.vocab_rows);
+    gpu_->embedding_forward(out.g, tokens.g, wte.g, s.wpe ? wpe.g : nullptr, s.B, s.T, s.C,
+                            s.vocab_start, s.vocab_rows);
+    out.expect(kExact, "embedding_forward" + tag);
+    cpu_->embedding_backward(dwte.c, s.wpe ? dwpe.c : nullptr, dout.c, tokens.c, s.B, s.T, s.C,
+                             s.vocab_start, s.vocab_rows);
+    gpu_->embedding_backward(dwte.g, s.wpe ? dwpe.g : nullptr, dout.g, tokens.g, s.B, s.T, s.C,
+                             s.vocab_start, s.vocab_rows);
+    // Same summation order as the CPU (positions ascending, into the existing value): exact.
+    dwte.expect(kExact, "embedding_backward dwte" + tag);
+    dwpe.expect(kExact, "embedding_backward dwpe" + tag);
+  }
+}
+
+TEST_F(CudaOps, SoftmaxCrossEntropy) {
+  struct S {
+    int N, V, Vp;
+  };
+  for (S s : {S{1, 1, 1}, S{5, 37, 128}, S{64, 1000, 1024}, S{33, 50257, 50304}}) {
+    for (int mode = 0; mode < 3; mode++) {  // 0: no gradient, 1: separate dlogits, 2: in place
+      const std::string tag = " N=" + std::to_string(s.N) + " V=" + std::to_string(s.V) +
+                              " Vp=" + std::to_string(s.Vp) + " mode=" + std::to_string(mode);
+      Rng rng(34);
+      std::vector<int32_t> tgt(s.N);
+      for (int n = 0; n < s.N; n++) tgt[n] = (n % 5 == 3) ? -1 : int32_t(rng.below(s.V));
+      IntPair targets(*cpu_, *gpu_, tgt);
+      auto li = randn(size_t(s.N) * s.Vp, 35, 3.0f);
+      Pair logits(*cpu_, *gpu_, li.size(), &li), losses(*cpu_, *gpu_, s.N),
+          dl(*cpu_, *gpu_, li.size(), &li);
+      float* dc = mode == 0 ? nullptr : mode == 1 ? dl.c : logits.c;
+      float* dg = mode == 0 ? nullptr : mode == 1 ? dl.g : logits.g;
+      const float dloss = 1.0f / s.N;
+      cpu_->softmax_cross_entropy(losses.c, dc, logits.c, targets.c, s.N, s.V, s.Vp, dloss);
+      gpu_->softmax_cross_entropy(losses.g, dg, logits.g, targets.g, s.N, s.V, s.Vp, dloss);
+      losses.expect(kReduce, "softmax_cross_entropy losses" + tag);
+      if (mode == 1) dl.expect(kReduce, "softmax_cross_entropy dlogits" + tag);
+      if (mode == 2) logits.expect(kReduce, "softmax_cross_entropy dlogits in place" + tag);
+    }
+  }
+}
+
+TEST_F(CudaOps, VocabParallelPasses) {
+  struct S {
+    int N, V_local, Vl, vocab_start, V;
+  };
+  for (S s : {S{4, 0, 128, 64, 200}, S{7, 37, 128, 0, 100}, S{7, 63, 64, 37, 100}, S{40, 1000, 1024, 3000, 5000}}) {
+    for (int mode = 0; mode < 3; mode++) {
+      const std::string tag = " N=" + std::to_string(s.N) + " V_local=" + std::to_string(s.V_local) +
+                              " start=" + std::to_string(s.vocab_start) + " mode=" + std::to_string(mode);
+      Rng rng(36);
+      std::vector<int32_t> tgt(s.N);
+      for (int n = 0; n < s.N; n++) tgt[n] = (n % 4 == 1) ? -1 : int32_t(rng.below(s.V));
+      // Some targets certainly inside this shard.
+      if (s.V_local > 0) tgt[0] = s.vocab_start + s.V_local - 1;
+      IntPair targets(*cpu_, *gpu_, tgt);
+      auto li = randn(size_t(s.N) * s.Vl, 37, 3.0f);
+      Pair logits(*cpu_, *gpu_, li.size(), &li), maxv(*cpu_, *gpu_, s.N), sumexp(*cpu_, *gpu_, s.N),
+          tl(*cpu_, *gpu_, s.N), losses(*cpu_, *gpu_, s.N), dl(*cpu_, *gpu_, li.size(), &li);
+      cpu_->logits_row_max(maxv.c, logits.c, s.N, s.V_local, s.Vl);
+      gpu_->logits_row_max(maxv.g, logits.g, s.N, s.V_local, s.Vl);
+      maxv.expect(kExact, "logits_row_max" + tag);
+      if (s.V_local == 0) {
+        // Another rank supplies the global max: use a finite one.
+        std::vector<float> m(s.N, 1.5f);
+        maxv.set(m);
+      }
+      cpu_->logits_sumexp_target(sumexp.c, tl.c, logits.c, maxv.c, targets.c, s.N, s.V_local, s.Vl,
+                                 s.vocab_start);
+      gpu_->logits_sumexp_target(sumexp.g, tl.g, logits.g, maxv.g, targets.g, s.N, s.V_local, s.Vl,
+                                 s.vocab_start);
+      sumexp.expect(kReduce, "logits_sumexp_target sumexp" + tag);
+      tl.expect(kExact, "logits_sumexp_target target_logit" + tag);
+      // Finish from identical global statistics (as after the all-reduces); sumexp > 0.
+      std::vector<float> se = sumexp.host_cpu();
+      for (auto& x : se) x += 1.0f;
+      sumexp.set(se);
+      float* dc = mode == 0 ? nullptr : mode == 1 ? dl.c : logits.c;
+      float* dg = mode == 0 ? nullptr : mode == 1 ? dl.g : logits.g;
+      cpu_->cross_entropy_finish(losses.c, dc, logits.c, maxv.c, sumexp.c, tl.c, targets.c, s.N,
+                                 s.V_local, s.Vl, s.vocab_start, 0.25f);
+      gpu_->cross_entropy_finish(losses.g, dg, logits.g, maxv.g, sumexp.g, tl.g, targets.g, s.N,
+                                 s.V_local, s.Vl, s.vocab_start, 0.25f);
+      losses.expect(kReduce, "cross_entropy_finish losses" + tag);
+      if (mode == 1) dl.expect(kReduce, "cross_entropy_finish dlogits" + tag);
+      if (mode == 2) logits.expect(kReduce, "cross_entropy_finish dlogits in place" + tag);
+    }
+  }
+}
+
+TEST_F(CudaOps, AdamW) {
+  for (size_t n : {size_t(1), size_t(4097), size_t(300001)}) {
+    auto pi = randn(n, 38), gi = randn(n, 39, 0.01f);
+    Pair p(*cpu_, *gpu_, n, &pi), g(*cpu_, *gpu_, n, &gi), m(*cpu_, *gpu_, n), v(*cpu_, *gpu_, n);
+    for (int64_t step = 1; step <= 3; step++) {
+      AdamWArgs a;
+      a.lr = 1e-3f;
+      a.weight_decay = 0.1f;
+      a.step = step;
+      a.grad_scale = 0.5f;
+      cpu_->adamw_step(p.c, g.c, m.c, v.c, n, a);
+      gpu_->adamw_step(p.g, g.g, m.g, v.g, n, a);
+      // Keep the states identical so each step is compared alone.
+      const std::string tag = " n=" + std::to_string(n) + " step=" + std::to_string(step);
+      m.expect(kAdamParam, "adamw m" + tag);
+      v.expect(kAdamParam, "adamw v" + tag);
+      p.expect(kAdamParam, "adamw param" + tag);
+      m.set(m.host_cpu());
+      v.set(v.host_cpu());
+      p.set(p.host_cpu());
+    }
+  }
+}
+
+TEST_F(CudaOps, OpsAreDeterministic) {
+  const int B = 2, T = 65, C = 96, NH = 3, V = 9;
+  const size_t nqkv = size_t(B) * T * 3 * C, nout = size_t(B) * T * C;
+  auto qi = randn(nqkv, 40), di = randn(nout, 41);
+  Pair qkv(*cpu_, *gpu_, nqkv, &qi), dout(*cpu_, *gpu_, nout, &di), out(*cpu_, *gpu_, nout),
+      att(*cpu_, *gpu_, size_t(B) * NH * T * T), dqkv(*cpu_, *gpu_, nqkv);
+  Rng rng(42);
+  std::vector<int32_t> tok(B * T);
+  for (auto& t : tok) t = int32_t(rng.below(V));
+  IntPair tokens(*cpu_, *gpu_, tok);
+  auto run = [&] {
+    std::vector<std::vector<float>> r;
+    gpu_->attention_forward(out.g, att.g, qkv.g, B, T, C, NH);
+    gpu_->attention_backward(dqkv.g, dout.g, qkv.g, att.g, B, T, C, NH);
+    r.push_back(out.host_gpu());
+    r.push_back(dqkv.host_gpu());
+    Pair dwte(*cpu_, *gpu_, size_t(V) * C), dwpe(*cpu_, *gpu_, size_t(T) * C), mean(*cpu_, *gpu_, nout / C),
+        rstd(*cpu_, *gpu_, nout / C), w(*cpu_, *gpu_, C), dw(*cpu_, *gpu_, C), db(*cpu_, *gpu_, C),
+        dx(*cpu_, *gpu_, nout);
+    w.set(randn(C, 43));
+    gpu_->embedding_backward(dwte.g, dwpe.g, dout.g, tokens.g, B, T, C, 0, V);
+    gpu_->layernorm_forward(dx.g, mean.g, rstd.g, out.g, w.g, w.g, B * T, C);
+    gpu_->layernorm_backward(dx.g, dw.g, db.g, dout.g, out.g, w.g, mean.g, rstd.g, B * T, C);
+    r.push_back(dwte.host_gpu());
+    r.push_back(dwpe.host_gpu());
+    r.push_back(dx.host_gpu());
+    r.push_back(dw.host_gpu());
+    r.push_back(db.host_gpu());
+    return r;
+  };
+  const auto a = run(), b = run();
+  for (size_t i = 0; i < a.size(); i++)
+    EXPECT_EQ(0, std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float))) << "output " << i;
+}
+
+// ---- a tiny GPT end to end ----
+
+GptDims tiny_dims() {
+  GptDims d;
+  d.n_layer = 2;
+  d.n_head = 3;
+  d.d_model = 48;
+  d.seq_len = 33;
+  d.vocab = 101;
+  d.vocab_padded = pad_vocab(d.vocab);
+  return d;
+}
+
+struct StepResult {
+  double loss;
+  std::vector<float> grads;
+};
+
+StepResult run_step(Backend& be, const GptDims& d, int B, int T, const std::vector<int32_t>& x,
+                    const std::vector<int32_t>& y, int steps = 1) {
+  GptModel m(d, be);
+  m.init_weights(7);
+  m.reserve(B, T, 1);
+  StepResult r{};
+  for (int s = 0; s < steps; s++) {
+    m.zero_grads();
+    r.loss = m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T));
+    m.backward(0);
+  }
+  r.grads.resize(m.flat_size());
+  be.to_host(r.grads.data(), m.grads(), r.grads.size() * sizeof(float));
+  return r;
+}
+
+TEST_F(CudaOps, TinyGptLossAndGradientsMatchCpu) {
+  const GptDims d = tiny_dims();
+  const int B = 3, T = 33;
+  Rng rng(44);
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (auto& t : x) t = int32_t(rng.below(d.vocab));
+  for (auto& t : y) t = int32_t(rng.below(d.vocab));
+  y[5] = -1;  // an ignored target
+  const StepResult c = run_step(*cpu_, d, B, T, x, y), g = run_step(*gpu_, d, B, T, x, y);
+  EXPECT_NEAR(g.loss, c.loss, 1e-5 * std::fabs(c.loss));
+  GptModel layout(d, *cpu_);
+  const ParamTable& table = layout.table();
+  for (int i = 0; i < table.size(); i++) {
+    const size_t n = table.numel(i);
+    const float* gp = table.at(g.grads.data(), i);
+    const float* cp = table.at(c.grads.data(), i);
+    std::vector<float> gg(gp, gp + n), cc(cp, cp + n);
+    expect_close(gg, cc, kModel, "gradient of " + table.spec(i).name);
+  }
+}
+
+TEST_F(CudaOps, TinyGptIsDeterministicAndStopsAllocating) {
+  const GptDims d = tiny_dims();
+  const int B = 2, T = 32;
+  Rng rng(45);
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (auto& t : x) t = int32_t(rng.below(d.vocab));
+  for (auto& t : y) t = int32_t(rng.below(d.vocab));
+  const StepResult a = run_step(*gpu_, d, B, T, x, y), b = run_step(*gpu_, d, B, T, x, y);
+  EXPECT_EQ(a.loss, b.loss);
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  EXPECT_EQ(0, std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float)));
+
+  // After a warm-up step, further steps make no cudaMalloc.
+  GptModel m(d, *gpu_);
+  m.init_weights(7);
+  m.reserve(B, T, 1);
+  auto step = [&] {
+    m.zero_grads();
+    m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T));
+    m.backward(0);
+    gpu_->sum_squares(m.grads(), m.flat_size());
+  };
+  step();
+  const int mallocs = cuda_memory_stats(*gpu_).device_mallocs;
+  for (int i = 0; i < 3; i++) step();
+  EXPECT_EQ(cuda_memory_stats(*gpu_).device_mallocs, mallocs);
+}
+
+TEST(CudaChoice, ExplicitCudaNeedsADevice) {
+  if (!have_cuda()) GTEST_SKIP() << "skipped: no CUDA device";
+  auto be = make_cuda_backend();
+  EXPECT_EQ(be->name(), "cuda");
+}
+
+}  // namespace
+}  // namespace baton
