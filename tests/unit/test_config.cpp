@@ -391,6 +391,25 @@ TEST(ConfigErrors, PipelineLayoutRules) {
                       "x.toml", "interleaved", "multiple of");
 }
 
+// pipedream's replicated stages (1F1B-RR): the list's own rules, each at the key's line.
+TEST(ConfigErrors, ReplicasRules) {
+  const std::string pd = "[parallel]\npp = 2\nschedule = \"pipedream\"\n";
+  EXPECT_NO_THROW(load_config_string(pd + "replicas = [2, 2]\n", "x.toml", {}, 4));
+  EXPECT_CONFIG_ERROR(load_fails("[parallel]\npp = 2\nreplicas = [1, 1]\n", {}, 2), "x.toml:3",
+                      "parallel.replicas", "pipedream");
+  EXPECT_CONFIG_ERROR(load_fails(pd + "replicas = [2, 1, 2]\n", {}, 5), "x.toml:4",
+                      "parallel.replicas", "parallel.pp = 2");
+  EXPECT_CONFIG_ERROR(load_fails(pd + "replicas = [2, 1]\n", {}, 3), "x.toml:4", "first stage 2",
+                      "last 1");
+  EXPECT_CONFIG_ERROR(load_fails(pd + "replicas = [2, 2]\n", {}, 6), "x.toml:4", "4 ranks");
+  const Failure bad_type = load_fails(pd + "replicas = [\"a\"]\n", {}, 2);
+  EXPECT_TRUE(bad_type.thrown);
+  EXPECT_THAT(bad_type.what, HasSubstr("parallel.replicas"));
+  // --set takes the list as a bare comma list as well.
+  EXPECT_EQ(load_config_string(pd, "x.toml", {"parallel.replicas=2,2"}, 4).parallel.replicas,
+            (std::vector<int>{2, 2}));
+}
+
 TEST(ConfigErrors, DefaultsAreLabelled) {
   // d_model comes from the file, n_head from the defaults: the error is at d_model's line.
   EXPECT_CONFIG_ERROR(load_fails("[model]\nd_model = 250\n"), "x.toml:2", "model.d_model");
