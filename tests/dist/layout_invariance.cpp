@@ -15,33 +15,20 @@
 #include "dist/comm.h"
 #include "dist/guard.h"
 #include "dist/rank_grid.h"
+#include "tiny_gpt.h"
 #include "train/train_step.h"
 
 using namespace baton;
 
 namespace {
 
-constexpr int kSteps = 12, kGlobalBatch = 8, kMicro = 2, kSeq = 8;
+constexpr int kSteps = 12, kGlobalBatch = 8, kMicro = 2, kSeq = 8, kVocab = 37;
 
-GptDims tiny_dims() {
-  GptDims d;
-  d.n_layer = 2;
-  d.n_head = 4;
-  d.d_model = 32;
-  d.seq_len = kSeq;
-  d.vocab = 37;
-  d.vocab_padded = pad_vocab(d.vocab);
-  return d;
-}
+GptDims tiny_dims() { return test::tiny_gpt_dims(2, kSeq, kVocab); }
 
-// Synthetic data, a pure function of (step, row): the same global batch for every layout.
+// The same global batch for every layout (tiny_gpt.h).
 void batch_rows(int64_t step, int row, int rows, int32_t* x, int32_t* y) {
-  for (int r = 0; r < rows; ++r)
-    for (int t = 0; t <= kSeq; ++t) {
-      const int32_t tok = static_cast<int32_t>(mix({99, uint64_t(step), uint64_t(row + r), uint64_t(t)}) % 37);
-      if (t < kSeq) x[r * kSeq + t] = tok;
-      if (t > 0) y[r * kSeq + t - 1] = tok;
-    }
+  test::synthetic_rows(99, kSeq, kVocab, step, row, rows, x, y);
 }
 
 struct Trace {

@@ -17,6 +17,7 @@
 #include "dist/comm.h"
 #include "dist/guard.h"
 #include "dist/rank_grid.h"
+#include "tiny_gpt.h"
 #include "train/pipeline_step.h"
 #include "train/train_step.h"
 
@@ -26,28 +27,11 @@ namespace {
 
 constexpr int kSteps = 10, kGlobalBatch = 16, kMicro = 1, kSeq = 8, kLayers = 8, kVocab = 37;
 
-GptDims tiny_dims() {
-  GptDims d;
-  d.n_layer = kLayers;
-  d.n_head = 4;
-  d.d_model = 32;
-  d.seq_len = kSeq;
-  d.vocab = kVocab;
-  d.vocab_padded = pad_vocab(d.vocab);
-  return d;
-}
+GptDims tiny_dims() { return test::tiny_gpt_dims(kLayers, kSeq, kVocab); }
 
-// Synthetic data, a pure function of (step, row): the same global batch for every layout.
-// Arithmetic progressions modulo V (random start and stride per row): learnable in context, so the
-// loss falls and every parameter's gradient carries signal.
+// The same global batch for every layout (tiny_gpt.h).
 void batch_rows(int64_t step, int row, int rows, int32_t* x, int32_t* y) {
-  for (int r = 0; r < rows; ++r)
-    for (int t = 0; t <= kSeq; ++t) {
-      const uint64_t h = mix({99, uint64_t(step), uint64_t(row + r)});
-      const int32_t tok = static_cast<int32_t>((h % kVocab + (1 + (h >> 32) % 5) * t) % kVocab);
-      if (t < kSeq) x[r * kSeq + t] = tok;
-      if (t > 0) y[r * kSeq + t - 1] = tok;
-    }
+  test::synthetic_rows(99, kSeq, kVocab, step, row, rows, x, y);
 }
 
 struct Layout {
