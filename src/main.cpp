@@ -33,6 +33,16 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--log-all-ranks", train.log_all_ranks,
                       "every rank prints its log lines, prefixed [rank r] (default: rank 0 only)");
 
+  BenchOptions bench_opts;
+  auto* bench_run_cmd = cli.add_subcommand(
+      "bench", "time training steps of a config on synthetic tokens: tokens/s, TFLOP/s, MFU");
+  bench_run_cmd->add_option("config", bench_opts.config, "config file (TOML)")->required();
+  bench_run_cmd->add_option("--set", bench_opts.overrides, "override a key: section.key=value (repeatable)");
+  bench_run_cmd->add_option("--warmup", bench_opts.warmup, "untimed steps first (default 3)")
+      ->check(CLI::Range(0, 1000000));
+  bench_run_cmd->add_option("--steps", bench_opts.steps, "timed steps (default 10)")
+      ->check(CLI::Range(1, 1000000));
+
   auto* data_cmd = cli.add_subcommand("data", "prepare datasets");
   data_cmd->require_subcommand(1);
   DataBuildOptions build;
@@ -128,6 +138,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (train_cmd->parsed()) return run_train(train);
+    if (bench_run_cmd->parsed()) return run_bench(bench_opts);
     if (build_cmd->parsed()) {
       if (build.train_tokenizer <= 0 && build.tokenizer.empty())
         return report("baton data build needs --train-tokenizer VOCAB or --tokenizer MODEL",

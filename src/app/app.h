@@ -2,10 +2,24 @@
 // returns the process exit code and throws baton::Error for user errors.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+namespace baton {
+struct Config;
+namespace dist {
+class Comm;
+}
+}  // namespace baton
+
 namespace baton::app {
+
+// Starts MPI, loads and validates CONFIG (with overrides) for the world size on every rank (a bad
+// config is reported once, by rank 0), runs `body` on every rank under dist::run_guarded and
+// finalizes MPI; returns the exit code. `baton train` and `baton bench` run inside it.
+int run_with_config(const std::string& config, const std::vector<std::string>& overrides,
+                    bool log_all_ranks, const std::function<int(const Config&, dist::Comm&)>& body);
 
 struct TrainOptions {
   std::string config;
@@ -13,6 +27,18 @@ struct TrainOptions {
   bool log_all_ranks = false;          // every rank prints its log lines (default: rank 0 only)
 };
 int run_train(const TrainOptions& opts);
+
+// `baton bench CONFIG [--set k=v]... [--warmup N] [--steps N]`: the training session of CONFIG on
+// synthetic tokens (no dataset, no checkpoints, no evaluation, no files written); prints
+// tokens/s, TFLOP/s per device, MFU (when the peak is known), median and min step time and, with
+// several ranks, the share of time blocked in communication (DESIGN §8).
+struct BenchOptions {
+  std::string config;
+  std::vector<std::string> overrides;  // "section.key=value"
+  int warmup = 3;                      // untimed steps first
+  int steps = 10;                      // timed steps
+};
+int run_bench(const BenchOptions& opts);
 
 struct GenerateOptions {
   std::string checkpoint;  // a weights file, or a directory holding them

@@ -1,0 +1,108 @@
+// `baton bench CONFIG [--set k=v]... [--warmup N] [--steps N]` (DESIGN §8): the training session
+// of CONFIG — same layout, model, optimizer and pipeline schedule as `baton train` — on uniform
+// random token ids from train.seed, so no dataset or tokenizer is needed (the vocabulary is
+// model.vocab_size, else data.tokenizer's). Runs N warm-up steps, then N timed steps; writes no
+// checkpoints, metrics or config and evaluates nothing. Rank 0 prints: tokens/s, model TFLOP/s per
+// device (PTD-P formula), MFU when the device's peak is known, median and min step time (a step
+// lasts as long as its slowest rank) and, with several ranks, the share of time blocked in
+// communication.
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "app/app.h"
+#include "config/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "data/tokenizer.h"
+#include "dist/comm.h"
+#include "optim/lr_schedule.h"
+#include "train/session.h"
+
+namespace baton::app {
+namespace {
+
+std::string human_rate(double x) {
+  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
+  if (x >= 1e3) return fmt::format("{:.2f}k", x / 1e3);
+  return fmt::format("{:.0f}", x);
+}
+
+int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
+  // The session sees a run of exactly the benchmarked steps (an asynchronous pipeline drains at
+  // its end) and never a checkpoint.
+  cfg.train.steps = opts.warmup + opts.steps;
+  cfg.checkpoint.every = 0;
+  int tokenizer_vocab = 0;
+  if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
+    tokenizer_vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
+  // session_dims first: a config without a vocabulary fails before any collective.
+  const GptDims dims = session_dims(cfg, tokenizer_vocab);
+  TrainSession session(cfg, &world, tokenizer_vocab,
+                       std::make_unique<SyntheticTokens>(dims.vocab, dims.seq_len, cfg.train.seed));
+  session.log_header();
+  const LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps,
+                         cfg.optim.decay};
+  std::vector<double> seconds, comm;
+  double first_loss = 0, last_loss = 0;
+  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+    const TimedStep t = session.step(step, sched.at(step));
+    if (step == 0) first_loss = t.result.loss;
+    last_loss = t.result.loss;
+    if (step < opts.warmup) continue;
+    seconds.push_back(t.seconds);
+    comm.push_back(t.comm_seconds);
+  }
+
+  // A step of the job lasts as long as its slowest rank.
+  const int ranks = session.world_size();
+  const double total_local = [&] { double s = 0; for (double x : seconds) s += x; return s; }();
+  const double comm_local = [&] { double s = 0; for (double x : comm) s += x; return s; }();
+  double comm_share_mean = comm_local / total_local, comm_share_max = comm_share_mean;
+  if (ranks > 1) {
+    world.all_reduce(seconds.data(), seconds.size(), dist::DType::F64, dist::ReduceOp::MAX);
+    comm_share_mean = world.all_reduce_scalar(comm_local / total_local) / ranks;
+    comm_share_max = world.all_reduce_scalar(comm_local / total_local, dist::ReduceOp::MAX);
+  }
+  double total = 0;
+  for (double x : seconds) total += x;
+  std::vector<double> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  const double tokens_per_s = double(session.tokens_per_step()) * n / total;
+  const double tflops_job = session.flops_per_step() * n / total / 1e12;
+  const double tflops_device = tflops_job / ranks;
+  const double peak = session.peak_tflops();
+
+  log::info("bench: {} warm-up + {} timed steps on synthetic tokens | {} tokens/step | loss {:.4f} -> {:.4f}",
+            opts.warmup, opts.steps, session.tokens_per_step(), first_loss, last_loss);
+  log::info("step time: median {:.1f} ms, min {:.1f} ms (over {} timed steps{})", 1e3 * median,
+            1e3 * sorted.front(), n, ranks > 1 ? ", slowest rank per step" : "");
+  log::info("throughput: {} tokens/s | {:.3f} TFLOP/s per device ({} device{}, {:.3f} TFLOP/s in all; "
+            "model FLOPs by the PTD-P formula)",
+            human_rate(tokens_per_s), tflops_device, ranks, ranks > 1 ? "s" : "", tflops_job);
+  if (peak > 0)
+    log::info("mfu: {:.1f}% of the {:.0f} TFLOP/s peak of {}", 100 * tflops_device / peak, peak,
+              session.device().device_name);
+  else
+    log::info("mfu: not reported: the peak of {} is unknown (measured {:.3f} TFLOP/s per device)",
+              session.device().device_name, tflops_device);
+  if (ranks > 1)
+    log::info("comm: {:.1f}% of step time blocked in communication (mean over {} ranks; max {:.1f}%)",
+              100 * comm_share_mean, ranks, 100 * comm_share_max);
+  return 0;
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& opts) {
+  BATON_REQUIRE(opts.warmup >= 0 && opts.steps >= 1,
+                fmt::format("--warmup {} --steps {}: need warm-up >= 0 and at least one timed step",
+                            opts.warmup, opts.steps),
+                "e.g. --warmup 3 --steps 10");
+  return run_with_config(opts.config, opts.overrides, false,
+                         [&](const Config& cfg, dist::Comm& world) { return bench(cfg, world, opts); });
+}
+
+}  // namespace baton::app

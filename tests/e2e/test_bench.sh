@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# `baton bench` (DESIGN §8): a tiny config with model.vocab_size and no data trains on synthetic
+# tokens, prints throughput, TFLOP/s per device, MFU (or that the peak is unknown) and step times,
+# writes no files; under mpirun with tp=2 it also reports the share of time in communication; a bad
+# flag or a config without a vocabulary is an error with a hint.
+source "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+
+cat > tiny.toml <<'TOML'
+[model]
+n_layer = 2
+n_head = 4
+d_model = 32
+seq_len = 16
+vocab_size = 300
+[train]
+global_batch = 8
+micro_batch = 2
+[run]
+dir = "bench-run"
+TOML
+
+expect_fields() {
+  local log=$1
+  for want in "^bench: 2 warm-up \\+ 4 timed steps" "tokens/s" "TFLOP/s per device" \
+              "step time: median [0-9.]+ ms, min [0-9.]+ ms" "^mfu: "; do
+    grep -Eq "$want" "$log" || { cat "$log"; fail "no '$want' in $log"; }
+  done
+  grep -Eq "mfu: [0-9.]+% of|peak of .* is unknown" "$log" || { cat "$log"; fail "neither MFU nor an unknown peak"; }
+}
+
+"$BATON" bench tiny.toml --warmup 2 --steps 4 > one.log
+expect_fields one.log
+! grep -q "^comm:" one.log || fail "one rank should not report communication"
+[ ! -e bench-run ] || fail "bench wrote the run directory"
+[ "$(ls)" = "$(printf 'one.log\ntiny.toml')" ] || { ls; fail "bench wrote files"; }
+
+mpirun --oversubscribe -np 2 "$BATON" bench tiny.toml --set parallel.tp=2 --warmup 2 --steps 4 > tp2.log
+expect_fields tp2.log
+grep -q "tp 2 x dp 1 x pp 1" tp2.log || { cat tp2.log; fail "layout not in the header"; }
+grep -Eq "^comm: [0-9.]+% of step time blocked in communication" tp2.log || { cat tp2.log; fail "no comm share"; }
+[ "$(grep -c "^throughput:" tp2.log)" -eq 1 ] || fail "rank 0 alone should print"
+[ ! -e bench-run ] || fail "bench wrote the run directory"
+
+expect_error "not expected" "$BATON" bench tiny.toml --bogus
+expect_error "not in range" "$BATON" bench tiny.toml --steps 0
+expect_error "vocab_size is 0" "$BATON" bench tiny.toml --set model.vocab_size=0
+echo "bench e2e ok"
