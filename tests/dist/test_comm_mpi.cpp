@@ -20,17 +20,9 @@ using testing::input_value;
 using testing::kAllDTypes;
 using testing::kAllOps;
 using testing::reduced_value;
+using testing::kSizes;
+using testing::matches;
 using testing::TypedBuffer;
-
-const size_t kSizes[] = {0, 1, 7, 1000, size_t{1} << 16};
-
-template <typename F>
-::testing::AssertionResult matches(const TypedBuffer& b, F expected) {
-  const size_t i = b.first_mismatch(expected);
-  if (i == b.size()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "element " << i << " of " << b.size() << " is "
-                                       << b.get(i) << ", expected " << expected(i);
-}
 
 std::string ctx(DType t, size_t n, const char* what = "") {
   return std::string(testing::dtype_name(t)) + " " + what + " n=" + std::to_string(n);

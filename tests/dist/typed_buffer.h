@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "dist/comm.h"
 
 namespace baton::dist::testing {
@@ -138,5 +140,17 @@ class TypedBuffer {
   size_t n_;
   std::vector<unsigned char> bytes_;
 };
+
+// Buffer lengths every collective is checked at (0 included: empty calls must be legal).
+inline constexpr size_t kSizes[] = {0, 1, 7, 1000, size_t{1} << 16};
+
+// Every element of `b` equals expected(i); names the first one that does not.
+template <typename F>
+::testing::AssertionResult matches(const TypedBuffer& b, F expected) {
+  const size_t i = b.first_mismatch(expected);
+  if (i == b.size()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "element " << i << " of " << b.size() << " is "
+                                       << b.get(i) << ", expected " << expected(i);
+}
 
 }  // namespace baton::dist::testing

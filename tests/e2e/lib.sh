@@ -33,3 +33,16 @@ with open(out, "w") as f:
         f.write("\n<|endoftext|>\n")
 PY
 }
+
+# For tests that launch several ranks: mpirun may run as root (CI) and oversubscribe the cores, one
+# OpenMP thread per rank; "${MPIRUN[@]}" N cmd... runs cmd on N ranks.
+use_mpirun() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+  MPIRUN=(mpirun --oversubscribe -np)
+}
+
+# A small dataset "tiny" (.bin/.idx) with its 300-piece tokenizer "tiny.model".
+make_tiny_dataset() {
+  make_corpus train.txt 20
+  "$BATON" data build --input train.txt --output tiny --train-tokenizer 300 >/dev/null
+}

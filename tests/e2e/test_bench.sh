@@ -4,7 +4,7 @@
 # writes no files; under mpirun with tp=2 it also reports the share of time in communication; a bad
 # flag or a config without a vocabulary is an error with a hint.
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+use_mpirun
 
 cat > tiny.toml <<'TOML'
 [model]
@@ -35,7 +35,7 @@ expect_fields one.log
 [ ! -e bench-run ] || fail "bench wrote the run directory"
 [ "$(ls)" = "$(printf 'one.log\ntiny.toml')" ] || { ls; fail "bench wrote files"; }
 
-mpirun --oversubscribe -np 2 "$BATON" bench tiny.toml --set parallel.tp=2 --warmup 2 --steps 4 > tp2.log
+"${MPIRUN[@]}" 2 "$BATON" bench tiny.toml --set parallel.tp=2 --warmup 2 --steps 4 > tp2.log
 expect_fields tp2.log
 grep -q "tp 2 x dp 1 x pp 1" tp2.log || { cat tp2.log; fail "layout not in the header"; }
 grep -Eq "^comm: [0-9.]+% of step time blocked in communication" tp2.log || { cat tp2.log; fail "no comm share"; }

@@ -4,11 +4,8 @@
 # (tp=1, dp=1) and (tp=4, dp=1) and continues the uninterrupted run's losses; and a rank that
 # fails takes the whole job down with its message.
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-MPIRUN=(mpirun --oversubscribe -np)
-
-make_corpus train.txt 20
-"$BATON" data build --input train.txt --output tiny --train-tokenizer 300 >/dev/null
+use_mpirun
+make_tiny_dataset
 cat > tiny.toml <<'TOML'
 [model]
 n_layer = 2
