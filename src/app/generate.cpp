@@ -29,6 +29,7 @@ int run_generate(const GenerateOptions& opts) {
   std::vector<float> host(model.table().total());
   reader.read(table_shards(model.table(), host.data(), kParamsGroup));
   choice.backend->to_device(model.params(), host.data(), host.size() * sizeof(float));
+  model.refresh_compute_params();
 
   SampleOptions so;
   so.tokens = opts.tokens;

@@ -41,7 +41,8 @@ int run_profile(const ProfileOptions& opts) {
   if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
     vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
   const GptDims dims = gpt_dims(cfg.model, vocab);
-  BackendChoice choice = choose_backend(cfg.precision.device);
+  BackendChoice choice =
+      choose_backend(cfg.precision.device, parse_compute_dtype(cfg.precision.compute));
   Backend& be = *choice.backend;
   GptModel model(dims, be);
   model.init_weights(cfg.train.seed);
@@ -54,26 +55,26 @@ int run_profile(const ProfileOptions& opts) {
     host_tok[i] = static_cast<int32_t>(rng.below(dims.vocab));
     host_tgt[i] = static_cast<int32_t>(rng.below(dims.vocab));
   }
-  auto alloc = [&](size_t floats) { return static_cast<float*>(be.alloc(std::max<size_t>(floats, 1) * sizeof(float))); };
+  auto alloc = [&](size_t bytes) { return be.alloc(std::max<size_t>(bytes, 1)); };
   auto* tokens = static_cast<int32_t*>(be.alloc(host_tok.size() * sizeof(int32_t)));
   auto* targets = static_cast<int32_t*>(be.alloc(host_tgt.size() * sizeof(int32_t)));
   be.to_device(tokens, host_tok.data(), host_tok.size() * sizeof(int32_t));
   be.to_device(targets, host_tgt.data(), host_tgt.size() * sizeof(int32_t));
   size_t ws = 0, io = 0;
   for (int l = 0; l < L; ++l) {
-    ws = std::max(ws, model.layer(l).workspace_floats(B, T));
-    io = std::max(io, model.layer(l).output_floats(B, T));
+    ws = std::max(ws, model.layer(l).workspace_bytes(B, T));
+    io = std::max(io, model.layer(l).output_bytes(B, T));
   }
-  std::vector<float*> saved(L);
-  for (int l = 0; l < L; ++l) saved[l] = alloc(model.layer(l).saved_floats(B, T));
-  float* workspace = alloc(ws);
-  float* dout = alloc(io);
-  float* din = alloc(io);
+  std::vector<void*> saved(L);
+  for (int l = 0; l < L; ++l) saved[l] = alloc(model.layer(l).saved_bytes(B, T));
+  void* workspace = alloc(ws);
+  void* dout = alloc(io);
+  void* din = alloc(io);
 
   LayerCtx ctx;
   ctx.be = &be;
   ctx.table = &model.table();
-  ctx.params = model.params();
+  ctx.params = model.compute_params();
   ctx.grads = model.grads();
   ctx.workspace = workspace;
   ctx.B = B;
@@ -82,7 +83,9 @@ int run_profile(const ProfileOptions& opts) {
   ctx.targets = targets;
   ctx.training = true;
   ctx.dloss = 1.0f / float(B * T);
-  auto input_of = [&](int l) { return l > 0 ? model.layer(l - 1).output(saved[l - 1], B, T) : nullptr; };
+  auto input_of = [&](int l) -> const void* {
+    return l > 0 ? model.layer(l - 1).output(saved[l - 1], B, T) : nullptr;
+  };
 
   log::info("profiling {} layers at micro-batch {} x seq {} on {} ({} warm-up, {} timed runs each)", L,
             B, T, choice.device_name, opts.warmup, opts.repeats);
@@ -106,7 +109,7 @@ int run_profile(const ProfileOptions& opts) {
   j["device"] = choice.device_name;
   j["micro_batch"] = B;
   j["seq_len"] = T;
-  j["dtype"] = "fp32";
+  j["dtype"] = dtype_name(be.act_dtype());
   j["layers"] = nlohmann::json::array();
   double total_f = 0, total_b = 0;
   for (int l = 0; l < L; ++l) {
@@ -122,14 +125,14 @@ int run_profile(const ProfileOptions& opts) {
                            {"backward_ms", b},
                            {"params", n_params},
                            {"weight_bytes", n_params * sizeof(float)},
-                           {"stash_bytes", layer.saved_floats(B, T) * sizeof(float)},
-                           {"output_bytes", layer.output_floats(B, T) * sizeof(float)},
-                           {"workspace_bytes", layer.workspace_floats(B, T) * sizeof(float)}});
+                           {"stash_bytes", layer.saved_bytes(B, T)},
+                           {"output_bytes", layer.output_bytes(B, T)},
+                           {"workspace_bytes", layer.workspace_bytes(B, T)}});
   }
   j["forward_ms"] = total_f;
   j["backward_ms"] = total_b;
 
-  for (float* p : saved) be.release(p);
+  for (void* p : saved) be.release(p);
   be.release(workspace);
   be.release(dout);
   be.release(din);

@@ -3,7 +3,15 @@
 //
 // Conventions (llm.c style): tensors are raw pointers in the backend's memory with explicit sizes;
 // shape comments use B batch, T sequence, C channels, NH heads, HS = C/NH head size, V vocab,
-// Vp padded vocab, N = B*T rows, OC output channels. All row-major, fp32 on the CPU.
+// Vp padded vocab, N = B*T rows, OC output channels. All row-major.
+//
+// Precision (issue 6): `void*` arguments are activations or compute weights, stored in the
+// backend's act_dtype() — fp32, or bf16 for mixed precision (precision.compute = "bf16"). `float*`
+// arguments are always fp32: parameter gradients, optimizer state, layernorm statistics, losses,
+// classifier row statistics and the attention state. Ops load their inputs, compute in fp32 and
+// round each stored activation once (round to nearest even); "+=" into an activation rounds the
+// fp32 sum once. Parameter gradients accumulate in fp32 straight from the (bf16) inputs.
+//
 // Gradient semantics: parameter gradients are ACCUMULATED (+=) so micro-batches sum into them;
 // activation gradients are overwritten unless the argument says "accumulate".
 #pragma once
@@ -11,6 +19,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "core/dtype.h"
 
 namespace baton {
 
@@ -28,14 +38,25 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The dtype of activations and compute weights (the `void*` arguments).
+  virtual DType act_dtype() const { return DType::F32; }
+  size_t act_size() const { return dtype_size(act_dtype()); }
 
   // ---- memory (host memory on the CPU backend) ----
   virtual void* alloc(size_t bytes) = 0;  // zero-initialised, 64-byte aligned
   virtual void release(void* p) = 0;
   virtual void to_device(void* dst, const void* src_host, size_t bytes) = 0;
   virtual void to_host(void* dst_host, const void* src, size_t bytes) = 0;
-  virtual void zero(float* x, size_t n) = 0;
-  virtual void copy(float* dst, const float* src, size_t n) = 0;
+  virtual void zero_bytes(void* x, size_t bytes) = 0;
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
+  void zero(float* x, size_t n) { zero_bytes(x, n * sizeof(float)); }
+  void copy(float* dst, const float* src, size_t n) { copy_bytes(dst, src, n * sizeof(float)); }
+  // n elements of act_dtype().
+  void zero_act(void* x, size_t n) { zero_bytes(x, n * act_size()); }
+  void copy_act(void* dst, const void* src, size_t n) { copy_bytes(dst, src, n * act_size()); }
+  // dst[i] = src[i] converted (F32 <-> BF16, or a copy when the types are equal), both in backend
+  // memory. fp32 -> bf16 rounds to nearest even.
+  virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, size_t n) = 0;
   virtual void scale(float* x, float s, size_t n) = 0;
   virtual void add(float* dst, const float* src, size_t n) = 0;  // dst += src
   virtual double sum_squares(const float* x, size_t n) = 0;     // in double, for grad norms
@@ -43,61 +64,84 @@ class Backend {
 
   // ---- dense layers ----
   // out[N,OC] = inp[N,C] . weight[OC,C]^T + bias[OC]   (bias may be null)
-  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+  virtual void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
                               int N, int C, int OC) = 0;
+  // The column-parallel linear of the MLP followed by GELU: pre[N,OC] = inp . weight^T + bias,
+  // out = gelu(pre) (one GEMM with a GELU epilogue where the backend has one).
+  virtual void matmul_gelu_forward(void* pre, void* out, const void* inp, const void* weight,
+                                   const void* bias, int N, int C, int OC) {
+    matmul_forward(pre, inp, weight, bias, N, C, OC);
+    gelu_forward(out, pre, size_t(N) * OC);
+  }
   // dinp[N,C] (= or +=) dout[N,OC] . weight[OC,C];  dweight[OC,C] += dout^T . inp;
   // dbias[OC] += sum_n dout.  Each of dinp, dweight, dbias may be null: that gradient is skipped
   // and the others are computed exactly as with all three (zero bubble, Qi et al. §2: the input
   // part calls with dweight = dbias = null, the deferred weight part with dinp = null; both
   // together must equal the fused call bit for bit). `weight` is unused when dinp is null and
   // `inp` when dweight is null.
-  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int N, int C, int OC,
+  virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                               const void* inp, const void* weight, int N, int C, int OC,
                                bool accumulate_dinp) = 0;
+  // matmul_backward (accumulate_dinp = false) whose input gradient then goes through the backward
+  // of the GELU that produced `inp` from `pre`: dpre[N,C] = gelu'(pre) * (dout . weight) (one GEMM
+  // with a dGELU epilogue where the backend has one). dpre, dweight, dbias nullable as above.
+  virtual void matmul_backward_gelu(void* dpre, float* dweight, float* dbias, const void* dout,
+                                    const void* inp, const void* weight, const void* pre, int N,
+                                    int C, int OC) {
+    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC, false);
+    if (dpre) gelu_backward(dpre, pre, dpre, size_t(N) * C);
+  }
 
   // ---- normalisation ----
   // out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N]. eps = 1e-5.
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int N, int C) = 0;
+  virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
+                                 const void* weight, const void* bias, int N, int C) = 0;
   // dinp[N,C] += ...; dweight[C] += ...; dbias[C] += ...
   // Each of dinp, dweight, dbias may be null (skipped), the others computed exactly as in the
   // fused call (zero bubble's input / weight split; split calls == fused call bit for bit).
   // `weight` is unused when dinp is null.
-  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, const float* mean,
+  virtual void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                                  const void* inp, const void* weight, const float* mean,
                                   const float* rstd, int N, int C) = 0;
-  // Fused residual add + layernorm: residual = a + b; out = layernorm(residual).
-  virtual void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
-                                          const float* a, const float* b, const float* weight,
-                                          const float* bias, int N, int C) = 0;
-  virtual void residual_forward(float* out, const float* a, const float* b, size_t n) = 0;
+  // Fused residual add + layernorm: residual = a + b (stored, rounded); out = layernorm of the
+  // stored residual.
+  virtual void residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd,
+                                          const void* a, const void* b, const void* weight,
+                                          const void* bias, int N, int C) = 0;
+  virtual void residual_forward(void* out, const void* a, const void* b, size_t n) = 0;
 
   // ---- activations ----
   // GELU, tanh approximation (GPT-2).
-  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
-  // dinp = gelu'(inp) * dout   (overwrites dinp)
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+  virtual void gelu_forward(void* out, const void* inp, size_t n) = 0;
+  // dinp = gelu'(inp) * dout   (overwrites dinp; dinp may equal dout)
+  virtual void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) = 0;
 
   // ---- causal self-attention core ----
   // qkv[B,T,3C]: per token q[C] | k[C] | v[C], head h at columns h*HS..(h+1)*HS of each.
   // out[B,T,C] = softmax(q k^T / sqrt(HS) + causal mask) v, heads concatenated.
-  // att[B,NH,T,T] receives the softmax probabilities (saved for backward; upper triangle 0).
-  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+  // state[attention_state_floats] receives what the backward needs besides qkv and out: the
+  // backend's choice — the softmax probabilities att[B,NH,T,T] (materialised attention; upper
+  // triangle 0) or the per-row logsumexp lse[B,NH,T] (flash attention, which never forms T×T).
+  virtual size_t attention_state_floats(int B, int T, int C, int NH) const {
+    (void)C;
+    return size_t(B) * NH * T * T;
+  }
+  virtual void attention_forward(void* out, float* state, const void* qkv, int B, int T, int C,
                                  int NH) = 0;
-  // dqkv[B,T,3C] = gradient w.r.t. qkv (overwritten).
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* att, int B, int T, int C, int NH) = 0;
+  // dqkv[B,T,3C] = gradient w.r.t. qkv (overwritten). `out` is the forward's output.
+  virtual void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv,
+                                  const float* state, int B, int T, int C, int NH) = 0;
 
   // ---- embeddings ----
   // Vocab-parallel aware: this rank holds rows [vocab_start, vocab_start + vocab_rows) of the
   // token table in wte[vocab_rows,C].
   // out[B,T,C] = (token in range ? wte[token - vocab_start, :] : 0) + (wpe ? wpe[t, :] : 0)
-  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                 const float* wpe, int B, int T, int C, int vocab_start,
+  virtual void embedding_forward(void* out, const int32_t* tokens, const void* wte,
+                                 const void* wpe, int B, int T, int C, int vocab_start,
                                  int vocab_rows) = 0;
   // dwte[vocab_rows,C] += scatter of dout by in-range token; dwpe[T,C] += sum over b (skipped
   // when null). Deterministic.
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+  virtual void embedding_backward(float* dwte, float* dwpe, const void* dout,
                                   const int32_t* tokens, int B, int T, int C, int vocab_start,
                                   int vocab_rows) = 0;
 
@@ -106,7 +150,7 @@ class Backend {
   // losses[N] = -log softmax(logits[n, :V])[targets[n]].
   // If dlogits is not null: dlogits[n,:V] = (softmax - onehot(target)) * dloss, dlogits[n,V:] = 0.
   // dlogits may alias logits (in place). Targets < 0 are ignored (loss 0, gradient 0).
-  virtual void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+  virtual void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                                      const int32_t* targets, int N, int V, int Vp,
                                      float dloss) = 0;
 
@@ -116,15 +160,15 @@ class Backend {
   //   1. logits_row_max -> all-reduce MAX        2. logits_sumexp_target -> all-reduce SUM
   //   3. cross_entropy_finish (losses, and the logits gradient in place when dlogits != null).
   // maxv[N]: row max over real local columns (-inf when V_local = 0).
-  virtual void logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl) = 0;
+  virtual void logits_row_max(float* maxv, const void* logits, int N, int V_local, int Vl) = 0;
   // With the global max: sumexp[N] = sum_j exp(l[n,j] - maxv[n]) over real local columns;
   // target_logit[N] = l[n, target - vocab_start] if the target is in this shard, else 0.
-  virtual void logits_sumexp_target(float* sumexp, float* target_logit, const float* logits,
+  virtual void logits_sumexp_target(float* sumexp, float* target_logit, const void* logits,
                                     const float* maxv, const int32_t* targets, int N, int V_local,
                                     int Vl, int vocab_start) = 0;
   // losses[N] = log(sumexp) + maxv - target_logit (0 for targets < 0); dlogits (may alias logits):
   // (exp(l - maxv) / sumexp - [vocab_start + j == target]) * dloss on real columns, 0 on padding.
-  virtual void cross_entropy_finish(float* losses, float* dlogits, const float* logits,
+  virtual void cross_entropy_finish(float* losses, void* dlogits, const void* logits,
                                     const float* maxv, const float* sumexp,
                                     const float* target_logit, const int32_t* targets, int N,
                                     int V_local, int Vl, int vocab_start, float dloss) = 0;
@@ -134,7 +178,10 @@ class Backend {
                           const AdamWArgs& args) = 0;
 };
 
-// The fp32 reference backend (OpenBLAS + OpenMP).
-std::unique_ptr<Backend> make_cpu_backend();
+// The fp32 reference backend (OpenBLAS + OpenMP). With act = BF16 it emulates mixed precision:
+// activations and compute weights stored as bf16, every op computing in fp32 on the widened
+// inputs and rounding its outputs once — the CUDA bf16 kernels' rounding points, so the whole
+// mixed-precision path (casts, bf16 collectives, loss curves) is testable without a GPU.
+std::unique_ptr<Backend> make_cpu_backend(DType act = DType::F32);
 
 }  // namespace baton

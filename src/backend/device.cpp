@@ -27,7 +27,14 @@ std::string cpu_model_name() {
 
 }  // namespace
 
-BackendChoice choose_backend(const std::string& device) {
+DType parse_compute_dtype(const std::string& compute) {
+  if (compute == "fp32") return DType::F32;
+  if (compute == "bf16") return DType::BF16;
+  throw Error(fmt::format("precision.compute = \"{}\" is not a compute type", compute),
+              "use \"bf16\" (mixed precision: bf16 compute, fp32 master weights) or \"fp32\"");
+}
+
+BackendChoice choose_backend(const std::string& device, DType compute) {
   BATON_REQUIRE(device == "auto" || device == "cpu" || device == "cuda",
                 fmt::format("precision.device = \"{}\" is not a device", device),
                 "use \"auto\", \"cpu\" or \"cuda\"");
@@ -41,7 +48,7 @@ BackendChoice choose_backend(const std::string& device) {
                                 info.error.empty() ? "0 devices" : info.error),
                     "run on a GPU node (check nvidia-smi and CUDA_VISIBLE_DEVICES), or set "
                     "precision.device = \"cpu\"");
-      c.backend = make_cuda_backend(0);
+      c.backend = make_cuda_backend(0, compute);
       c.device = "cuda";
       c.device_name = info.name;
       return c;
@@ -59,7 +66,11 @@ BackendChoice choose_backend(const std::string& device) {
                   "precision.device = \"cpu\"");
 #endif
   }
-  c.backend = make_cpu_backend();
+  c.backend = make_cpu_backend(compute);
+  if (compute != DType::F32)
+    c.note += std::string(c.note.empty() ? "" : "; ") +
+              "bf16 on the CPU is emulated (bf16 storage, fp32 arithmetic) to test mixed precision; "
+              "it is slower than fp32";
   c.device = "cpu";
   c.device_name = fmt::format("{} ({} threads)", cpu_model_name(), omp_get_max_threads());
   return c;

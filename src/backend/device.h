@@ -27,7 +27,10 @@ struct BackendChoice {
 };
 
 // Throws baton::Error when `device` asks for something this build or machine cannot provide.
-BackendChoice choose_backend(const std::string& device);
+// `compute`: the activations' dtype (precision.compute; bf16 on the CPU is emulated).
+BackendChoice choose_backend(const std::string& device, DType compute = DType::F32);
+// precision.compute: "fp32" | "bf16" (Error with a hint otherwise).
+DType parse_compute_dtype(const std::string& compute);
 
 // Dense bf16 peak TFLOP/s by device name (A100 312, H100/H200 989); 0 if unknown. CPUs: 0.
 double peak_tflops_for(const std::string& device_name);

@@ -1,4 +1,4 @@
-// The implementation-independent parts of dist::Comm: element sizes and the host-scalar
+// The implementation-independent parts of dist::Comm: the host-scalar
 // convenience (loss / norm reductions), which every backend routes through one virtual hook.
 #include "dist/comm.h"
 
@@ -7,19 +7,6 @@
 #include "core/error.h"
 
 namespace baton::dist {
-
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::BF16: return 2;
-    case DType::U8: return 1;
-  }
-  BATON_ASSERT(false, "unknown DType {}", static_cast<int>(t));
-  return 0;
-}
 
 double Comm::all_reduce_scalar(double x, ReduceOp op) { return all_reduce_host_scalar(x, op); }
 

@@ -18,12 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace baton::dist {
 
-enum class DType : uint8_t { F32, F64, I32, I64, BF16, U8 };
+using baton::DType;  // core/dtype.h
+using baton::dtype_size;
 enum class ReduceOp : uint8_t { SUM, MAX, MIN };
-
-size_t dtype_size(DType t);
 
 class Request {
  public:

@@ -4,25 +4,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace baton::dist::mpi {
 namespace {
-
-float bf16_to_float(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return static_cast<uint16_t>(u >> 16);
-}
 
 // MPI user op signature: inout[i] = in[i] (op) inout[i].
 template <typename F>
@@ -30,7 +16,7 @@ void bf16_reduce(void* in, void* inout, int* len, F combine) {
   const auto* a = static_cast<const uint16_t*>(in);
   auto* b = static_cast<uint16_t*>(inout);
   for (int i = 0; i < *len; ++i)
-    b[i] = float_to_bf16(combine(bf16_to_float(a[i]), bf16_to_float(b[i])));
+    b[i] = f32_to_bf16(combine(bf16_to_f32(a[i]), bf16_to_f32(b[i])));
 }
 
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {

@@ -9,31 +9,31 @@ void Embedding::add_params(ParamTable& table) {
                     .init_std = 0.01f});
 }
 
-void Embedding::forward(const LayerCtx& ctx, const float*, float* saved) {
+void Embedding::forward(const LayerCtx& ctx, const void*, void* saved) {
   const int N = ctx.B * ctx.T, C = d_.d_model, rows = d_.vocab_padded / tp_.size;
   // With sequence parallelism the full partial sum goes to scratch, then is reduce-scattered.
-  float* full = tp_.sp() ? ctx.workspace : saved;
+  void* full = tp_.sp() ? ctx.workspace : saved;
   ctx.be->embedding_forward(full, ctx.tokens, ctx.param(wte_), tp_.rank == 0 ? ctx.param(wpe_) : nullptr,
                             ctx.B, ctx.T, C, tp_.rank * rows, rows);
-  float* out = tp_.exit(full, saved, N, C);
-  if (out != saved) ctx.be->copy(saved, out, size_t(tp_.local_rows(N)) * C);
+  void* out = tp_.exit(full, saved, N, C);
+  if (out != saved) ctx.be->copy_act(saved, out, size_t(tp_.local_rows(N)) * C);
 }
 
-void Embedding::backward(const LayerCtx& ctx, const float*, const float* dout, float*, float*) {
+void Embedding::backward(const LayerCtx& ctx, const void*, const void* dout, void*, void*) {
   const int N = ctx.B * ctx.T, C = d_.d_model, rows = d_.vocab_padded / tp_.size;
-  const float* dfull = tp_.exit_backward(dout, ctx.workspace, N, C);
+  const void* dfull = tp_.exit_backward(dout, ctx.workspace, N, C);
   ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), dfull, ctx.tokens, ctx.B, ctx.T, C,
                              tp_.rank * rows, rows);
 }
 
-void Embedding::backward_input(const LayerCtx& ctx, const float*, const float* dout, float*, float*,
-                               float* deferred) {
+void Embedding::backward_input(const LayerCtx& ctx, const void*, const void* dout, void*, void*,
+                               void* deferred) {
   const int N = ctx.B * ctx.T, C = d_.d_model;
-  const float* dfull = tp_.exit_backward(dout, deferred, N, C);
-  if (dfull != deferred) ctx.be->copy(deferred, dfull, size_t(N) * C);
+  const void* dfull = tp_.exit_backward(dout, deferred, N, C);
+  if (dfull != deferred) ctx.be->copy_act(deferred, dfull, size_t(N) * C);
 }
 
-void Embedding::backward_weight(const LayerCtx& ctx, const float*, float*, float* deferred) {
+void Embedding::backward_weight(const LayerCtx& ctx, const void*, void*, void* deferred) {
   const int C = d_.d_model, rows = d_.vocab_padded / tp_.size;
   ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), deferred, ctx.tokens, ctx.B, ctx.T, C,
                              tp_.rank * rows, rows);

@@ -12,29 +12,35 @@ namespace baton {
 
 class Embedding : public Layer {
  public:
-  Embedding(const GptDims& d, const TensorParallel& tp) : d_(d), tp_(tp) {}
+  Embedding(const GptDims& d, const TensorParallel& tp, const Backend& be)
+      : d_(d), tp_(tp), act_size_(be.act_size()) {}
   std::string name() const override { return "embedding"; }
   void add_params(ParamTable& table) override;
-  size_t saved_floats(int B, int T) const override { return output_floats(B, T); }
-  size_t workspace_floats(int B, int T) const override { return size_t(B) * T * d_.d_model; }
-  size_t output_floats(int B, int T) const override {
-    return size_t(tp_.local_rows(B * T)) * d_.d_model;
+  size_t saved_bytes(int B, int T) const override { return output_bytes(B, T); }
+  size_t workspace_bytes(int B, int T) const override {
+    return size_t(B) * T * d_.d_model * act_size_;
   }
-  float* output(float* saved, int, int) const override { return saved; }
-  void forward(const LayerCtx& ctx, const float* in, float* saved) override;
-  void backward(const LayerCtx& ctx, const float* in, const float* dout, float* din,
-                float* saved) override;
+  size_t output_bytes(int B, int T) const override {
+    return size_t(tp_.local_rows(B * T)) * d_.d_model * act_size_;
+  }
+  void* output(void* saved, int, int) const override { return saved; }
+  void forward(const LayerCtx& ctx, const void* in, void* saved) override;
+  void backward(const LayerCtx& ctx, const void* in, const void* dout, void* din,
+                void* saved) override;
   // Zero bubble (layer.h): everything is weight gradient; the input part only gathers the output
   // gradient (a collective under sequence parallelism) into `deferred` [N,C].
-  size_t deferred_floats(int B, int T) const override { return size_t(B) * T * d_.d_model; }
-  void backward_input(const LayerCtx& ctx, const float* in, const float* dout, float* din,
-                      float* saved, float* deferred) override;
-  void backward_weight(const LayerCtx& ctx, const float* in, float* saved,
-                       float* deferred) override;
+  size_t deferred_bytes(int B, int T) const override {
+    return size_t(B) * T * d_.d_model * act_size_;
+  }
+  void backward_input(const LayerCtx& ctx, const void* in, const void* dout, void* din,
+                      void* saved, void* deferred) override;
+  void backward_weight(const LayerCtx& ctx, const void* in, void* saved,
+                       void* deferred) override;
 
  private:
   GptDims d_;
   const TensorParallel& tp_;
+  size_t act_size_;
   int wte_ = -1, wpe_ = -1;
 };
 

@@ -41,6 +41,7 @@ std::vector<LayerRange> pipeline_chunks(int n_layer, int pp, int vp, int pp_rank
 GptModel::GptModel(const GptDims& dims, Backend& backend, TensorParallel tp, size_t flat_multiple,
                    std::vector<LayerRange> chunks, Recompute recompute)
     : dims_(dims), be_(backend), tp_(tp), chunks_(std::move(chunks)), recompute_(recompute) {
+  tp_.act = be_.act_dtype();
   BATON_ASSERT(dims.d_model % dims.n_head == 0, "n_head must divide d_model");
   BATON_ASSERT(dims.n_head % tp.size == 0 && dims.vocab_padded % tp.size == 0,
                "tp={} must divide n_head={} and the padded vocabulary {}", tp.size, dims.n_head,
@@ -56,11 +57,11 @@ GptModel::GptModel(const GptDims& dims, Backend& backend, TensorParallel tp, siz
     chunk_first_.push_back(static_cast<int>(layers_.size()));
     for (int g = c.begin; g < c.end; ++g) {
       if (g == 0) {
-        layers_.push_back(std::make_unique<Embedding>(dims, tp_));
+        layers_.push_back(std::make_unique<Embedding>(dims, tp_, be_));
       } else if (g == global_layers - 1) {
-        layers_.push_back(std::make_unique<LmHead>(dims, tp_));
+        layers_.push_back(std::make_unique<LmHead>(dims, tp_, be_));
       } else {
-        layers_.push_back(std::make_unique<TransformerBlock>(dims, g - 1, tp_,
+        layers_.push_back(std::make_unique<TransformerBlock>(dims, g - 1, tp_, be_,
                                                              recompute == Recompute::SELECTIVE));
       }
       is_block_.push_back(g > 0 && g < global_layers - 1);
@@ -74,10 +75,17 @@ GptModel::GptModel(const GptDims& dims, Backend& backend, TensorParallel tp, siz
   flat_size_ = (table_.total() + flat_multiple - 1) / flat_multiple * flat_multiple;
   params_ = static_cast<float*>(be_.alloc(flat_size_ * sizeof(float)));
   grads_ = static_cast<float*>(be_.alloc(flat_size_ * sizeof(float)));
+  compute_params_ = be_.act_dtype() == DType::F32 ? params_ : be_.alloc(flat_size_ * be_.act_size());
+}
+
+void GptModel::refresh_compute_params() {
+  if (compute_params_ != params_)
+    be_.cast(compute_params_, be_.act_dtype(), params_, DType::F32, flat_size_);
 }
 
 GptModel::~GptModel() {
   free_activations();
+  if (compute_params_ != params_) be_.release(compute_params_);
   be_.release(params_);
   be_.release(grads_);
 }
@@ -103,7 +111,7 @@ void GptModel::free_activations() {
   be_.release(dbuf_[0]);
   be_.release(dbuf_[1]);
   workspace_ = recompute_buf_ = dbuf_[0] = dbuf_[1] = nullptr;
-  act_floats_ = 0;
+  act_bytes_ = 0;
 }
 
 void GptModel::init_weights(uint64_t seed) {
@@ -127,6 +135,7 @@ void GptModel::init_weights(uint64_t seed) {
     }
   }
   be_.to_device(params_, host.data(), host.size() * sizeof(float));
+  refresh_compute_params();
 }
 
 void GptModel::zero_grads() { be_.zero(grads_, flat_size_); }
@@ -148,7 +157,7 @@ double GptModel::grad_sumsq_share() {
 
 bool GptModel::recomputes(int layer) const { return recompute_ == Recompute::FULL && is_block_[layer]; }
 
-size_t GptModel::boundary_floats(int B, int T) const {
+size_t GptModel::boundary_count(int B, int T) const {
   return size_t(tp_.local_rows(B * T)) * dims_.d_model;
 }
 
@@ -172,19 +181,19 @@ void GptModel::reserve(int B, int T, int slots, bool split_backward) {
     for (int l = chunk_first_[c]; l < chunk_first_[c + 1]; ++l) {
       const Layer& layer = *layers_[l];
       layer_offsets_[l] = used;
-      const size_t keep = recomputes(l) ? layer.output_floats(B, T) : layer.saved_floats(B, T);
-      used += (keep + 15) / 16 * 16;
+      const size_t keep = recomputes(l) ? layer.output_bytes(B, T) : layer.saved_bytes(B, T);
+      used += (keep + 255) / 256 * 256;
       deferred_offsets_[l] = deferred;
-      if (split_ && !recomputes(l)) deferred += (layer.deferred_floats(B, T) + 15) / 16 * 16;
+      if (split_ && !recomputes(l)) deferred += (layer.deferred_bytes(B, T) + 255) / 256 * 256;
       per_slot_deferred = std::max(per_slot_deferred, deferred);
-      ws = std::max(ws, layer.workspace_floats(B, T));
-      io = std::max(io, layer.output_floats(B, T));
-      if (recomputes(l)) rec = std::max(rec, layer.saved_floats(B, T));
+      ws = std::max(ws, layer.workspace_bytes(B, T));
+      io = std::max(io, layer.output_bytes(B, T));
+      if (recomputes(l)) rec = std::max(rec, layer.saved_bytes(B, T));
     }
     per_slot = std::max(per_slot, used);
   }
-  const size_t boundary = is_whole_model() ? 0 : boundary_floats(B, T);
-  auto alloc = [&](size_t n) { return n ? static_cast<float*>(be_.alloc(n * sizeof(float))) : nullptr; };
+  const size_t boundary = is_whole_model() ? 0 : boundary_count(B, T) * be_.act_size();
+  auto alloc = [&](size_t bytes) { return bytes ? static_cast<char*>(be_.alloc(bytes)) : nullptr; };
   for (int i = 0; i < slots; ++i) {
     Slot s;
     s.saved = alloc(per_slot);
@@ -200,15 +209,15 @@ void GptModel::reserve(int B, int T, int slots, bool split_backward) {
   recompute_buf_ = alloc(rec);
   dbuf_[0] = alloc(io);
   dbuf_[1] = alloc(io);
-  act_floats_ = (per_slot + per_slot_deferred + 3 * boundary) * slots + ws + rec + 2 * io;
+  act_bytes_ = (per_slot + per_slot_deferred + 3 * boundary) * slots + ws + rec + 2 * io;
   cap_B_ = B;
   cap_T_ = T;
 }
 
-float* GptModel::layer_saved(const Slot& s, int layer) const { return s.saved + layer_offsets_[layer]; }
+void* GptModel::layer_saved(const Slot& s, int layer) const { return s.saved + layer_offsets_[layer]; }
 
-float* GptModel::layer_out(const Slot& s, int layer) const {
-  float* saved = layer_saved(s, layer);
+void* GptModel::layer_out(const Slot& s, int layer) const {
+  void* saved = layer_saved(s, layer);
   return recomputes(layer) ? saved : layers_[layer]->output(saved, s.B, s.T);
 }
 
@@ -216,7 +225,7 @@ LayerCtx GptModel::ctx_for(const Slot& s, bool training, float dloss) const {
   LayerCtx c;
   c.be = &be_;
   c.table = &table_;
-  c.params = active_params_ ? active_params_ : params_;
+  c.params = active_params_ ? static_cast<void*>(active_params_) : compute_params_;
   c.grads = grads_;
   c.workspace = workspace_;
   c.B = s.B;
@@ -239,7 +248,7 @@ void GptModel::set_batch(int slot, const int32_t* tokens, const int32_t* targets
   if (targets) be_.to_device(s.targets, targets, size_t(B) * T * sizeof(int32_t));
 }
 
-float* GptModel::chunk_output(int chunk, int slot) {
+void* GptModel::chunk_output(int chunk, int slot) {
   return layer_out(slots_[slot], chunk_first_[chunk + 1] - 1);
 }
 
@@ -248,13 +257,14 @@ double GptModel::forward_chunk(int chunk, int slot, bool training, float dloss) 
   Slot& s = slots_[slot];
   LayerCtx ctx = ctx_for(s, training, dloss);
   const int first = chunk_first_[chunk], last = chunk_first_[chunk + 1] - 1;
-  const float* in = chunks_[chunk].begin == 0 ? nullptr : s.input;
+  const void* in = chunks_[chunk].begin == 0 ? nullptr : s.input;
   for (int l = first; l <= last; ++l) {
-    float* saved = layer_saved(s, l);
+    void* saved = layer_saved(s, l);
     if (recomputes(l)) {
       // Full recomputation: run in scratch, keep only the output (the next layer's input).
       layers_[l]->forward(ctx, in, recompute_buf_);
-      be_.copy(saved, layers_[l]->output(recompute_buf_, s.B, s.T), layers_[l]->output_floats(s.B, s.T));
+      be_.copy_bytes(saved, layers_[l]->output(recompute_buf_, s.B, s.T),
+                     layers_[l]->output_bytes(s.B, s.T));
     } else {
       layers_[l]->forward(ctx, in, saved);
     }
@@ -280,7 +290,7 @@ void GptModel::backward_chunk(int chunk, int slot, const std::function<void(int)
   LayerCtx ctx = ctx_for(s, true, 0.0f);
   const int first = chunk_first_[chunk], last = chunk_first_[chunk + 1] - 1;
   const bool embedding = chunks_[chunk].begin == 0;
-  auto input_of = [&](int l) -> const float* {
+  auto input_of = [&](int l) -> const void* {
     return l > first ? layer_out(s, l - 1) : (embedding ? nullptr : s.input);
   };
   if (pass == BackwardPass::WEIGHT) {
@@ -295,11 +305,11 @@ void GptModel::backward_chunk(int chunk, int slot, const std::function<void(int)
     }
     return;
   }
-  const float* dout = head ? nullptr : s.dout;
+  const void* dout = head ? nullptr : s.dout;
   for (int l = last; l >= first; --l) {
-    const float* in = input_of(l);
-    float* din = l > first ? dbuf_[l % 2] : (embedding ? nullptr : s.din);
-    float* saved = layer_saved(s, l);
+    const void* in = input_of(l);
+    void* din = l > first ? dbuf_[l % 2] : (embedding ? nullptr : s.din);
+    void* saved = layer_saved(s, l);
     if (recomputes(l)) {
       layers_[l]->forward(ctx, in, recompute_buf_);  // PTD-P §3: recompute, then backward
       saved = recompute_buf_;
@@ -326,12 +336,21 @@ void GptModel::backward(int slot, const std::function<void(int)>& after_layer) {
   backward_chunk(0, slot, after_layer);
 }
 
-const float* GptModel::logits(int slot) const {
+const void* GptModel::logits(int slot) const {
   BATON_ASSERT(!tp_.active(), "full logits are not available under tensor parallelism");
   BATON_ASSERT(has_head(), "logits need the LM head on this rank");
   const Slot& s = slots_[slot];
   auto* head = static_cast<const LmHead*>(layers_.back().get());
-  return head->logits(const_cast<float*>(layer_saved(s, num_layers() - 1)), s.B, s.T);
+  return head->logits(layer_saved(s, num_layers() - 1), s.B, s.T);
+}
+
+void GptModel::logits_row_to_host(int slot, int row, float* dst) {
+  const size_t Vp = dims_.vocab_padded;
+  const void* src = act_at(logits(slot), size_t(row) * Vp, be_.act_size());
+  if (be_.act_dtype() == DType::F32) return be_.to_host(dst, src, Vp * sizeof(float));
+  std::vector<uint16_t> h(Vp);
+  be_.to_host(h.data(), src, Vp * sizeof(uint16_t));
+  for (size_t j = 0; j < Vp; ++j) dst[j] = bf16_to_f32(h[j]);
 }
 
 }  // namespace baton

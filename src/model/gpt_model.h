@@ -10,7 +10,9 @@
 // the trainer sums the two copies' gradients over the embedding group (Megatron).
 //
 // Parameters and gradients are one flat buffer each, laid out by the ParamTable in local layer
-// order. Activations are kept in `slots`: one slot holds one (chunk, micro-batch) from its forward
+// order: fp32 master weights and fp32 gradients. Ops read the compute weights — the masters
+// themselves when the backend computes in fp32, else a flat copy in the backend's act dtype (bf16)
+// refreshed from the masters by refresh_compute_params() after every change to them. Activations are kept in `slots`: one slot holds one (chunk, micro-batch) from its forward
 // to its backward, plus the chunk's boundary buffers (received input, received output gradient,
 // computed input gradient), so a pipeline schedule can keep several micro-batches in flight and
 // an executor can receive into and send from them.
@@ -71,9 +73,15 @@ class GptModel {
   const ParamTable& table() const { return table_; }
   const TensorParallel& tp() const { return tp_; }
   Backend& backend() { return be_; }
+  // fp32 master weights (the optimizer, checkpoints and the sampler's weights).
   float* params() { return params_; }
+  // The weights the ops read: params() in fp32, the act-dtype copy otherwise.
+  void* compute_params() { return compute_params_; }
+  // After the masters changed (optimizer step, checkpoint load, init): re-derive the compute copy.
+  void refresh_compute_params();
   // Weight stashing (PipeDream, 2BW): forward and backward read `p` (a buffer laid out like
-  // params(), e.g. an older weight version) instead of params(); null = params() again.
+  // params(), e.g. an older weight version) instead of params(); null = params() again. fp32
+  // compute only (the session refuses weight stashing with bf16).
   void use_params(float* p) { active_params_ = p; }
   float* grads() { return grads_; }
   // Local layers (this rank's chunks, in order).
@@ -104,12 +112,14 @@ class GptModel {
   // Allocates `slots` activation slots for micro-batches of up to B x T (T <= seq_len) and the
   // shared scratch. Call again to change the shape; allocation happens only when it grows.
   // `split_backward`: also keep, per slot, what the deferred weight part of a split backward
-  // needs (Layer::deferred_floats; zero bubble's BWD_INPUT / BWD_WEIGHT).
+  // needs (Layer::deferred_bytes; zero bubble's BWD_INPUT / BWD_WEIGHT).
   void reserve(int B, int T, int slots, bool split_backward = false);
   int num_slots() const { return static_cast<int>(slots_.size()); }
   // Bytes of every activation buffer (slots, boundary buffers, scratch): the peak activation
   // memory of training with this many slots.
-  size_t activation_bytes() const { return act_floats_ * sizeof(float); }
+  size_t activation_bytes() const { return act_bytes_; }
+  // The dtype of activations and of the chunk boundary buffers (the backend's).
+  DType act_dtype() const { return be_.act_dtype(); }
   Recompute recompute() const { return recompute_; }
 
   // ---- whole model (is_whole_model()) ----
@@ -141,37 +151,39 @@ class GptModel {
   // shared scratch only during the call).
   void backward_chunk(int chunk, int slot, const std::function<void(int)>& after_layer = {},
                       BackwardPass pass = BackwardPass::FULL);
-  // Floats crossing a chunk boundary for a B x T micro-batch: [local_rows(B·T), C].
-  size_t boundary_floats(int B, int T) const;
-  float* slot_input(int slot) { return slots_[slot].input; }
-  float* slot_output_grad(int slot) { return slots_[slot].dout; }
-  float* slot_input_grad(int slot) { return slots_[slot].din; }
-  float* chunk_output(int chunk, int slot);
+  // Elements (of act_dtype()) crossing a chunk boundary for a B x T micro-batch: [local_rows(B·T), C].
+  size_t boundary_count(int B, int T) const;
+  void* slot_input(int slot) { return slots_[slot].input; }
+  void* slot_output_grad(int slot) { return slots_[slot].dout; }
+  void* slot_input_grad(int slot) { return slots_[slot].din; }
+  void* chunk_output(int chunk, int slot);
 
   // The local layer whose backward completes each parameter's gradient (the tied wte: the
   // embedding when this rank has it).
   const std::vector<int>& layer_of_param() const { return layer_of_param_; }
   size_t flat_size() const { return flat_size_; }
-  // Logits [B*T, Vp] of `slot` after a forward without targets (backend memory).
-  const float* logits(int slot) const;
+  // Logits [B*T, Vp] of `slot` after a forward without targets, in act_dtype() (backend memory).
+  const void* logits(int slot) const;
+  // Row `row` of those logits as fp32 on the host.
+  void logits_row_to_host(int slot, int row, float* dst);
 
  private:
   struct Slot {
-    float* saved = nullptr;  // the chunk's saved activations, layer after layer
-    float* input = nullptr;  // received chunk input [Nl,C]
-    float* dout = nullptr;   // received gradient of the chunk output [Nl,C]
-    float* din = nullptr;    // gradient of the chunk input [Nl,C] (sent)
-    float* deferred = nullptr;  // split backward: what the weight part needs, layer after layer
+    char* saved = nullptr;  // the chunk's saved activations, layer after layer
+    void* input = nullptr;  // received chunk input [Nl,C]
+    void* dout = nullptr;   // received gradient of the chunk output [Nl,C]
+    void* din = nullptr;    // gradient of the chunk input [Nl,C] (sent)
+    char* deferred = nullptr;  // split backward: what the weight part needs, layer after layer
     int32_t* tokens = nullptr;
     int32_t* targets = nullptr;
     int B = 0, T = 0;
     bool has_targets = false;
   };
   LayerCtx ctx_for(const Slot& s, bool training, float dloss) const;
-  float* layer_saved(const Slot& s, int layer) const;
+  void* layer_saved(const Slot& s, int layer) const;
   // Output of local layer `layer` for the micro-batch in `s` (inside saved, or the compact copy
   // kept under full recomputation).
-  float* layer_out(const Slot& s, int layer) const;
+  void* layer_out(const Slot& s, int layer) const;
   bool recomputes(int layer) const;  // full recomputation of this (transformer block) layer
   void free_activations();
 
@@ -187,16 +199,17 @@ class GptModel {
   std::vector<int> layer_of_param_;
   size_t flat_size_ = 0;
   float* params_ = nullptr;
-  float* active_params_ = nullptr;  // use_params(); null = params_
+  void* compute_params_ = nullptr;  // == params_ in fp32
+  float* active_params_ = nullptr;  // use_params(); null = compute_params_
   float* grads_ = nullptr;
   std::vector<Slot> slots_;
-  std::vector<size_t> layer_offsets_;  // offset of each layer's saved block inside a slot
-  std::vector<size_t> deferred_offsets_;  // offset of each layer's deferred block (split backward)
+  std::vector<size_t> layer_offsets_;  // byte offset of each layer's saved block inside a slot
+  std::vector<size_t> deferred_offsets_;  // byte offset of each layer's deferred block
   bool split_ = false;
-  float* workspace_ = nullptr;
-  float* recompute_buf_ = nullptr;     // one block's full saved activations (FULL recompute)
-  float* dbuf_[2] = {nullptr, nullptr};  // ping-pong gradients between layers
-  size_t act_floats_ = 0;
+  void* workspace_ = nullptr;
+  void* recompute_buf_ = nullptr;      // one block's full saved activations (FULL recompute)
+  void* dbuf_[2] = {nullptr, nullptr};  // ping-pong gradients between layers
+  size_t act_bytes_ = 0;
   int cap_B_ = 0, cap_T_ = 0;
   std::vector<float> loss_host_;
 };

@@ -1,6 +1,8 @@
 // Layer: the unit a model is built from and a pipeline stage holds a contiguous range of. A layer
-// registers its parameters in the ParamTable, says how many floats of activations it saves per
+// registers its parameters in the ParamTable, says how many bytes of activations it saves per
 // micro-batch and how much shared scratch it needs, and runs forward/backward on one micro-batch.
+// Activations (and the compute weights) are in the backend's act_dtype (fp32 or bf16); sizes are
+// in bytes so one buffer can hold bf16 activations and fp32 statistics (model/carver.h).
 //
 // Activations are stored explicitly per micro-batch in a `saved` buffer owned by the caller, so a
 // pipeline can keep several micro-batches in flight; scratch (`LayerCtx::workspace`) is shared and
@@ -19,16 +21,18 @@ namespace baton {
 struct LayerCtx {
   Backend* be = nullptr;
   const ParamTable* table = nullptr;
-  float* params = nullptr;  // flat parameter buffer (backend memory)
-  float* grads = nullptr;   // flat gradient buffer (accumulated into)
-  float* workspace = nullptr;
+  void* params = nullptr;   // flat compute-weight buffer (act dtype; backend memory)
+  float* grads = nullptr;   // flat fp32 gradient buffer (accumulated into)
+  void* workspace = nullptr;
   int B = 0, T = 0;                   // micro-batch shape
   const int32_t* tokens = nullptr;    // [B,T] (backend memory)
   const int32_t* targets = nullptr;   // [B,T] (backend memory); null when only logits are wanted
   bool training = true;  // forward also prepares what backward needs (e.g. logits gradient)
   float dloss = 1.0f;    // d(total loss)/d(per-token loss): 1 / tokens in the optimizer step
 
-  float* param(int i) const { return table->at(params, i); }
+  void* param(int i) const {
+    return static_cast<char*>(params) + table->offset(i) * be->act_size();
+  }
   float* grad(int i) const { return table->at(grads, i); }
 };
 
@@ -37,36 +41,36 @@ class Layer {
   virtual ~Layer() = default;
   virtual std::string name() const = 0;
   virtual void add_params(ParamTable& table) = 0;
-  // Floats this layer keeps per micro-batch between forward and backward (its output included).
-  virtual size_t saved_floats(int B, int T) const = 0;
-  // Shared scratch floats one call needs.
-  virtual size_t workspace_floats(int B, int T) const = 0;
-  // Floats of this layer's output per micro-batch (what the next layer or stage receives).
-  virtual size_t output_floats(int B, int T) const = 0;
+  // Bytes this layer keeps per micro-batch between forward and backward (its output included).
+  virtual size_t saved_bytes(int B, int T) const = 0;
+  // Shared scratch bytes one call needs.
+  virtual size_t workspace_bytes(int B, int T) const = 0;
+  // Bytes of this layer's output per micro-batch (what the next layer or stage receives).
+  virtual size_t output_bytes(int B, int T) const = 0;
   // The output lives inside `saved`; returns where.
-  virtual float* output(float* saved, int B, int T) const = 0;
+  virtual void* output(void* saved, int B, int T) const = 0;
   // in: previous layer's output (unused by the first layer, which reads ctx.tokens).
-  virtual void forward(const LayerCtx& ctx, const float* in, float* saved) = 0;
+  virtual void forward(const LayerCtx& ctx, const void* in, void* saved) = 0;
   // dout: gradient w.r.t. this layer's output (unused by the loss layer); din: gradient w.r.t.
   // `in`, overwritten (null for the first layer).
-  virtual void backward(const LayerCtx& ctx, const float* in, const float* dout, float* din,
-                        float* saved) = 0;
+  virtual void backward(const LayerCtx& ctx, const void* in, const void* dout, void* din,
+                        void* saved) = 0;
 
   // Zero bubble (Qi et al. 2023, §2): the backward split into an input part (everything the
   // gradient w.r.t. `in` needs, every collective included) and a weight part (the parameter
   // gradients: dW and db of every matmul, layernorm gains and biases, embedding tables) that may
   // run later. What the weight part needs besides `saved` and `in` (each matmul's output gradient)
-  // is kept in `deferred`, deferred_floats() per micro-batch, between the two calls; `saved`, `in`
+  // is kept in `deferred`, deferred_bytes() per micro-batch, between the two calls; `saved`, `in`
   // and the micro-batch's tokens must stay valid until backward_weight. backward_input followed by
   // backward_weight gives exactly backward's gradients (bit for bit).
-  virtual size_t deferred_floats(int /*B*/, int /*T*/) const { return 0; }
+  virtual size_t deferred_bytes(int /*B*/, int /*T*/) const { return 0; }
   // Default (a layer without a split): the whole backward now, nothing left for the weight part.
-  virtual void backward_input(const LayerCtx& ctx, const float* in, const float* dout, float* din,
-                              float* saved, float* /*deferred*/) {
+  virtual void backward_input(const LayerCtx& ctx, const void* in, const void* dout, void* din,
+                              void* saved, void* /*deferred*/) {
     backward(ctx, in, dout, din, saved);
   }
-  virtual void backward_weight(const LayerCtx& /*ctx*/, const float* /*in*/, float* /*saved*/,
-                               float* /*deferred*/) {}
+  virtual void backward_weight(const LayerCtx& /*ctx*/, const void* /*in*/, void* /*saved*/,
+                               void* /*deferred*/) {}
 };
 
 }  // namespace baton

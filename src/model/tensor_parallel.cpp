@@ -7,27 +7,27 @@ namespace baton {
 using dist::DType;
 using dist::ReduceOp;
 
-const float* TensorParallel::enter(const float* x_local, float* buf, int N, int C) const {
+const void* TensorParallel::enter(const void* x_local, void* buf, int N, int C) const {
   if (!sp()) return x_local;
-  comm->all_gather(x_local, buf, size_t(N / size) * C, DType::F32);
+  comm->all_gather(x_local, buf, size_t(N / size) * C, act);
   return buf;
 }
 
-float* TensorParallel::enter_backward(float* dfull, float* buf, int N, int C) const {
+void* TensorParallel::enter_backward(void* dfull, void* buf, int N, int C) const {
   if (!active()) return dfull;
   if (!sp()) {
-    comm->all_reduce(dfull, size_t(N) * C, DType::F32, ReduceOp::SUM);
+    comm->all_reduce(dfull, size_t(N) * C, act, ReduceOp::SUM);
     return dfull;
   }
-  comm->reduce_scatter(dfull, buf, size_t(N / size) * C, DType::F32, ReduceOp::SUM);
+  comm->reduce_scatter(dfull, buf, size_t(N / size) * C, act, ReduceOp::SUM);
   return buf;
 }
 
-float* TensorParallel::exit(float* partial, float* buf, int N, int C) const {
+void* TensorParallel::exit(void* partial, void* buf, int N, int C) const {
   return enter_backward(partial, buf, N, C);  // g forward == f backward
 }
 
-const float* TensorParallel::exit_backward(const float* dlocal, float* buf, int N, int C) const {
+const void* TensorParallel::exit_backward(const void* dlocal, void* buf, int N, int C) const {
   return enter(dlocal, buf, N, C);  // g backward == f forward
 }
 

@@ -24,6 +24,7 @@ struct TensorParallel {
   int size = 1;
   bool sequence_parallel = false;
   dist::Comm* comm = nullptr;  // the tensor-parallel group; may be null when size == 1
+  DType act = DType::F32;      // activations' dtype (the model sets the backend's act_dtype)
 
   bool active() const { return size > 1; }
   bool sp() const { return sequence_parallel && size > 1; }
@@ -31,13 +32,13 @@ struct TensorParallel {
   int local_rows(int N) const { return sp() ? N / size : N; }
 
   // Each returns where the result is: the input pointer itself when the pair is an identity or an
-  // in-place all-reduce, else `buf`.
-  const float* enter(const float* x_local, float* buf, int N, int C) const;
-  float* enter_backward(float* dfull_partial, float* buf, int N, int C) const;
-  float* exit(float* partial_full, float* buf, int N, int C) const;
-  const float* exit_backward(const float* dlocal, float* buf, int N, int C) const;
-  // Sum over the tensor-parallel group, in place (e.g. partial layernorm gradients under sequence
-  // parallelism, or classifier statistics).
+  // in-place all-reduce, else `buf`. Activations in `act` (bf16 collectives move half the bytes).
+  const void* enter(const void* x_local, void* buf, int N, int C) const;
+  void* enter_backward(void* dfull_partial, void* buf, int N, int C) const;
+  void* exit(void* partial_full, void* buf, int N, int C) const;
+  const void* exit_backward(const void* dlocal, void* buf, int N, int C) const;
+  // fp32 sums over the tensor-parallel group, in place (e.g. partial layernorm gradients under
+  // sequence parallelism, or classifier statistics).
   void all_reduce_sum(float* x, size_t n) const;
   void all_reduce_max(float* x, size_t n) const;
 };

@@ -7,31 +7,31 @@
 namespace baton {
 
 struct TransformerBlock::Saved {
-  float *ln1, *mean1, *rstd1, *ln1_full, *qkv, *atty, *att, *x2, *ln2, *mean2, *rstd2, *ln2_full,
-      *fch, *fch_gelu, *out;
+  void *ln1, *ln1_full, *qkv, *atty, *x2, *ln2, *ln2_full, *fch, *fch_gelu, *out;
+  float *mean1, *rstd1, *mean2, *rstd2, *att;
 };
 
 struct TransformerBlock::Workspace {
-  float* dx2;       // [Nl,C] gradient of the mid-block residual stream
-  float* dlocal;    // [Nl,C] reduce-scatter target; forward: reduced projection output
-  float* dfull;     // [N,C]  all-gather target
-  float* dpartial;  // [N,C]  partial sums leaving/entering a tensor-parallel region
-  float* big;       // [N,8Cl] dfch_gelu | dfch, later datty | dqkv
-  float* att;       // [B,NHl,T,T] attention probabilities (selective recomputation only)
+  void* dx2;       // [Nl,C] gradient of the mid-block residual stream
+  void* dlocal;    // [Nl,C] reduce-scatter target; forward: reduced projection output
+  void* dfull;     // [N,C]  all-gather target
+  void* dpartial;  // [N,C]  partial sums leaving/entering a tensor-parallel region
+  void* big;       // [N,4Cl] dfch, later datty | dqkv
+  float* att;      // attention state (selective recomputation only)
 };
 
-namespace {
-// Bump allocator over a buffer: views in declaration order.
-struct Carver {
-  float* p;
-  size_t used = 0;
-  float* take(size_t n) {
-    float* r = p + used;
-    used += n;
-    return r;
-  }
-};
-}  // namespace
+TransformerBlock::TransformerBlock(const GptDims& d, int index, const TensorParallel& tp,
+                                   const Backend& be, bool recompute_attention)
+    : d_(d), index_(index), tp_(tp), be_(be), act_size_(be.act_size()) {
+  // Recompute only what is worth it: a state of O(T) floats per head row costs no memory.
+  const int Cl = d.d_model / tp.size, NHl = d.n_head / tp.size, T = d.seq_len;
+  recompute_attention_ =
+      recompute_attention && be.attention_state_floats(1, T, Cl, NHl) > size_t(NHl) * T;
+}
+
+size_t TransformerBlock::state_floats(int B, int T) const {
+  return be_.attention_state_floats(B, T, d_.d_model / tp_.size, d_.n_head / tp_.size);
+}
 
 std::string TransformerBlock::name() const { return fmt::format("h.{}", index_); }
 
@@ -61,58 +61,65 @@ void TransformerBlock::add_params(ParamTable& t) {
   fcproj_b_ = t.add({.name = p + ".mlp.proj.bias", .shape = {C}, .init = I::ZEROS});
 }
 
-TransformerBlock::Saved TransformerBlock::views(float* s, int B, int T) const {
+TransformerBlock::Saved TransformerBlock::views(Carver& c, int B, int T) const {
   const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model;
-  const size_t Cl = C / tp_.size, NHl = d_.n_head / tp_.size;
-  Carver c{s};
+  const size_t Cl = C / tp_.size;
   Saved v{};
-  v.ln1 = c.take(Nl * C);
-  v.mean1 = c.take(Nl);
-  v.rstd1 = c.take(Nl);
-  v.ln1_full = tp_.sp() ? c.take(N * C) : v.ln1;
-  v.qkv = c.take(N * 3 * Cl);
-  v.atty = c.take(N * Cl);
-  v.att = recompute_attention_ ? nullptr : c.take(size_t(B) * NHl * T * T);
-  v.x2 = c.take(Nl * C);
-  v.ln2 = c.take(Nl * C);
-  v.mean2 = c.take(Nl);
-  v.rstd2 = c.take(Nl);
-  v.ln2_full = tp_.sp() ? c.take(N * C) : v.ln2;
-  v.fch = c.take(N * 4 * Cl);
-  v.fch_gelu = c.take(N * 4 * Cl);
-  v.out = c.take(Nl * C);
+  v.ln1 = c.act(Nl * C);
+  v.mean1 = c.f32(Nl);
+  v.rstd1 = c.f32(Nl);
+  v.ln1_full = tp_.sp() ? c.act(N * C) : v.ln1;
+  v.qkv = c.act(N * 3 * Cl);
+  v.atty = c.act(N * Cl);
+  v.att = recompute_attention_ ? nullptr : c.f32(state_floats(B, T));
+  v.x2 = c.act(Nl * C);
+  v.ln2 = c.act(Nl * C);
+  v.mean2 = c.f32(Nl);
+  v.rstd2 = c.f32(Nl);
+  v.ln2_full = tp_.sp() ? c.act(N * C) : v.ln2;
+  v.fch = c.act(N * 4 * Cl);
+  v.fch_gelu = c.act(N * 4 * Cl);
+  v.out = c.act(Nl * C);
   return v;
 }
 
-size_t TransformerBlock::saved_floats(int B, int T) const {
-  const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model;
-  const size_t Cl = C / tp_.size, NHl = d_.n_head / tp_.size;
-  return Nl * C * 4 + Nl * 4 + (tp_.sp() ? 2 * N * C : 0) + N * 3 * Cl + N * Cl +
-         (recompute_attention_ ? 0 : size_t(B) * NHl * T * T) + N * 8 * Cl;
+TransformerBlock::Saved TransformerBlock::views(void* s, int B, int T) const {
+  Carver c{s, act_size_};
+  return views(c, B, T);
 }
 
-TransformerBlock::Workspace TransformerBlock::scratch(float* ws, int B, int T) const {
+size_t TransformerBlock::saved_bytes(int B, int T) const {
+  Carver c{nullptr, act_size_};
+  views(c, B, T);
+  return c.used();
+}
+
+TransformerBlock::Workspace TransformerBlock::scratch(Carver& c, int B, int T) const {
   const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model;
-  Carver c{ws};
   Workspace w{};
-  w.dx2 = c.take(Nl * C);
-  w.dlocal = c.take(Nl * C);
-  w.dfull = c.take(N * C);
-  w.dpartial = c.take(N * C);
-  w.big = c.take(N * 8 * (C / tp_.size));
-  w.att = recompute_attention_ ? c.take(size_t(B) * (d_.n_head / tp_.size) * T * T) : nullptr;
+  w.dx2 = c.act(Nl * C);
+  w.dlocal = c.act(Nl * C);
+  w.dfull = c.act(N * C);
+  w.dpartial = c.act(N * C);
+  w.big = c.act(N * 4 * (C / tp_.size));
+  w.att = recompute_attention_ ? c.f32(state_floats(B, T)) : nullptr;
   return w;
 }
 
-size_t TransformerBlock::workspace_floats(int B, int T) const {
-  const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model;
-  const size_t att = recompute_attention_ ? size_t(B) * (d_.n_head / tp_.size) * T * T : 0;
-  return 2 * Nl * C + 2 * N * C + N * 8 * (C / tp_.size) + att;
+TransformerBlock::Workspace TransformerBlock::scratch(void* ws, int B, int T) const {
+  Carver c{ws, act_size_};
+  return scratch(c, B, T);
 }
 
-float* TransformerBlock::output(float* saved, int B, int T) const { return views(saved, B, T).out; }
+size_t TransformerBlock::workspace_bytes(int B, int T) const {
+  Carver c{nullptr, act_size_};
+  scratch(c, B, T);
+  return c.used();
+}
 
-void TransformerBlock::forward(const LayerCtx& ctx, const float* x, float* saved) {
+void* TransformerBlock::output(void* saved, int B, int T) const { return views(saved, B, T).out; }
+
+void TransformerBlock::forward(const LayerCtx& ctx, const void* x, void* saved) {
   Backend& be = *ctx.be;
   const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model, Cl = C / tp_.size;
   const int NHl = d_.n_head / tp_.size;
@@ -122,50 +129,47 @@ void TransformerBlock::forward(const LayerCtx& ctx, const float* x, float* saved
   const bool add_bias = tp_.rank == 0;
   // Attention: x2 = x + proj(attention(qkv(ln1(x))))
   be.layernorm_forward(s.ln1, s.mean1, s.rstd1, x, ctx.param(ln1_w_), ctx.param(ln1_b_), Nl, C);
-  const float* ln1 = tp_.enter(s.ln1, s.ln1_full, N, C);
+  const void* ln1 = tp_.enter(s.ln1, s.ln1_full, N, C);
   be.matmul_forward(s.qkv, ln1, ctx.param(qkv_w_), ctx.param(qkv_b_), N, C, 3 * Cl);
   float* att = recompute_attention_ ? w.att : s.att;
   be.attention_forward(s.atty, att, s.qkv, ctx.B, ctx.T, Cl, NHl);
   be.matmul_forward(w.dpartial, s.atty, ctx.param(proj_w_), add_bias ? ctx.param(proj_b_) : nullptr,
                     N, Cl, C);
-  const float* attn_out = tp_.exit(w.dpartial, w.dlocal, N, C);
+  const void* attn_out = tp_.exit(w.dpartial, w.dlocal, N, C);
   be.residual_layernorm_forward(s.x2, s.ln2, s.mean2, s.rstd2, x, attn_out, ctx.param(ln2_w_),
                                 ctx.param(ln2_b_), Nl, C);
   // MLP: out = x2 + fcproj(gelu(fc(ln2(x2))))
-  const float* ln2 = tp_.enter(s.ln2, s.ln2_full, N, C);
-  be.matmul_forward(s.fch, ln2, ctx.param(fc_w_), ctx.param(fc_b_), N, C, 4 * Cl);
-  be.gelu_forward(s.fch_gelu, s.fch, size_t(N) * 4 * Cl);
+  const void* ln2 = tp_.enter(s.ln2, s.ln2_full, N, C);
+  be.matmul_gelu_forward(s.fch, s.fch_gelu, ln2, ctx.param(fc_w_), ctx.param(fc_b_), N, C, 4 * Cl);
   be.matmul_forward(w.dpartial, s.fch_gelu, ctx.param(fcproj_w_),
                     add_bias ? ctx.param(fcproj_b_) : nullptr, N, 4 * Cl, C);
-  const float* mlp_out = tp_.exit(w.dpartial, w.dlocal, N, C);
+  const void* mlp_out = tp_.exit(w.dpartial, w.dlocal, N, C);
   be.residual_forward(s.out, s.x2, mlp_out, size_t(Nl) * C);
 }
 
-void TransformerBlock::backward(const LayerCtx& ctx, const float* x, const float* dout, float* dx,
-                                float* saved) {
+void TransformerBlock::backward(const LayerCtx& ctx, const void* x, const void* dout, void* dx,
+                                void* saved) {
   Backend& be = *ctx.be;
   const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model, Cl = C / tp_.size;
   const int NHl = d_.n_head / tp_.size;
   const size_t NlC = size_t(Nl) * C, NCl = size_t(N) * Cl;
   Saved s = views(saved, ctx.B, ctx.T);
   Workspace w = scratch(ctx.workspace, ctx.B, ctx.T);
-  float* dfch_gelu = w.big;
-  float* dfch = w.big + 4 * NCl;
-  // MLP: out = x2 + fcproj(gelu(fc(ln2(x2))))
-  const float* dmlp = tp_.exit_backward(dout, w.dfull, N, C);
-  be.matmul_backward(dfch_gelu, ctx.grad(fcproj_w_), ctx.grad(fcproj_b_), dmlp, s.fch_gelu,
-                     ctx.param(fcproj_w_), N, 4 * Cl, C, false);
-  be.gelu_backward(dfch, s.fch, dfch_gelu, 4 * NCl);
+  void* dfch = w.big;
+  // MLP: out = x2 + fcproj(gelu(fc(ln2(x2)))); the GELU backward rides on fcproj's dinp GEMM.
+  const void* dmlp = tp_.exit_backward(dout, w.dfull, N, C);
+  be.matmul_backward_gelu(dfch, ctx.grad(fcproj_w_), ctx.grad(fcproj_b_), dmlp, s.fch_gelu,
+                          ctx.param(fcproj_w_), s.fch, N, 4 * Cl, C);
   be.matmul_backward(w.dpartial, ctx.grad(fc_w_), ctx.grad(fc_b_), dfch, s.ln2_full,
                      ctx.param(fc_w_), N, C, 4 * Cl, false);
-  const float* dln2 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
-  be.copy(w.dx2, dout, NlC);
+  const void* dln2 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
+  be.copy_act(w.dx2, dout, NlC);
   be.layernorm_backward(w.dx2, ctx.grad(ln2_w_), ctx.grad(ln2_b_), dln2, s.x2, ctx.param(ln2_w_),
                         s.mean2, s.rstd2, Nl, C);
   // Attention: x2 = x + proj(attention(qkv(ln1(x))))
-  float* datty = w.big;
-  float* dqkv = w.big + NCl;
-  const float* dattn = tp_.exit_backward(w.dx2, w.dfull, N, C);
+  void* datty = w.big;
+  void* dqkv = act_at(w.big, NCl, act_size_);
+  const void* dattn = tp_.exit_backward(w.dx2, w.dfull, N, C);
   be.matmul_backward(datty, ctx.grad(proj_w_), ctx.grad(proj_b_), dattn, s.atty,
                      ctx.param(proj_w_), N, Cl, C, false);
   float* att = s.att;
@@ -175,78 +179,73 @@ void TransformerBlock::backward(const LayerCtx& ctx, const float* x, const float
     att = w.att;
     be.attention_forward(w.dfull, att, s.qkv, ctx.B, ctx.T, Cl, NHl);
   }
-  be.attention_backward(dqkv, datty, s.qkv, att, ctx.B, ctx.T, Cl, NHl);
+  be.attention_backward(dqkv, datty, s.atty, s.qkv, att, ctx.B, ctx.T, Cl, NHl);
   be.matmul_backward(w.dpartial, ctx.grad(qkv_w_), ctx.grad(qkv_b_), dqkv, s.ln1_full,
                      ctx.param(qkv_w_), N, C, 3 * Cl, false);
-  const float* dln1 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
-  be.copy(dx, w.dx2, NlC);
+  const void* dln1 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
+  be.copy_act(dx, w.dx2, NlC);
   be.layernorm_backward(dx, ctx.grad(ln1_w_), ctx.grad(ln1_b_), dln1, x, ctx.param(ln1_w_),
                         s.mean1, s.rstd1, Nl, C);
 }
 
-}  // namespace baton
-
-namespace baton {
-
 // ---- zero bubble: the backward above split into its input and weight parts (Qi et al. §2) ----
 
 struct TransformerBlock::Deferred {
-  float *dmlp, *dfch, *dattn, *dqkv, *dln2, *dln1;
+  void *dmlp, *dfch, *dattn, *dqkv, *dln2, *dln1;
 };
 
-TransformerBlock::Deferred TransformerBlock::deferred_views(float* d, int B, int T) const {
+TransformerBlock::Deferred TransformerBlock::deferred_views(Carver& c, int B, int T) const {
   const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model, Cl = C / tp_.size;
-  Carver c{d};
   Deferred v{};
-  v.dmlp = c.take(N * C);
-  v.dfch = c.take(N * 4 * Cl);
-  v.dattn = c.take(N * C);
-  v.dqkv = c.take(N * 3 * Cl);
-  v.dln2 = c.take(Nl * C);
-  v.dln1 = c.take(Nl * C);
+  v.dmlp = c.act(N * C);
+  v.dfch = c.act(N * 4 * Cl);
+  v.dattn = c.act(N * C);
+  v.dqkv = c.act(N * 3 * Cl);
+  v.dln2 = c.act(Nl * C);
+  v.dln1 = c.act(Nl * C);
   return v;
 }
 
-size_t TransformerBlock::deferred_floats(int B, int T) const {
-  const size_t N = size_t(B) * T, Nl = tp_.local_rows(B * T), C = d_.d_model, Cl = C / tp_.size;
-  return 2 * N * C + 7 * N * Cl + 2 * Nl * C;
+size_t TransformerBlock::deferred_bytes(int B, int T) const {
+  Carver c{nullptr, act_size_};
+  deferred_views(c, B, T);
+  return c.used();
 }
 
 // The same ops as backward() in the same order with dweight = dbias = null; each matmul's and
 // layernorm's output gradient lands in (or is copied to) `deferred`. All tensor-parallel
 // collectives are here, so the weight part is local compute only.
-void TransformerBlock::backward_input(const LayerCtx& ctx, const float* x, const float* dout,
-                                      float* dx, float* saved, float* deferred) {
+void TransformerBlock::backward_input(const LayerCtx& ctx, const void* x, const void* dout,
+                                      void* dx, void* saved, void* deferred) {
   Backend& be = *ctx.be;
   const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model, Cl = C / tp_.size;
   const int NHl = d_.n_head / tp_.size;
-  const size_t NlC = size_t(Nl) * C, NCl = size_t(N) * Cl;
+  const size_t NlC = size_t(Nl) * C;
   Saved s = views(saved, ctx.B, ctx.T);
   Workspace w = scratch(ctx.workspace, ctx.B, ctx.T);
-  Deferred d = deferred_views(deferred, ctx.B, ctx.T);
-  auto keep = [&](float* dst, const float* src, size_t n) {
-    if (src != dst) be.copy(dst, src, n);
+  Carver dc{deferred, act_size_};
+  Deferred d = deferred_views(dc, ctx.B, ctx.T);
+  auto keep = [&](void* dst, const void* src, size_t n) {
+    if (src != dst) be.copy_act(dst, src, n);
   };
-  float* dfch_gelu = w.big;
   // MLP
-  const float* dmlp = tp_.exit_backward(dout, d.dmlp, N, C);
+  const void* dmlp = tp_.exit_backward(dout, d.dmlp, N, C);
   keep(d.dmlp, dmlp, size_t(N) * C);
-  be.matmul_backward(dfch_gelu, nullptr, nullptr, d.dmlp, s.fch_gelu, ctx.param(fcproj_w_), N,
-                     4 * Cl, C, false);
-  be.gelu_backward(d.dfch, s.fch, dfch_gelu, 4 * NCl);
+  be.matmul_backward_gelu(d.dfch, nullptr, nullptr, d.dmlp, s.fch_gelu, ctx.param(fcproj_w_),
+                          s.fch, N, 4 * Cl, C);
   be.matmul_backward(w.dpartial, nullptr, nullptr, d.dfch, s.ln2_full, ctx.param(fc_w_), N, C,
                      4 * Cl, false);
-  const float* dln2 = tp_.enter_backward(w.dpartial, d.dln2, N, C);
+  const void* dln2 = tp_.enter_backward(w.dpartial, d.dln2, N, C);
   keep(d.dln2, dln2, NlC);
   // Without sequence parallelism the residual gradient dx2 is itself the attention output's
   // gradient (exit_backward is the identity): keep it in the deferred buffer directly.
-  float* dx2 = tp_.sp() ? w.dx2 : d.dattn;
-  be.copy(dx2, dout, NlC);
+  void* dx2 = tp_.sp() ? w.dx2 : d.dattn;
+  be.copy_act(dx2, dout, NlC);
   be.layernorm_backward(dx2, nullptr, nullptr, d.dln2, s.x2, ctx.param(ln2_w_), s.mean2, s.rstd2,
                         Nl, C);
   // Attention
-  float* datty = w.big;
-  const float* dattn = tp_.exit_backward(dx2, d.dattn, N, C);
+  void* datty = w.big;
+  const void* dattn = tp_.exit_backward(dx2, d.dattn, N, C);
   keep(d.dattn, dattn, size_t(N) * C);
   be.matmul_backward(datty, nullptr, nullptr, d.dattn, s.atty, ctx.param(proj_w_), N, Cl, C, false);
   float* att = s.att;
@@ -254,21 +253,22 @@ void TransformerBlock::backward_input(const LayerCtx& ctx, const float* x, const
     att = w.att;
     be.attention_forward(w.dfull, att, s.qkv, ctx.B, ctx.T, Cl, NHl);
   }
-  be.attention_backward(d.dqkv, datty, s.qkv, att, ctx.B, ctx.T, Cl, NHl);
+  be.attention_backward(d.dqkv, datty, s.atty, s.qkv, att, ctx.B, ctx.T, Cl, NHl);
   be.matmul_backward(w.dpartial, nullptr, nullptr, d.dqkv, s.ln1_full, ctx.param(qkv_w_), N, C,
                      3 * Cl, false);
-  const float* dln1 = tp_.enter_backward(w.dpartial, d.dln1, N, C);
+  const void* dln1 = tp_.enter_backward(w.dpartial, d.dln1, N, C);
   keep(d.dln1, dln1, NlC);
-  be.copy(dx, dx2, NlC);
+  be.copy_act(dx, dx2, NlC);
   be.layernorm_backward(dx, nullptr, nullptr, d.dln1, x, ctx.param(ln1_w_), s.mean1, s.rstd1, Nl, C);
 }
 
-void TransformerBlock::backward_weight(const LayerCtx& ctx, const float* x, float* saved,
-                                       float* deferred) {
+void TransformerBlock::backward_weight(const LayerCtx& ctx, const void* x, void* saved,
+                                       void* deferred) {
   Backend& be = *ctx.be;
   const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model, Cl = C / tp_.size;
   Saved s = views(saved, ctx.B, ctx.T);
-  Deferred d = deferred_views(deferred, ctx.B, ctx.T);
+  Carver dc{deferred, act_size_};
+  Deferred d = deferred_views(dc, ctx.B, ctx.T);
   be.matmul_backward(nullptr, ctx.grad(fcproj_w_), ctx.grad(fcproj_b_), d.dmlp, s.fch_gelu, nullptr,
                      N, 4 * Cl, C, false);
   be.matmul_backward(nullptr, ctx.grad(fc_w_), ctx.grad(fc_b_), d.dfch, s.ln2_full, nullptr, N, C,

@@ -82,11 +82,11 @@ Executor::~Executor() {
   // program) leaves receives posted; they are freed with their requests.
 }
 
-std::pair<size_t, size_t> Executor::payload(size_t floats) const {
-  if (!opt_.scatter_gather) return {0, floats};
+std::pair<size_t, size_t> Executor::payload(size_t count) const {
+  if (!opt_.scatter_gather) return {0, count};
   const size_t n = static_cast<size_t>(opt_.scatter_gather->size());
-  BATON_ASSERT(floats % n == 0, "boundary of {} floats does not split over tp = {}", floats, n);
-  const size_t part = floats / n;
+  BATON_ASSERT(count % n == 0, "boundary of {} elements does not split over tp = {}", count, n);
+  const size_t part = count / n;
   return {part * static_cast<size_t>(opt_.scatter_gather->rank()), part};
 }
 
@@ -96,9 +96,11 @@ void Executor::post(Stage& stage, int i) {
   const bool grad = in.op == Op::RECV_GRAD;
   const int from_stage = grad ? in.stage + 1 : in.stage - 1;  // the sender's stage
   const int boundary = grad ? in.stage : in.stage - 1;        // the boundary crossed
-  float* buf = grad ? stage.output_grad(in.stage, in.slot) : stage.input(in.stage, in.slot);
-  const auto [off, n] = payload(stage.boundary_floats(boundary));
-  recv_[i] = comm_.recv(buf + off, n, dist::DType::F32, in.peer,
+  auto* buf = static_cast<char*>(grad ? stage.output_grad(in.stage, in.slot)
+                                      : stage.input(in.stage, in.slot));
+  const DType t = stage.boundary_dtype();
+  const auto [off, n] = payload(stage.boundary_count(boundary));
+  recv_[i] = comm_.recv(buf + off * dtype_size(t), n, t, in.peer,
                         tag(grad, from_stage, in.microbatch, program_.num_stages()));
 }
 
@@ -166,9 +168,11 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
         recv_[i].reset();
         if (opt_.scatter_gather) {  // PTD-P scatter/gather: rebuild the whole tensor over tp
           const bool grad = in.op == Op::RECV_GRAD;
-          float* buf = grad ? stage.output_grad(in.stage, in.slot) : stage.input(in.stage, in.slot);
-          const auto [off, n] = payload(stage.boundary_floats(grad ? in.stage : in.stage - 1));
-          opt_.scatter_gather->all_gather(buf + off, buf, n, dist::DType::F32);
+          auto* buf = static_cast<char*>(grad ? stage.output_grad(in.stage, in.slot)
+                                              : stage.input(in.stage, in.slot));
+          const DType t = stage.boundary_dtype();
+          const auto [off, n] = payload(stage.boundary_count(grad ? in.stage : in.stage - 1));
+          opt_.scatter_gather->all_gather(buf + off * dtype_size(t), buf, n, t);
         }
         st.recv_wait += now() - start;
         break;
@@ -176,11 +180,13 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
       case Op::SEND_ACT:
       case Op::SEND_GRAD: {
         const bool grad = in.op == Op::SEND_GRAD;
-        const float* buf = grad ? stage.input_grad(in.stage, in.slot) : stage.output(in.stage, in.slot);
-        const auto [off, n] = payload(stage.boundary_floats(grad ? in.stage - 1 : in.stage));
-        sends_[in.slot].push_back(comm_.send(buf + off, n, dist::DType::F32, in.peer,
+        const auto* buf = static_cast<const char*>(grad ? stage.input_grad(in.stage, in.slot)
+                                                        : stage.output(in.stage, in.slot));
+        const DType t = stage.boundary_dtype();
+        const auto [off, n] = payload(stage.boundary_count(grad ? in.stage - 1 : in.stage));
+        sends_[in.slot].push_back(comm_.send(buf + off * dtype_size(t), n, t, in.peer,
                                              tag(grad, in.stage, in.microbatch, S)));
-        st.bytes_sent += n * sizeof(float);
+        st.bytes_sent += n * dtype_size(t);
         break;
       }
       case Op::FWD:
@@ -240,12 +246,12 @@ void run_forward_only(Stage& stage, dist::Comm& comm, int pp, int vp, int microb
   for (int k = 0; k < microbatches; ++k)
     for (int s = rank; s < S; s += pp) {
       if (s > 0)
-        comm.recv(stage.input(s, slot), stage.boundary_floats(s - 1), dist::DType::F32, (s - 1) % pp,
+        comm.recv(stage.input(s, slot), stage.boundary_count(s - 1), stage.boundary_dtype(), (s - 1) % pp,
                   Executor::tag(false, s - 1, k, S))->wait();
       stage.select_version(s, -1);  // -1: the current (latest) weights
       stage.forward(s, k, slot);
       if (s + 1 < S)
-        comm.send(stage.output(s, slot), stage.boundary_floats(s), dist::DType::F32, (s + 1) % pp,
+        comm.send(stage.output(s, slot), stage.boundary_count(s), stage.boundary_dtype(), (s + 1) % pp,
                   Executor::tag(false, s, k, S))->wait();
     }
 }

@@ -51,15 +51,16 @@ enum class BackwardPart : uint8_t {
 class Stage {
  public:
   virtual ~Stage() = default;
-  // Floats of the activation model stage `stage` sends to stage + 1 (and of the gradient that
-  // comes back), per micro-batch.
-  virtual size_t boundary_floats(int stage) const = 0;
+  // Elements of the activation model stage `stage` sends to stage + 1 (and of the gradient that
+  // comes back), per micro-batch, and their type (bf16 activations cross in bf16).
+  virtual size_t boundary_count(int stage) const = 0;
+  virtual DType boundary_dtype() const { return DType::F32; }
   // Buffers of a slot: the received input (RECV_ACT), the output to send (valid after FWD), the
   // received output gradient (RECV_GRAD) and the input gradient to send (valid after BWD/BWD_INPUT).
-  virtual float* input(int stage, int slot) = 0;
-  virtual float* output(int stage, int slot) = 0;
-  virtual float* output_grad(int stage, int slot) = 0;
-  virtual float* input_grad(int stage, int slot) = 0;
+  virtual void* input(int stage, int slot) = 0;
+  virtual void* output(int stage, int slot) = 0;
+  virtual void* output_grad(int stage, int slot) = 0;
+  virtual void* input_grad(int stage, int slot) = 0;
   // Forward of `microbatch` (0-based within the step) through `stage`: the first stage loads the
   // micro-batch's tokens, the last one its targets and computes the loss.
   virtual void forward(int stage, int microbatch, int slot) = 0;

@@ -47,8 +47,9 @@ ModelDesc gpt_desc(const GptShape& g, const GptOptions& o) {
   if (mega) {
     stash_full = sp ? sbh * (34 / t + 5 * a * s / (h * t)) : sbh * (10 + 24 / t + 5 * a * s / (h * t));
   } else {
-    // model/transformer_block.cpp saved_floats: Nl·C·4 + Nl·4 + (sp: 2NC) + N·3Cl + N·Cl
-    // + B·NHl·T² + N·8Cl floats, N = B·T tokens, Nl = N/t with sequence parallelism.
+    // model/transformer_block.cpp saved_bytes (fp32): Nl·C·4 + Nl·4 + (sp: 2NC) + N·3Cl + N·Cl
+    // + B·NHl·T² + N·8Cl floats, N = B·T tokens, Nl = N/t with sequence parallelism (plus up to
+    // 64 bytes of alignment per view).
     const double N = b * s, Nl = sp ? N / t : N, Cl = h / t;
     stash_full = 4 * (Nl * h * 4 + Nl * 4 + (sp ? 2 * N * h : 0) + N * 3 * Cl + N * Cl +
                       b * (a / t) * s * s + N * 8 * Cl);
@@ -65,9 +66,9 @@ ModelDesc gpt_desc(const GptShape& g, const GptOptions& o) {
   if (mega) {
     blk.work_bytes = 0;
   } else {
-    // transformer_block.cpp workspace_floats: 2·Nl·C + 2·N·C + N·8·C/t.
+    // transformer_block.cpp workspace_bytes (fp32): 2·Nl·C + 2·N·C + N·4·C/t floats.
     const double N = b * s, Nl = sp ? N / t : N;
-    blk.work_bytes = 4 * (2 * Nl * h + 2 * N * h + N * 8 * h / t);
+    blk.work_bytes = 4 * (2 * Nl * h + 2 * N * h + N * 4 * h / t);
   }
   if (o.recompute == "full") {
     // Only the layer input is kept; the forward reruns (with its all-reduces) before backward,
@@ -93,7 +94,7 @@ ModelDesc gpt_desc(const GptShape& g, const GptOptions& o) {
   }
 
   // LM head: final layernorm + logits (tied to the embedding) + cross-entropy. Megatron keeps the
-  // fp32 logits (4·s·b·V/t); baton keeps lm_head.cpp saved_floats.
+  // fp32 logits (4·s·b·V/t); baton keeps lm_head.cpp saved_bytes.
   LayerDesc head;
   head.name = "lm_head";
   head.params = V * h / t + 2 * h;

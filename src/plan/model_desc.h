@@ -53,7 +53,7 @@ struct GptShape {
 //   sbh·(34 + 5as/h) bytes per layer without tensor parallelism, sbh·(10 + 24/t + 5as/(ht)) with
 //   it, sbh·(34/t + 5as/(ht)) with sequence parallelism; full recomputation keeps only the 2sbh
 //   input; selective recomputation drops the 5as/h attention part.
-// - BATON_FP32: exactly what baton's CPU layers save (model/transformer_block.cpp saved_floats).
+// - BATON_FP32: exactly what baton's CPU layers save (model/transformer_block.cpp saved_bytes).
 enum class ActLayout { MEGATRON, BATON_FP32 };
 
 struct GptOptions {

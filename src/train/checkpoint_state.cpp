@@ -144,6 +144,7 @@ void restore_train_state(HostTrainState& host, GptModel& model, AdamW& opt,
                          const ShardLayout& layout) {
   Backend& be = model.backend();
   be.to_device(model.params(), host.params.data(), model.table().total() * sizeof(float));
+  model.refresh_compute_params();
   host_flat_to_state(be, opt.m(), opt.state_size(), host.state, host.m, layout);
   host_flat_to_state(be, opt.v(), opt.state_size(), host.state, host.v, layout);
 }

@@ -91,13 +91,14 @@ class PipelineStep::GptStage : public pipeline::Stage {
     m_.use_params(version < 0 ? nullptr : buffer(version));
   }
 
-  size_t boundary_floats(int) const override {
-    return m_.boundary_floats(s_.step.micro_batch, s_.step.seq_len);
+  size_t boundary_count(int) const override {
+    return m_.boundary_count(s_.step.micro_batch, s_.step.seq_len);
   }
-  float* input(int, int slot) override { return m_.slot_input(slot); }
-  float* output(int stage, int slot) override { return m_.chunk_output(stage / pp_, slot); }
-  float* output_grad(int, int slot) override { return m_.slot_output_grad(slot); }
-  float* input_grad(int, int slot) override { return m_.slot_input_grad(slot); }
+  DType boundary_dtype() const override { return m_.act_dtype(); }
+  void* input(int, int slot) override { return m_.slot_input(slot); }
+  void* output(int stage, int slot) override { return m_.chunk_output(stage / pp_, slot); }
+  void* output_grad(int, int slot) override { return m_.slot_output_grad(slot); }
+  void* input_grad(int, int slot) override { return m_.slot_input_grad(slot); }
 
   void forward(int stage, int microbatch, int slot) override {
     const int c = stage / pp_;
@@ -169,6 +170,7 @@ class PipelineStep::GptStage : public pipeline::Stage {
       if (++stepped_ < m_.num_chunks()) return;
       s_.step.optimizer->step(m_.params(), m_.grads(), w_.lr, result_.clip_scale, w_.step + 1);
       s_.step.grads->gather_params(m_.params());
+      m_.refresh_compute_params();
       return;
     }
     BATON_ASSERT(version == latest_ + 1, "update to version {} after version {}", version, latest_);

@@ -23,8 +23,7 @@ std::vector<int32_t> sample_tokens(GptModel& model, const std::vector<int32_t>& 
     const int T = static_cast<int>(std::min<size_t>(ctx.size(), d.seq_len));
     const int32_t* window = ctx.data() + (ctx.size() - T);
     model.forward(0, window, nullptr, 1, T, false, 0.0f);
-    model.backend().to_host(row.data(), model.logits(0) + size_t(T - 1) * d.vocab_padded,
-                            row.size() * sizeof(float));
+    model.logits_row_to_host(0, T - 1, row.data());
     int32_t next;
     if (opts.temperature <= 0) {
       next = static_cast<int32_t>(std::max_element(row.begin(), row.begin() + d.vocab) - row.begin());

@@ -53,6 +53,7 @@ StepResult train_step(const StepSetup& s, const BatchRows& batch, int64_t step, 
                 "lower optim.lr or raise optim.warmup_steps");
   s.optimizer->step(model.params(), model.grads(), lr, r.clip_scale, step + 1);
   s.grads->gather_params(model.params());
+  model.refresh_compute_params();
   return r;
 }
 

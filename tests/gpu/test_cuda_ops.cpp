@@ -316,8 +316,8 @@ TEST_F(CudaOps, Attention) {
     out.expect(kAttention, "attention_forward out" + tag);
     // Backward from the same saved probabilities on both sides.
     att.set(att.host_cpu());
-    cpu_->attention_backward(dqkv.c, dout.c, qkv.c, att.c, s.B, s.T, s.C, s.NH);
-    gpu_->attention_backward(dqkv.g, dout.g, qkv.g, att.g, s.B, s.T, s.C, s.NH);
+    cpu_->attention_backward(dqkv.c, dout.c, out.c, qkv.c, att.c, s.B, s.T, s.C, s.NH);
+    gpu_->attention_backward(dqkv.g, dout.g, out.g, qkv.g, att.g, s.B, s.T, s.C, s.NH);
     dqkv.expect(kAttention, "attention_backward dqkv" + tag);
   }
 }
@@ -469,7 +469,7 @@ TEST_F(CudaOps, OpsAreDeterministic) {
   auto run = [&] {
     std::vector<std::vector<float>> r;
     gpu_->attention_forward(out.g, att.g, qkv.g, B, T, C, NH);
-    gpu_->attention_backward(dqkv.g, dout.g, qkv.g, att.g, B, T, C, NH);
+    gpu_->attention_backward(dqkv.g, dout.g, out.g, qkv.g, att.g, B, T, C, NH);
     r.push_back(out.host_gpu());
     r.push_back(dqkv.host_gpu());
     Pair dwte(*cpu_, *gpu_, size_t(V) * C), dwpe(*cpu_, *gpu_, size_t(T) * C), mean(*cpu_, *gpu_, nout / C),

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_ops.h"
 
 namespace baton {
 namespace {
@@ -511,7 +511,7 @@ TEST_F(CpuOps, AttentionBackwardGradcheck) {
            R = random_vec(size_t(B) * T * C, 36);
       VecF out(size_t(B) * T * C), att(size_t(B) * NH * T * T), dqkv(qkv.size(), 99.0f);
       be->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-      be->attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
+      be->attention_backward(dqkv.data(), R.data(), /*out, unused by the CPU*/ nullptr, qkv.data(), att.data(), B, T, C, NH);
       VecD g =
           fd_grad([&](const VecD& x) { return dot(ref_attention(x, B, T, C, NH), R); }, to_d(qkv));
       EXPECT_LT(rel_err(dqkv, g), kTol) << B << "," << T << "," << C << "," << NH;
@@ -527,7 +527,7 @@ TEST_F(CpuOps, AttentionBackwardDirectionalDerivativeLargerShape) {
     VecF qkv = random_vec(size_t(B) * T * 3 * C, 37, -2, 2), R = random_vec(size_t(B) * T * C, 38);
     VecF out(size_t(B) * T * C), att(size_t(B) * NH * T * T), dqkv(qkv.size());
     be->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    be->attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
+    be->attention_backward(dqkv.data(), R.data(), /*out, unused by the CPU*/ nullptr, qkv.data(), att.data(), B, T, C, NH);
     const VecD x0 = to_d(qkv);
     for (uint32_t seed : {39u, 40u, 41u}) {
       VecF d = random_vec(qkv.size(), seed);
@@ -757,7 +757,7 @@ TEST_F(CpuOps, RepeatedCallsGiveIdenticalBits) {
     r.insert(r.end(), {out, dx, dlw, dlb});
     VecF aout(size_t(N) * C), att(size_t(B) * NH * T * T), dqkv(qkv.size());
     be->attention_forward(aout.data(), att.data(), qkv.data(), B, T, C, NH);
-    be->attention_backward(dqkv.data(), dyc.data(), qkv.data(), att.data(), B, T, C, NH);
+    be->attention_backward(dqkv.data(), dyc.data(), /*out, unused by the CPU*/ nullptr, qkv.data(), att.data(), B, T, C, NH);
     r.insert(r.end(), {aout, att, dqkv});
     VecF dwte(size_t(V) * C, 0.0f), dwpe(size_t(T) * C, 0.0f);
     be->embedding_backward(dwte.data(), dwpe.data(), dyc.data(), tok.data(), B, T, C, 0, V);

@@ -14,6 +14,10 @@
 namespace baton {
 namespace {
 
+// The CPU fp32 backend: activation buffers hold floats.
+float* F(void* p) { return static_cast<float*>(p); }
+
+
 TEST(PipelineChunks, MegatronSplit) {
   // 8 blocks, pp = 2, vp = 2: stages 0..3 hold blocks 2s..2s+1 (global layers 1 + 2s ..).
   EXPECT_EQ(pipeline_chunks(8, 2, 2, 0), (std::vector<LayerRange>{{0, 3}, {5, 7}}));
@@ -70,14 +74,14 @@ TEST(PipelineChunks, TwoStagesByHandMatchTheWholeModel) {
     const double ref = whole.forward(0, x.data(), y.data(), B, T, true, dloss);
     whole.backward(0);
 
-    const size_t n = s0.boundary_floats(B, T);
+    const size_t n = s0.boundary_count(B, T);
     s0.set_batch(0, x.data(), nullptr, B, T);
     EXPECT_EQ(s0.forward_chunk(0, 0, true, dloss), 0.0);
-    std::copy_n(s0.chunk_output(0, 0), n, s1.slot_input(0));  // SEND_ACT / RECV_ACT
+    std::copy_n(F(s0.chunk_output(0, 0)), n, F(s1.slot_input(0)));  // SEND_ACT / RECV_ACT
     s1.set_batch(0, nullptr, y.data(), B, T);
     const double loss = s1.forward_chunk(0, 0, true, dloss);
     s1.backward_chunk(0, 0);
-    std::copy_n(s1.slot_input_grad(0), n, s0.slot_output_grad(0));  // SEND_GRAD / RECV_GRAD
+    std::copy_n(F(s1.slot_input_grad(0)), n, F(s0.slot_output_grad(0)));  // SEND_GRAD / RECV_GRAD
     s0.backward_chunk(0, 0);
     EXPECT_NEAR(loss, ref, 1e-5 * std::abs(ref));
 
@@ -119,7 +123,7 @@ TEST(PipelineChunks, SplitBackwardEqualsFusedBitExact) {
       EXPECT_GT(split.activation_bytes(), fused.activation_bytes());
       fused.zero_grads();
       split.zero_grads();
-      const size_t n = fused.boundary_floats(B, T);
+      const size_t n = fused.boundary_count(B, T);
       Rng rng(17);
       std::vector<std::vector<float>> din(2);
       for (int slot = 0; slot < 2; ++slot) {
@@ -131,8 +135,8 @@ TEST(PipelineChunks, SplitBackwardEqualsFusedBitExact) {
         for (auto& v : dout) v = 0.01f * rng.normal();
         for (GptModel* m : {&fused, &split}) {
           m->set_batch(slot, rank == 0 ? x.data() : nullptr, rank == 1 ? y.data() : nullptr, B, T);
-          std::copy(input.begin(), input.end(), m->slot_input(slot));
-          std::copy(dout.begin(), dout.end(), m->slot_output_grad(slot));
+          std::copy(input.begin(), input.end(), F(m->slot_input(slot)));
+          std::copy(dout.begin(), dout.end(), F(m->slot_output_grad(slot)));
           m->forward_chunk(0, slot, true, 1.0f / (B * T));
         }
       }

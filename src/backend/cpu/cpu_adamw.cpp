@@ -6,12 +6,12 @@
 // The decay uses the parameter before this step's update, as in llm.c and PyTorch's AdamW.
 #include <cmath>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
 namespace baton {
 
-void CpuBackend::adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
+void CpuOps::adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
                             const AdamWArgs& a) {
   BATON_ASSERT(a.step >= 1, "adamw_step: step must be 1-based, got {}", a.step);
   // Bias corrections in double: for large t, 1 - b^t in float loses digits.

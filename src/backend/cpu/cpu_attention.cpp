@@ -16,7 +16,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
 namespace baton {
@@ -143,7 +143,7 @@ bool set_kernel_isa(KernelIsa isa) {
 }
 }  // namespace cpu_detail
 
-void CpuBackend::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+void CpuOps::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                    int NH) {
   check_shape("attention_forward", B, T, C, NH);
   const int HS = C / NH;
@@ -188,7 +188,7 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv, int
   }
 }
 
-void CpuBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
+void CpuOps::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                     const float* att, int B, int T, int C, int NH) {
   check_shape("attention_backward", B, T, C, NH);
   const int HS = C / NH;

@@ -1,114 +1,231 @@
-// CpuBackend memory and elementwise ops (zero/copy/scale/add/residual, GELU, sum_squares) and the
-// factory make_cpu_backend(). Memory is host memory: 64-byte aligned (one cache line, one AVX-512
-// vector) and zero-initialised, as the Backend contract promises.
-#include "backend/cpu/cpu_backend.h"
-
+// The CPU backend: CpuOps (the fp32 reference ops) behind baton::Backend, with activations and
+// compute weights in fp32 or, for testing mixed precision without a GPU, emulated bf16: every op
+// widens its bf16 arguments to fp32, runs the fp32 op and rounds what it stores once (round to
+// nearest even) — the rounding points of the CUDA bf16 kernels (backend.h "Precision"). Memory is
+// host memory: 64-byte aligned (one cache line, one AVX-512 vector) and zero-initialised.
 #include <omp.h>
 
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <vector>
 
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
+#include <fmt/format.h>
+
 namespace baton {
+namespace {
 
 using cpu_detail::kSerialBelow;
 
-void* CpuBackend::alloc(size_t bytes) {
-  // aligned_alloc wants a size that is a multiple of the alignment; round up (and never 0).
-  size_t rounded = (bytes + 63) / 64 * 64;
-  if (rounded == 0) rounded = 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
-  return p;
-}
-
-void CpuBackend::release(void* p) { std::free(p); }
-
-void CpuBackend::to_device(void* dst, const void* src_host, size_t bytes) {
-  std::memcpy(dst, src_host, bytes);
-}
-
-void CpuBackend::to_host(void* dst_host, const void* src, size_t bytes) {
-  std::memcpy(dst_host, src, bytes);
-}
-
-void CpuBackend::zero(float* x, size_t n) {
+void widen(float* dst, const uint16_t* src, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) x[i] = 0.0f;
+  for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
 }
 
-void CpuBackend::copy(float* dst, const float* src, size_t n) {
+void narrow(uint16_t* dst, const float* src, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) dst[i] = src[i];
+  for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
 }
 
-void CpuBackend::scale(float* x, float s, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
-void CpuBackend::add(float* dst, const float* src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) dst[i] += src[i];
-}
-
-void CpuBackend::residual_forward(float* out, const float* a, const float* b, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
-}
-
-double CpuBackend::sum_squares(const float* x, size_t n) {
-  // Fixed-size chunks summed in index order: the result does not depend on the thread count, and
-  // an OpenMP reduction clause (whose combining order is unspecified) is avoided on purpose.
-  constexpr size_t kChunk = 1 << 14;
-  const size_t nchunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(nchunks, 0.0);
-#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
-  for (size_t c = 0; c < nchunks; c++) {
-    const size_t begin = c * kChunk, end = std::min(n, begin + kChunk);
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (size_t i = begin; i < end; i++) s += double(x[i]) * double(x[i]);
-    partial[c] = s;
+// One activation argument of one op as fp32: the pointer itself when activations are fp32, else
+// a widened copy that (for outputs) is rounded back into the bf16 tensor when the view dies.
+class F32View {
+ public:
+  enum Mode { IN, OUT, INOUT };  // read; written (overwritten); read and written (+=, in place)
+  F32View(DType t, const void* p, size_t n, Mode mode = IN)
+      : bf16_(t == DType::BF16 && p != nullptr), mode_(mode), p_(const_cast<void*>(p)), n_(n) {
+    BATON_ASSERT(t == DType::F32 || t == DType::BF16, "CPU activations are fp32 or bf16");
+    if (!bf16_) return;
+    buf_.resize(n);
+    if (mode != OUT) widen(buf_.data(), static_cast<const uint16_t*>(p), n);
   }
-  double total = 0.0;
-  for (double s : partial) total += s;
-  return total;
-}
-
-// GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2):
-//   gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))),  k = sqrt(2/pi).
-namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-}
-
-void CpuBackend::gelu_forward(float* out, const float* inp, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float cube = 0.044715f * x * x * x;
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
+  ~F32View() {
+    if (bf16_ && mode_ != IN) narrow(static_cast<uint16_t*>(p_), buf_.data(), n_);
   }
-}
+  F32View(const F32View&) = delete;
+  F32View& operator=(const F32View&) = delete;
+  float* get() { return bf16_ ? buf_.data() : static_cast<float*>(p_); }
+  operator float*() { return get(); }
 
-void CpuBackend::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float u = kGeluScale * (x + 0.044715f * x * x * x);
-    float th = std::tanh(u);
-    float sech2 = 1.0f - th * th;
-    float du_dx = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
-    dinp[i] = grad * dout[i];  // overwrite, not accumulate (Backend contract)
+ private:
+  bool bf16_;
+  Mode mode_;
+  void* p_;
+  size_t n_;
+  std::vector<float> buf_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(DType act) : act_(act) {
+    BATON_REQUIRE(act == DType::F32 || act == DType::BF16,
+                  fmt::format("the CPU backend cannot compute in {}", dtype_name(act)),
+                  "use precision.compute = \"fp32\" or \"bf16\"");
   }
-}
+  std::string name() const override { return act_ == DType::F32 ? "cpu" : "cpu (bf16 emulated)"; }
+  DType act_dtype() const override { return act_; }
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+  void* alloc(size_t bytes) override {
+    // aligned_alloc wants a size that is a multiple of the alignment; round up (and never 0).
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0) rounded = 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, rounded);
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void zero_bytes(void* x, size_t bytes) override {
+    auto* p = static_cast<char*>(x);
+#pragma omp parallel for schedule(static) if (bytes >= 4 * kSerialBelow)
+    for (size_t c = 0; c < bytes; c += kChunk) std::memset(p + c, 0, std::min(kChunk, bytes - c));
+  }
+  void copy_bytes(void* dst, const void* src, size_t bytes) override {
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+#pragma omp parallel for schedule(static) if (bytes >= 4 * kSerialBelow)
+    for (size_t c = 0; c < bytes; c += kChunk) std::memcpy(d + c, s + c, std::min(kChunk, bytes - c));
+  }
+  void cast(void* dst, DType dt, const void* src, DType st, size_t n) override {
+    if (dt == st) return copy_bytes(dst, src, n * dtype_size(dt));
+    if (dt == DType::BF16 && st == DType::F32)
+      return narrow(static_cast<uint16_t*>(dst), static_cast<const float*>(src), n);
+    if (dt == DType::F32 && st == DType::BF16)
+      return widen(static_cast<float*>(dst), static_cast<const uint16_t*>(src), n);
+    BATON_ASSERT(false, "cast {} -> {} is not supported", dtype_name(st), dtype_name(dt));
+  }
+  void scale(float* x, float s, size_t n) override { ops_.scale(x, s, n); }
+  void add(float* dst, const float* src, size_t n) override { ops_.add(dst, src, n); }
+  double sum_squares(const float* x, size_t n) override { return ops_.sum_squares(x, n); }
+
+  void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
+                      int C, int OC) override {
+    F32View o(act_, out, size_t(N) * OC, F32View::OUT), i(act_, inp, size_t(N) * C),
+        w(act_, weight, size_t(OC) * C), b(act_, bias, OC);
+    ops_.matmul_forward(o, i, w, bias ? b.get() : nullptr, N, C, OC);
+  }
+  void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                       const void* weight, int N, int C, int OC, bool accumulate_dinp) override {
+    F32View di(act_, dinp, size_t(N) * C, accumulate_dinp ? F32View::INOUT : F32View::OUT),
+        d(act_, dout, size_t(N) * OC), i(act_, dweight ? inp : nullptr, size_t(N) * C),
+        w(act_, dinp ? weight : nullptr, size_t(OC) * C);
+    ops_.matmul_backward(dinp ? di.get() : nullptr, dweight, dbias, d, dweight ? i.get() : nullptr,
+                         dinp ? w.get() : nullptr, N, C, OC, accumulate_dinp);
+  }
+
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                         const void* bias, int N, int C) override {
+    const size_t n = size_t(N) * C;
+    F32View o(act_, out, n, F32View::OUT), i(act_, inp, n), w(act_, weight, C), b(act_, bias, C);
+    ops_.layernorm_forward(o, mean, rstd, i, w, b, N, C);
+  }
+  void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                          const void* inp, const void* weight, const float* mean, const float* rstd,
+                          int N, int C) override {
+    const size_t n = size_t(N) * C;
+    F32View di(act_, dinp, n, F32View::INOUT), d(act_, dout, n), i(act_, inp, n),
+        w(act_, dinp ? weight : nullptr, C);
+    ops_.layernorm_backward(dinp ? di.get() : nullptr, dweight, dbias, d, i,
+                            dinp ? w.get() : nullptr, mean, rstd, N, C);
+  }
+  void residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd,
+                                  const void* a, const void* b, const void* weight,
+                                  const void* bias, int N, int C) override {
+    if (act_ == DType::F32)
+      return ops_.residual_layernorm_forward(
+          static_cast<float*>(residual), static_cast<float*>(out), mean, rstd,
+          static_cast<const float*>(a), static_cast<const float*>(b),
+          static_cast<const float*>(weight), static_cast<const float*>(bias), N, C);
+    // bf16: the layernorm reads the stored (rounded) residual, as the CUDA kernel does.
+    residual_forward(residual, a, b, size_t(N) * C);
+    layernorm_forward(out, mean, rstd, residual, weight, bias, N, C);
+  }
+  void residual_forward(void* out, const void* a, const void* b, size_t n) override {
+    F32View o(act_, out, n, F32View::OUT), x(act_, a, n), y(act_, b, n);
+    ops_.residual_forward(o, x, y, n);
+  }
+
+  void gelu_forward(void* out, const void* inp, size_t n) override {
+    F32View o(act_, out, n, F32View::OUT), i(act_, inp, n);
+    ops_.gelu_forward(o, i, n);
+  }
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
+    F32View di(act_, dinp, n, F32View::OUT), i(act_, inp, n), d(act_, dout, n);
+    ops_.gelu_backward(di, i, d, n);
+  }
+
+  void attention_forward(void* out, float* state, const void* qkv, int B, int T, int C,
+                         int NH) override {
+    const size_t n = size_t(B) * T * C;
+    F32View o(act_, out, n, F32View::OUT), q(act_, qkv, 3 * n);
+    ops_.attention_forward(o, state, q, B, T, C, NH);
+  }
+  void attention_backward(void* dqkv, const void* dout, const void*, const void* qkv,
+                          const float* state, int B, int T, int C, int NH) override {
+    const size_t n = size_t(B) * T * C;
+    F32View dq(act_, dqkv, 3 * n, F32View::OUT), d(act_, dout, n), q(act_, qkv, 3 * n);
+    ops_.attention_backward(dq, d, q, state, B, T, C, NH);
+  }
+
+  void embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                         int T, int C, int vocab_start, int vocab_rows) override {
+    F32View o(act_, out, size_t(B) * T * C, F32View::OUT), e(act_, wte, size_t(vocab_rows) * C),
+        p(act_, wpe, size_t(T) * C);
+    ops_.embedding_forward(o, tokens, e, wpe ? p.get() : nullptr, B, T, C, vocab_start, vocab_rows);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
+                          int T, int C, int vocab_start, int vocab_rows) override {
+    F32View d(act_, dout, size_t(B) * T * C);
+    ops_.embedding_backward(dwte, dwpe, d, tokens, B, T, C, vocab_start, vocab_rows);
+  }
+
+  void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
+                             const int32_t* targets, int N, int V, int Vp, float dloss) override {
+    const size_t n = size_t(N) * Vp;
+    const bool alias = dlogits != nullptr && dlogits == logits;  // in place: one widened copy
+    F32View dl(act_, dlogits, n, alias ? F32View::INOUT : F32View::OUT),
+        l(act_, alias ? nullptr : logits, n);
+    ops_.softmax_cross_entropy(losses, dl, alias ? dl.get() : l.get(), targets, N, V, Vp, dloss);
+  }
+  void logits_row_max(float* maxv, const void* logits, int N, int V_local, int Vl) override {
+    F32View l(act_, logits, size_t(N) * Vl);
+    ops_.logits_row_max(maxv, l, N, V_local, Vl);
+  }
+  void logits_sumexp_target(float* sumexp, float* target_logit, const void* logits,
+                            const float* maxv, const int32_t* targets, int N, int V_local, int Vl,
+                            int vocab_start) override {
+    F32View l(act_, logits, size_t(N) * Vl);
+    ops_.logits_sumexp_target(sumexp, target_logit, l, maxv, targets, N, V_local, Vl, vocab_start);
+  }
+  void cross_entropy_finish(float* losses, void* dlogits, const void* logits, const float* maxv,
+                            const float* sumexp, const float* target_logit, const int32_t* targets,
+                            int N, int V_local, int Vl, int vocab_start, float dloss) override {
+    const size_t n = size_t(N) * Vl;
+    const bool alias = dlogits != nullptr && dlogits == logits;
+    F32View dl(act_, dlogits, n, alias ? F32View::INOUT : F32View::OUT),
+        l(act_, alias ? nullptr : logits, n);
+    ops_.cross_entropy_finish(losses, dl, alias ? dl.get() : l.get(), maxv, sumexp, target_logit,
+                              targets, N, V_local, Vl, vocab_start, dloss);
+  }
+
+  void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
+                  const AdamWArgs& args) override {
+    ops_.adamw_step(param, grad, m, v, n, args);
+  }
+
+ private:
+  static constexpr size_t kChunk = size_t(1) << 20;  // bytes per parallel memset/memcpy piece
+  DType act_;
+  CpuOps ops_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(DType act) { return std::make_unique<CpuBackend>(act); }
 
 }  // namespace baton

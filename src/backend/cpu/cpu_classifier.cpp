@@ -8,12 +8,12 @@
 #include <limits>
 #include <cmath>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
 namespace baton {
 
-void CpuBackend::softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+void CpuOps::softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
                                        const int32_t* targets, int N, int V, int Vp, float dloss) {
   BATON_ASSERT(N >= 0 && V > 0 && Vp >= V, "softmax_cross_entropy: bad shape N={} V={} Vp={}", N, V,
                Vp);
@@ -60,7 +60,7 @@ void CpuBackend::softmax_cross_entropy(float* losses, float* dlogits, const floa
 
 // ---- vocab-parallel classifier: three passes, the caller reduces across ranks in between ----
 
-void CpuBackend::logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl) {
+void CpuOps::logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl) {
   BATON_ASSERT(N >= 0 && V_local >= 0 && Vl >= V_local, "logits_row_max: bad shape");
 #pragma omp parallel for schedule(static) if (size_t(N) * Vl >= cpu_detail::kSerialBelow)
   for (int n = 0; n < N; n++) {
@@ -71,7 +71,7 @@ void CpuBackend::logits_row_max(float* maxv, const float* logits, int N, int V_l
   }
 }
 
-void CpuBackend::logits_sumexp_target(float* sumexp, float* target_logit, const float* logits,
+void CpuOps::logits_sumexp_target(float* sumexp, float* target_logit, const float* logits,
                                       const float* maxv, const int32_t* targets, int N,
                                       int V_local, int Vl, int vocab_start) {
   BATON_ASSERT(N >= 0 && V_local >= 0 && Vl >= V_local, "logits_sumexp_target: bad shape");
@@ -86,7 +86,7 @@ void CpuBackend::logits_sumexp_target(float* sumexp, float* target_logit, const 
   }
 }
 
-void CpuBackend::cross_entropy_finish(float* losses, float* dlogits, const float* logits,
+void CpuOps::cross_entropy_finish(float* losses, float* dlogits, const float* logits,
                                       const float* maxv, const float* sumexp,
                                       const float* target_logit, const int32_t* targets, int N,
                                       int V_local, int Vl, int vocab_start, float dloss) {

@@ -6,12 +6,12 @@
 // columns and adds the (b,t) rows in order. No atomics, bit-identical results for any thread count.
 #include <algorithm>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
 namespace baton {
 
-void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const float* wte,
+void CpuOps::embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                    const float* wpe, int B, int T, int C, int vocab_start,
                                    int vocab_rows) {
   BATON_ASSERT(B >= 0 && T >= 0 && C > 0, "embedding_forward: bad shape B={} T={} C={}", B, T, C);
@@ -39,7 +39,7 @@ void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const floa
   }
 }
 
-void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
+void CpuOps::embedding_backward(float* dwte, float* dwpe, const float* dout,
                                     const int32_t* tokens, int B, int T, int C, int vocab_start,
                                     int vocab_rows) {
   BATON_ASSERT(B >= 0 && T >= 0 && C > 0, "embedding_backward: bad shape B={} T={} C={}", B, T, C);

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
 namespace baton {
@@ -37,7 +37,7 @@ inline void layernorm_row(float* out, float* mean_out, float* rstd_out, const fl
 
 }  // namespace
 
-void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+void CpuOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                    const float* weight, const float* bias, int N, int C) {
   BATON_ASSERT(N >= 0 && C > 0, "layernorm_forward: bad shape N={} C={}", N, C);
 #pragma omp parallel for schedule(static) if (size_t(N) * C >= cpu_detail::kSerialBelow)
@@ -47,7 +47,7 @@ void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const f
   }
 }
 
-void CpuBackend::residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+void CpuOps::residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
                                             const float* a, const float* b, const float* weight,
                                             const float* bias, int N, int C) {
   BATON_ASSERT(N >= 0 && C > 0, "residual_layernorm_forward: bad shape N={} C={}", N, C);
@@ -62,7 +62,7 @@ void CpuBackend::residual_layernorm_forward(float* residual, float* out, float* 
   }
 }
 
-void CpuBackend::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+void CpuOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                     const float* inp, const float* weight, const float* mean,
                                     const float* rstd, int N, int C) {
   BATON_ASSERT(N >= 0 && C > 0, "layernorm_backward: bad shape N={} C={}", N, C);

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
 namespace baton {
@@ -49,7 +49,7 @@ void parallel_sgemm(bool trans_a, bool trans_b, int M, int N, int K, const float
 
 }  // namespace
 
-void CpuBackend::matmul_forward(float* out, const float* inp, const float* weight,
+void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
                                 const float* bias, int N, int C, int OC) {
   BATON_ASSERT(N >= 0 && C > 0 && OC > 0, "matmul_forward: bad shape N={} C={} OC={}", N, C, OC);
   if (N == 0) return;
@@ -64,7 +64,7 @@ void CpuBackend::matmul_forward(float* out, const float* inp, const float* weigh
   parallel_sgemm(false, true, N, OC, C, inp, C, weight, C, beta, out, OC);
 }
 
-void CpuBackend::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int N, int C, int OC,
                                  bool accumulate_dinp) {
   BATON_ASSERT(N >= 0 && C > 0 && OC > 0, "matmul_backward: bad shape N={} C={} OC={}", N, C, OC);

@@ -133,9 +133,14 @@ class DeviceArena {
   int mallocs_ = 0;
 };
 
+float* F(void* p) { return static_cast<float*>(p); }
+const float* CF(const void* p) { return static_cast<const float*>(p); }
+
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  CudaBackend(int device, DType act) : device_(device), act_(act) {
+    BATON_REQUIRE(act == DType::F32, "the CUDA backend's bf16 path is not wired yet",
+                  "use precision.compute = \"fp32\"");
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
     BATON_REQUIRE(e == cudaSuccess && n > device && device >= 0,
@@ -164,6 +169,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
+  DType act_dtype() const override { return act_; }
 
   CudaMemoryStats stats() const { return arena_.stats(); }
 
@@ -190,12 +196,21 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { cuda_check(cudaStreamSynchronize(stream_), "synchronize"); }
 
-  void zero(float* x, size_t n) override { kernels::zero(x, n, stream_); }
-  void copy(float* dst, const float* src, size_t n) override { kernels::copy(dst, src, n, stream_); }
+  void zero_bytes(void* x, size_t bytes) override {
+    if (bytes) cuda_check(cudaMemsetAsync(x, 0, bytes, stream_), "zero");
+  }
+  void copy_bytes(void* dst, const void* src, size_t bytes) override {
+    if (bytes && dst != src)
+      cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+  }
+  void cast(void* dst, DType dt, const void* src, DType st, size_t n) override {
+    if (dt == st) return copy_bytes(dst, src, n * dtype_size(dt));
+    BATON_ASSERT(false, "cast {} -> {} needs the bf16 kernels", dtype_name(st), dtype_name(dt));
+  }
   void scale(float* x, float s, size_t n) override { kernels::scale(x, s, n, stream_); }
   void add(float* dst, const float* src, size_t n) override { kernels::add(dst, src, n, stream_); }
-  void residual_forward(float* out, const float* a, const float* b, size_t n) override {
-    kernels::residual(out, a, b, n, stream_);
+  void residual_forward(void* out, const void* a, const void* b, size_t n) override {
+    kernels::residual(F(out), CF(a), CF(b), n, stream_);
   }
   double sum_squares(const float* x, size_t n) override {
     const size_t nd = kernels::sum_squares_scratch_doubles(n);
@@ -209,65 +224,67 @@ class CudaBackend final : public Backend {
   }
 
   // ---- dense ----
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+  void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
                       int C, int OC) override {
-    kernels::matmul_forward(out, inp, weight, bias, N, C, OC, cublas_, stream_);
+    kernels::matmul_forward(F(out), CF(inp), CF(weight), CF(bias), N, C, OC, cublas_, stream_);
   }
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int C, int OC,
-                       bool accumulate_dinp) override {
+  void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                       const void* weight, int N, int C, int OC, bool accumulate_dinp) override {
     const size_t nf = dbias != nullptr ? kernels::matmul_backward_scratch_floats(N, OC) : 0;
     float* scratch = nf > 0 ? static_cast<float*>(scratch_bytes(nf * sizeof(float))) : nullptr;
-    kernels::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate_dinp,
-                             scratch, nf, cublas_, stream_);
+    kernels::matmul_backward(F(dinp), dweight, dbias, CF(dout), CF(inp), CF(weight), N, C, OC,
+                             accumulate_dinp, scratch, nf, cublas_, stream_);
   }
 
   // ---- normalisation ----
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C) override {
-    kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                         const void* bias, int N, int C) override {
+    kernels::layernorm_forward(F(out), mean, rstd, CF(inp), CF(weight), CF(bias), N, C, stream_);
   }
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C) override {
+  void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                          const void* inp, const void* weight, const float* mean, const float* rstd,
+                          int N, int C) override {
     const bool params = dweight != nullptr || dbias != nullptr;
     const size_t nf = params ? kernels::layernorm_backward_scratch_floats(N, C) : 0;
     float* scratch = nf > 0 ? static_cast<float*>(scratch_bytes(nf * sizeof(float))) : nullptr;
-    kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch,
-                                nf, stream_);
+    kernels::layernorm_backward(F(dinp), dweight, dbias, CF(dout), CF(inp), CF(weight), mean, rstd,
+                                N, C, scratch, nf, stream_);
   }
-  void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
-                                  const float* a, const float* b, const float* weight,
-                                  const float* bias, int N, int C) override {
-    kernels::residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C, stream_);
+  void residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd,
+                                  const void* a, const void* b, const void* weight,
+                                  const void* bias, int N, int C) override {
+    kernels::residual_layernorm_forward(F(residual), F(out), mean, rstd, CF(a), CF(b), CF(weight),
+                                        CF(bias), N, C, stream_);
   }
 
   // ---- activations ----
-  void gelu_forward(float* out, const float* inp, size_t n) override {
-    kernels::gelu_forward(out, inp, n, stream_);
+  void gelu_forward(void* out, const void* inp, size_t n) override {
+    kernels::gelu_forward(F(out), CF(inp), n, stream_);
   }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
-    kernels::gelu_backward(dinp, inp, dout, n, stream_);
+  void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
+    kernels::gelu_backward(F(dinp), CF(inp), CF(dout), n, stream_);
   }
 
   // ---- attention ----
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+  void attention_forward(void* out, float* att, const void* qkv, int B, int T, int C,
                          int NH) override {
-    kernels::attention_forward(out, att, qkv, B, T, C, NH, cublas_, stream_);
+    kernels::attention_forward(F(out), att, CF(qkv), B, T, C, NH, cublas_, stream_);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                          int T, int C, int NH) override {
+  void attention_backward(void* dqkv, const void* dout, const void*, const void* qkv,
+                          const float* att, int B, int T, int C, int NH) override {
     const size_t nf = kernels::attention_backward_scratch_floats(T, NH);
     float* scratch = static_cast<float*>(scratch_bytes(std::max<size_t>(nf, 1) * sizeof(float)));
-    kernels::attention_backward(dqkv, dout, qkv, att, B, T, C, NH, scratch, nf, cublas_, stream_);
+    kernels::attention_backward(F(dqkv), CF(dout), CF(qkv), att, B, T, C, NH, scratch, nf, cublas_,
+                                stream_);
   }
 
   // ---- embeddings ----
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                         int B, int T, int C, int vocab_start, int vocab_rows) override {
-    kernels::embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows, stream_);
+  void embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                         int T, int C, int vocab_start, int vocab_rows) override {
+    kernels::embedding_forward(F(out), tokens, CF(wte), CF(wpe), B, T, C, vocab_start, vocab_rows,
+                               stream_);
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
                           int T, int C, int vocab_start, int vocab_rows) override {
     const int N = B * T;
     if (N <= 0) return;
@@ -275,30 +292,30 @@ class CudaBackend final : public Backend {
     to_host(host_tokens_.data(), tokens, size_t(N) * sizeof(int32_t));
     const size_t ni = kernels::embedding_backward_scratch_ints(N);
     int32_t* scratch = static_cast<int32_t*>(scratch_bytes(ni * sizeof(int32_t)));
-    kernels::embedding_backward(dwte, dwpe, dout, host_tokens_.data(), B, T, C, vocab_start,
+    kernels::embedding_backward(dwte, dwpe, CF(dout), host_tokens_.data(), B, T, C, vocab_start,
                                 vocab_rows, scratch, ni, stream_);
   }
 
   // ---- classifier ----
-  void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
+  void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                              const int32_t* targets, int N, int V, int Vp, float dloss) override {
-    kernels::softmax_cross_entropy(losses, dlogits, logits, targets, N, V, Vp, dloss, stream_);
+    kernels::softmax_cross_entropy(losses, F(dlogits), CF(logits), targets, N, V, Vp, dloss,
+                                   stream_);
   }
-  void logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl) override {
-    kernels::logits_row_max(maxv, logits, N, V_local, Vl, stream_);
+  void logits_row_max(float* maxv, const void* logits, int N, int V_local, int Vl) override {
+    kernels::logits_row_max(maxv, CF(logits), N, V_local, Vl, stream_);
   }
-  void logits_sumexp_target(float* sumexp, float* target_logit, const float* logits,
+  void logits_sumexp_target(float* sumexp, float* target_logit, const void* logits,
                             const float* maxv, const int32_t* targets, int N, int V_local, int Vl,
                             int vocab_start) override {
-    kernels::logits_sumexp_target(sumexp, target_logit, logits, maxv, targets, N, V_local, Vl,
+    kernels::logits_sumexp_target(sumexp, target_logit, CF(logits), maxv, targets, N, V_local, Vl,
                                   vocab_start, stream_);
   }
-  void cross_entropy_finish(float* losses, float* dlogits, const float* logits, const float* maxv,
-                            const float* sumexp, const float* target_logit,
-                            const int32_t* targets, int N, int V_local, int Vl, int vocab_start,
-                            float dloss) override {
-    kernels::cross_entropy_finish(losses, dlogits, logits, maxv, sumexp, target_logit, targets, N,
-                                  V_local, Vl, vocab_start, dloss, stream_);
+  void cross_entropy_finish(float* losses, void* dlogits, const void* logits, const float* maxv,
+                            const float* sumexp, const float* target_logit, const int32_t* targets,
+                            int N, int V_local, int Vl, int vocab_start, float dloss) override {
+    kernels::cross_entropy_finish(losses, F(dlogits), CF(logits), maxv, sumexp, target_logit,
+                                  targets, N, V_local, Vl, vocab_start, dloss, stream_);
   }
 
   // ---- optimizer ----
@@ -334,6 +351,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_;
+  DType act_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   DeviceArena arena_;
@@ -346,7 +364,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device, DType act) {
+  return std::make_unique<CudaBackend>(device, act);
+}
 
 CudaMemoryStats cuda_memory_stats(Backend& backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);

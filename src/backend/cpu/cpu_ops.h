@@ -1,74 +1,71 @@
-// CpuBackend: the fp32 reference implementation of baton::Backend (DESIGN §5). Every faster
-// backend is tested against it, so it favours exactness and determinism over the last percent:
+// CpuOps: the fp32 reference ops behind the CPU backend (cpu_backend.cpp adapts them to
+// baton::Backend, in fp32 or emulated bf16; DESIGN §5). Every faster backend is tested against
+// them, so they favour exactness and determinism over the last percent:
 // - matmuls go through OpenBLAS cblas_sgemm (the pthread build), always called from serial code,
 //   never from inside an OpenMP region (that would oversubscribe the cores);
 // - everything else is OpenMP loops parallel over rows (or over column blocks for reductions down
 //   columns), so a result never depends on thread scheduling: same inputs -> same bits;
 // - reductions that feed gradient norms (sum_squares) run in double over fixed-size chunks.
-// The op definitions live in one source file per concern: cpu_backend.cpp (memory, elementwise,
-// GELU), cpu_matmul.cpp, cpu_layernorm.cpp, cpu_attention.cpp, cpu_embedding.cpp,
+// The op definitions live in one source file per concern: cpu_elementwise.cpp (elementwise,
+// GELU, sum_squares), cpu_matmul.cpp, cpu_layernorm.cpp, cpu_attention.cpp, cpu_embedding.cpp,
 // cpu_classifier.cpp, cpu_adamw.cpp.
 #pragma once
+#include <cstddef>
+#include <cstdint>
+
 #include "backend/backend.h"
 
 namespace baton {
 
-class CpuBackend final : public Backend {
+// The ops have the meaning of the Backend op of the same name (backend.h), on fp32 host memory.
+class CpuOps {
  public:
-  std::string name() const override { return "cpu"; }
-
-  void* alloc(size_t bytes) override;
-  void release(void* p) override;
-  void to_device(void* dst, const void* src_host, size_t bytes) override;
-  void to_host(void* dst_host, const void* src, size_t bytes) override;
-  void zero(float* x, size_t n) override;
-  void copy(float* dst, const float* src, size_t n) override;
-  void scale(float* x, float s, size_t n) override;
-  void add(float* dst, const float* src, size_t n) override;
-  double sum_squares(const float* x, size_t n) override;
+  void scale(float* x, float s, size_t n);
+  void add(float* dst, const float* src, size_t n);
+  double sum_squares(const float* x, size_t n);
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC) override;
+                      int C, int OC);
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
-                       bool accumulate_dinp) override;
+                       bool accumulate_dinp);
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C) override;
+                         const float* weight, const float* bias, int N, int C);
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C) override;
+                          const float* rstd, int N, int C);
   void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
                                   const float* a, const float* b, const float* weight,
-                                  const float* bias, int N, int C) override;
-  void residual_forward(float* out, const float* a, const float* b, size_t n) override;
+                                  const float* bias, int N, int C);
+  void residual_forward(float* out, const float* a, const float* b, size_t n);
 
-  void gelu_forward(float* out, const float* inp, size_t n) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void gelu_forward(float* out, const float* inp, size_t n);
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                         int NH) override;
+                         int NH);
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                          int T, int C, int NH) override;
+                          int T, int C, int NH);
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                         int B, int T, int C, int vocab_start, int vocab_rows) override;
+                         int B, int T, int C, int vocab_start, int vocab_rows);
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                          int T, int C, int vocab_start, int vocab_rows) override;
+                          int T, int C, int vocab_start, int vocab_rows);
 
   void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
-                             const int32_t* targets, int N, int V, int Vp, float dloss) override;
-  void logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl) override;
+                             const int32_t* targets, int N, int V, int Vp, float dloss);
+  void logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl);
   void logits_sumexp_target(float* sumexp, float* target_logit, const float* logits,
                             const float* maxv, const int32_t* targets, int N, int V_local, int Vl,
-                            int vocab_start) override;
+                            int vocab_start);
   void cross_entropy_finish(float* losses, float* dlogits, const float* logits, const float* maxv,
                             const float* sumexp, const float* target_logit,
                             const int32_t* targets, int N, int V_local, int Vl, int vocab_start,
-                            float dloss) override;
+                            float dloss);
 
   void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
-                  const AdamWArgs& args) override;
+                  const AdamWArgs& args);
 };
 
 namespace cpu_detail {

@@ -1,0 +1,80 @@
+// CpuOps elementwise ops (scale/add/residual, GELU, sum_squares).
+#include "backend/cpu/cpu_ops.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "core/error.h"
+
+namespace baton {
+
+using cpu_detail::kSerialBelow;
+
+void CpuOps::scale(float* x, float s, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
+  for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void CpuOps::add(float* dst, const float* src, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
+  for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+void CpuOps::residual_forward(float* out, const float* a, const float* b, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+double CpuOps::sum_squares(const float* x, size_t n) {
+  // Fixed-size chunks summed in index order: the result does not depend on the thread count, and
+  // an OpenMP reduction clause (whose combining order is unspecified) is avoided on purpose.
+  constexpr size_t kChunk = 1 << 14;
+  const size_t nchunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(nchunks, 0.0);
+#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
+  for (size_t c = 0; c < nchunks; c++) {
+    const size_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (size_t i = begin; i < end; i++) s += double(x[i]) * double(x[i]);
+    partial[c] = s;
+  }
+  double total = 0.0;
+  for (double s : partial) total += s;
+  return total;
+}
+
+// GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2):
+//   gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))),  k = sqrt(2/pi).
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+}
+
+void CpuOps::gelu_forward(float* out, const float* inp, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float cube = 0.044715f * x * x * x;
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
+  }
+}
+
+void CpuOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = kGeluScale * (x + 0.044715f * x * x * x);
+    float th = std::tanh(u);
+    float sech2 = 1.0f - th * th;
+    float du_dx = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
+    dinp[i] = grad * dout[i];  // overwrite, not accumulate (Backend contract)
+  }
+}
+
+}  // namespace baton
