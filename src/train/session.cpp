@@ -227,8 +227,10 @@ void TrainSession::log_header() {
   const int vp = cfg_.parallel.vp;
   const int T = dims_.seq_len;
   GptModel& model = *model_;
-  log::info("baton {} | device {} ({}) | {} rank{}: tp {} x dp {} x pp {}{}{}{}", build::version,
-            choice_.device, choice_.device_name, world_size_, world_size_ > 1 ? "s" : "", tp_size_,
+  log::info("baton {} | device {} ({}) | compute {} | {} rank{}: tp {} x dp {} x pp {}{}{}{}",
+            build::version, choice_.device, choice_.device_name,
+            model.act_dtype() == DType::F32 ? "fp32" : "bf16 (fp32 master weights)", world_size_,
+            world_size_ > 1 ? "s" : "", tp_size_,
             dp_size_, pp_size_,
             replicas.empty() ? std::string()
                              : fmt::format(" ({} stages, replicas {})", pp_stages_, fmt::join(replicas, ",")),

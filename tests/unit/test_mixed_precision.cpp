@@ -1,0 +1,210 @@
+// Mixed precision (issue 6, precision.compute = "bf16") on the CPU backend's bf16 emulation:
+// the host bf16 conversions, the compute copy of the weights, activation memory, gradients and the
+// 50-step loss curve against fp32, and determinism. The emulation rounds where the CUDA bf16
+// kernels round (backend.h "Precision"), so these properties hold for the GPU path up to the
+// kernels' own summation order (tests/gpu/ check the kernels against the CPU ops).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/gpt_model.h"
+#include "optim/adamw.h"
+
+namespace baton {
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+TEST(Bf16, RoundToNearestEvenAndSpecialValues) {
+  // Exactly representable values survive; halfway cases go to the even mantissa.
+  for (float x : {0.0f, -0.0f, 1.0f, -2.5f, 65280.0f}) EXPECT_EQ(bits(round_bf16(x)), bits(x));
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1).
+  EXPECT_EQ(round_bf16(1.0f + 1.0f / 256), 1.0f);
+  // 1 + 3·2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even): up.
+  EXPECT_EQ(round_bf16(1.0f + 3.0f / 256), 1.0f + 1.0f / 64);
+  // Just above halfway rounds up.
+  EXPECT_EQ(round_bf16(from_bits(bits(1.0f + 1.0f / 256) + 1)), 1.0f + 1.0f / 128);
+  EXPECT_TRUE(std::isinf(round_bf16(std::numeric_limits<float>::infinity())));
+  EXPECT_TRUE(std::isnan(round_bf16(std::numeric_limits<float>::quiet_NaN())));
+  // A NaN whose payload sits only in the low 16 bits must stay NaN (not become infinity).
+  EXPECT_TRUE(std::isnan(round_bf16(from_bits(0x7f800001u))));
+  // The largest finite float rounds to infinity (above bf16's largest finite value + half ulp).
+  EXPECT_TRUE(std::isinf(round_bf16(std::numeric_limits<float>::max())));
+}
+
+TEST(Bf16, BackendCastMatchesHostConversion) {
+  auto be = make_cpu_backend(DType::BF16);
+  Rng rng(3);
+  std::vector<float> x(1000), back(1000);
+  for (auto& v : x) v = 10.0f * rng.normal();
+  std::vector<uint16_t> h(1000);
+  be->cast(h.data(), DType::BF16, x.data(), DType::F32, x.size());
+  be->cast(back.data(), DType::F32, h.data(), DType::BF16, x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(h[i], f32_to_bf16(x[i]));
+    ASSERT_EQ(bits(back[i]), bits(round_bf16(x[i])));
+    ASSERT_LE(std::fabs(back[i] - x[i]), std::ldexp(std::fabs(x[i]), -8));  // half an ulp (8-bit mantissa)
+  }
+}
+
+GptDims small_dims() {
+  GptDims d;
+  d.n_layer = 2;
+  d.n_head = 4;
+  d.d_model = 64;
+  d.seq_len = 32;
+  d.vocab = 96;
+  d.vocab_padded = pad_vocab(d.vocab);
+  return d;
+}
+
+// Token streams with structure to learn: a fixed random permutation gives each token's successor
+// (with 10% noise), so the loss falls well below ln V within 50 steps.
+void batch(int step, int B, int T, int V, std::vector<int32_t>& x, std::vector<int32_t>& y) {
+  Rng perm_rng(99);
+  std::vector<int32_t> next(V);
+  for (int i = 0; i < V; ++i) next[i] = i;
+  for (int i = V - 1; i > 0; --i) std::swap(next[i], next[perm_rng.below(i + 1)]);
+  Rng rng(1000 + step);
+  x.resize(size_t(B) * T);
+  y.resize(size_t(B) * T);
+  for (int b = 0; b < B; ++b) {
+    int32_t t = static_cast<int32_t>(rng.below(V));
+    for (int i = 0; i < T; ++i) {
+      x[b * T + i] = t;
+      t = rng.uniform() < 0.1 ? static_cast<int32_t>(rng.below(V)) : next[t];
+      y[b * T + i] = t;
+    }
+  }
+}
+
+std::vector<double> train_curve(DType act, int steps) {
+  const GptDims d = small_dims();
+  auto be = make_cpu_backend(act);
+  GptModel m(d, *be);
+  m.init_weights(5);
+  const int B = 4, T = d.seq_len;
+  m.reserve(B, T, 1);
+  OptimConfig oc;
+  AdamW opt(*be, m.table(), oc);
+  std::vector<int32_t> x, y;
+  std::vector<double> losses;
+  for (int step = 1; step <= steps; ++step) {
+    batch(step, B, T, d.vocab, x, y);
+    m.zero_grads();
+    losses.push_back(m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T)) / (B * T));
+    m.backward(0);
+    opt.step(m.params(), m.grads(), 3e-3, 1.0f, step);
+    m.refresh_compute_params();
+  }
+  return losses;
+}
+
+// The issue's bf16 test: from the same seed, bf16 follows the fp32 loss curve over 50 steps. bf16
+// has an 8-bit mantissa (relative rounding 2^-9 per stored value); through ~30 roundings per layer
+// the per-token losses move by well under a percent, and training averages them over 128 tokens.
+// Tolerances: 2% at every step, 1% at the end (docs/cuda.md).
+TEST(Bf16, LossCurveFollowsFp32For50Steps) {
+  const auto f32 = train_curve(DType::F32, 50), b16 = train_curve(DType::BF16, 50);
+  double worst = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    const double rel = std::fabs(b16[i] - f32[i]) / f32[i];
+    worst = std::max(worst, rel);
+    EXPECT_LT(rel, 2e-2) << "step " << i + 1 << ": fp32 " << f32[i] << " bf16 " << b16[i];
+  }
+  EXPECT_LT(std::fabs(b16.back() - f32.back()) / f32.back(), 1e-2);
+  // The curve must actually move (a frozen bf16 copy of the weights would stay near ln V).
+  EXPECT_LT(f32.back(), 0.75 * f32.front());
+  EXPECT_LT(b16.back(), 0.75 * b16.front());
+  // ...and bf16 is not secretly fp32: the curves differ.
+  EXPECT_GT(worst, 1e-6);
+  std::printf("bf16 vs fp32 over 50 steps: worst relative loss difference %.2e, final %.4f vs %.4f\n",
+              worst, b16.back(), f32.back());
+}
+
+TEST(Bf16, SameSeedGivesIdenticalLosses) {
+  const auto a = train_curve(DType::BF16, 8), b = train_curve(DType::BF16, 8);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
+}
+
+TEST(Bf16, ComputeWeightsAreTheRoundedMasters) {
+  const GptDims d = small_dims();
+  auto be = make_cpu_backend(DType::BF16);
+  GptModel m(d, *be);
+  m.init_weights(7);
+  ASSERT_NE(m.compute_params(), static_cast<void*>(m.params()));
+  const auto* c = static_cast<const uint16_t*>(m.compute_params());
+  for (size_t i = 0; i < m.table().total(); ++i) ASSERT_EQ(c[i], f32_to_bf16(m.params()[i])) << i;
+  // fp32: the masters are the compute weights.
+  auto be32 = make_cpu_backend();
+  GptModel m32(d, *be32);
+  EXPECT_EQ(m32.compute_params(), static_cast<void*>(m32.params()));
+}
+
+// Activations are stored in bf16: every activation buffer halves, the fp32 statistics (layernorm
+// mean/rstd, losses, the attention probabilities of the CPU's materialised attention) do not.
+TEST(Bf16, ActivationMemoryNearlyHalves) {
+  GptDims d = small_dims();
+  d.seq_len = 16;
+  auto be32 = make_cpu_backend(), be16 = make_cpu_backend(DType::BF16);
+  GptModel m32(d, *be32), m16(d, *be16);
+  m32.reserve(4, 16, 2);
+  m16.reserve(4, 16, 2);
+  const double ratio = double(m16.activation_bytes()) / double(m32.activation_bytes());
+  EXPECT_GT(ratio, 0.5);
+  EXPECT_LT(ratio, 0.6);
+  std::printf("activation bytes: fp32 %zu, bf16 %zu (ratio %.3f)\n", m32.activation_bytes(),
+              m16.activation_bytes(), ratio);
+}
+
+// One backward in bf16 against fp32 from the same weights: every parameter gradient within a few
+// percent in norm (bf16 activations and weights: relative rounding 2^-9 per stored value,
+// compounded through ~10 ops on the backward path; measured ~1e-2), and pointing the same way.
+TEST(Bf16, GradientsCloseToFp32) {
+  const GptDims d = small_dims();
+  auto be32 = make_cpu_backend(), be16 = make_cpu_backend(DType::BF16);
+  GptModel m32(d, *be32), m16(d, *be16);
+  m32.init_weights(11);
+  m16.init_weights(11);
+  const int B = 2, T = d.seq_len;
+  m32.reserve(B, T, 1);
+  m16.reserve(B, T, 1);
+  std::vector<int32_t> x, y;
+  batch(0, B, T, d.vocab, x, y);
+  for (GptModel* m : {&m32, &m16}) {
+    m->zero_grads();
+    m->forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T));
+    m->backward(0);
+  }
+  for (int i = 0; i < m32.table().size(); ++i) {
+    const float* a = m32.table().at(m32.grads(), i);
+    const float* b = m16.table().at(m16.grads(), i);
+    double diff = 0, norm = 0, dot = 0, nb = 0;
+    for (size_t k = 0; k < m32.table().numel(i); ++k) {
+      diff += double(a[k] - b[k]) * (a[k] - b[k]);
+      norm += double(a[k]) * a[k];
+      nb += double(b[k]) * b[k];
+      dot += double(a[k]) * b[k];
+    }
+    const std::string& name = m32.table().spec(i).name;
+    if (norm == 0) continue;
+    EXPECT_LT(std::sqrt(diff / norm), 5e-2) << name;
+    EXPECT_GT(dot / std::sqrt(norm * nb), 0.998) << name;
+  }
+}
+
+}  // namespace
+}  // namespace baton
