@@ -1,6 +1,15 @@
 // LayerNorm over the last dimension (eps = 1e-5, biased variance), the fused residual add, and
 // the backward. Row statistics mean[N], rstd[N] are saved by the forward for the backward.
+//
+// bf16 overloads: inp/out/residual/dout/dinp and the weight/bias compute copies are bf16; mean,
+// rstd, dweight and dbias are fp32. Every value is computed in fp32 and rounded once when stored;
+// dinp "+=" loads bf16, adds in fp32, rounds once. One warp per row (any C; rows of C <= 2048 are
+// held in registers, longer rows are streamed again from L1/L2 for each pass); 16-byte accesses
+// when C % 8 == 0 and every row pointer is 16-byte aligned, else an element-wise kernel that sums
+// in the same order (same bits). dweight/dbias: the fp32 two-stage column reduction over the same
+// fixed row chunks, so the scratch size is layernorm_backward_scratch_floats(N, C).
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -22,5 +31,18 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int N, int C, float* scratch, size_t scratch_floats,
                         cudaStream_t s);
+
+using bf16 = __nv_bfloat16;
+void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                       const bf16* bias, int N, int C, cudaStream_t s);
+// residual = bf16(a + b); out = layernorm(residual) computed from the rounded residual values.
+// residual may alias a or b.
+void residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a,
+                                const bf16* b, const bf16* weight, const bf16* bias, int N, int C,
+                                cudaStream_t s);
+// dinp (bf16) += ...; dweight, dbias (fp32) += ...; each output nullable, as the fp32 overload.
+void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                        const bf16* weight, const float* mean, const float* rstd, int N, int C,
+                        float* scratch, size_t scratch_floats, cudaStream_t s);
 
 }  // namespace baton::kernels

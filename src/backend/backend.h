@@ -61,6 +61,12 @@ class Backend {
   virtual void add(float* dst, const float* src, size_t n) = 0;  // dst += src
   virtual double sum_squares(const float* x, size_t n) = 0;     // in double, for grad norms
   virtual void synchronize() {}
+  // Device memory as the backend sees it (GPU: peak in use, reserved, allocation calls); empty on
+  // host backends. The trainer logs it after the first step, when every buffer exists.
+  virtual std::string memory_summary() const { return {}; }
+  // The stream the ops run on (a cudaStream_t on the CUDA backend; null on the CPU), for
+  // communicators that order themselves against compute (dist/device_comm.h).
+  virtual void* native_stream() const { return nullptr; }
 
   // ---- dense layers ----
   // out[N,OC] = inp[N,C] . weight[OC,C]^T + bias[OC]   (bias may be null)

@@ -34,7 +34,7 @@ DType parse_compute_dtype(const std::string& compute) {
               "use \"bf16\" (mixed precision: bf16 compute, fp32 master weights) or \"fp32\"");
 }
 
-BackendChoice choose_backend(const std::string& device, DType compute) {
+BackendChoice choose_backend(const std::string& device, DType compute, int local_rank) {
   BATON_REQUIRE(device == "auto" || device == "cpu" || device == "cuda",
                 fmt::format("precision.device = \"{}\" is not a device", device),
                 "use \"auto\", \"cpu\" or \"cuda\"");
@@ -48,7 +48,8 @@ BackendChoice choose_backend(const std::string& device, DType compute) {
                                 info.error.empty() ? "0 devices" : info.error),
                     "run on a GPU node (check nvidia-smi and CUDA_VISIBLE_DEVICES), or set "
                     "precision.device = \"cpu\"");
-      c.backend = make_cuda_backend(0, compute);
+      c.cuda_device = local_rank % info.count;
+      c.backend = make_cuda_backend(c.cuda_device, compute);
       c.device = "cuda";
       c.device_name = info.name;
       return c;

@@ -24,11 +24,14 @@ struct BackendChoice {
   std::string device;       // "cpu" | "cuda"
   std::string device_name;  // for the log header and peak-FLOPs lookup
   std::string note;         // why this choice (e.g. auto fell back to the CPU)
+  int cuda_device = -1;     // the GPU used (device == "cuda")
 };
 
 // Throws baton::Error when `device` asks for something this build or machine cannot provide.
 // `compute`: the activations' dtype (precision.compute; bf16 on the CPU is emulated).
-BackendChoice choose_backend(const std::string& device, DType compute = DType::F32);
+// `local_rank`: this rank's index on its node; a CUDA run uses GPU local_rank % (visible GPUs).
+BackendChoice choose_backend(const std::string& device, DType compute = DType::F32,
+                             int local_rank = 0);
 // precision.compute: "fp32" | "bf16" (Error with a hint otherwise).
 DType parse_compute_dtype(const std::string& compute);
 

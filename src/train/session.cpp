@@ -9,6 +9,8 @@
 #include "core/log.h"
 #include "core/stop_signal.h"
 #include "core/timer.h"
+#include "dist/device_comm.h"
+#include "dist/node_local.h"
 #include "dist/mpi_comm.h"
 #include "train/checkpoint_resume.h"
 #include "train/pipeline_step.h"
@@ -143,18 +145,26 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm* world, int tokenizer_v
   pp_stages_ = cfg_.parallel.pp;
   pp_size_ = replicas.empty() ? pp_stages_ : std::accumulate(replicas.begin(), replicas.end(), 0);
   const int vp = cfg_.parallel.vp;
-  if (world_size_ > 1) groups_ = dist::make_process_groups(*world, {tp_size_, dp_size_, pp_size_});
   dims_ = session_dims(cfg_, tokenizer_vocab);
   const int T = cfg_.model.seq_len;
 
-  // ---- model, optimizer ----
-  choice_ = choose_backend(cfg_.precision.device, parse_compute_dtype(cfg_.precision.compute));
+  // ---- device, communicators ----
+  // Each rank of a node takes its own GPU (local rank % visible GPUs).
+  choice_ = choose_backend(cfg_.precision.device, parse_compute_dtype(cfg_.precision.compute),
+                           world_size_ > 1 ? dist::node_local().local_rank : 0);
   Backend& be = *choice_.backend;
-  // The communicators are MPI over host memory; GPU buffers need the NCCL Comm, not wired yet.
-  BATON_REQUIRE(choice_.device == "cpu" || world_size_ == 1,
-                fmt::format("{} ranks with precision.device = \"cuda\": multi-rank GPU training needs "
-                            "the NCCL communicator, which is not wired into training yet", world_size_),
-                "run one process per job on the GPU, or precision.device = \"cpu\" for multi-rank runs");
+  if (world_size_ > 1 && choice_.device == "cuda") {
+    // GPU buffers travel over NCCL (collectives, on its own stream ordered against the backend's
+    // by events) and host statistics over MPI: one communicator that routes by pointer
+    // (dist/device_comm.h), split into the groups like the MPI world.
+    device_world_ = dist::make_device_comm(world->split(0, world->rank()), choice_.cuda_device,
+                                           be.native_stream());
+    groups_ = dist::make_process_groups(*device_world_, {tp_size_, dp_size_, pp_size_});
+  } else if (world_size_ > 1) {
+    groups_ = dist::make_process_groups(*world, {tp_size_, dp_size_, pp_size_});
+  }
+
+  // ---- model, optimizer ----
   if (tp_size_ > 1)
     tpc_ = {.rank = groups_.coord.tp, .size = tp_size_,
             .sequence_parallel = cfg_.parallel.sequence_parallel, .comm = groups_.tp.get()};
@@ -307,6 +317,11 @@ TimedStep TrainSession::step(int64_t step, double lr) {
   choice_.backend->synchronize();
   t.seconds = step_timer.seconds();
   t.comm_seconds = dist::blocked_seconds() - blocked_before;
+  if (!memory_logged_) {  // every buffer exists after one step (issue 6: peak memory in the log)
+    memory_logged_ = true;
+    const std::string mem = choice_.backend->memory_summary();
+    if (!mem.empty()) log::info("{} (after the first step)", mem);
+  }
   return t;
 }
 

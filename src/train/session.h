@@ -124,10 +124,13 @@ class TrainSession {
   Config cfg_;
   dist::Comm* world_ = nullptr;
   int world_size_ = 1, tp_size_ = 1, dp_size_ = 1, pp_stages_ = 1, pp_size_ = 1;
+  // Declared in destruction order (reverse): the communicators go before the backend whose stream
+  // they order against.
+  BackendChoice choice_;
+  std::unique_ptr<dist::Comm> device_world_;  // GPU runs: NCCL + MPI, split into groups_
   dist::ProcessGroups groups_;
   GptDims dims_;
   std::unique_ptr<TokenSource> data_;
-  BackendChoice choice_;
   TensorParallel tpc_;
   dist::Comm* dp_comm_ = nullptr;
   std::unique_ptr<GptModel> model_;
@@ -141,6 +144,7 @@ class TrainSession {
   std::unique_ptr<dist::Comm> embedding_group_;
   std::unique_ptr<PipelineStep> pipe_;
   bool async_pipe_ = false;
+  bool memory_logged_ = false;  // the backend's memory summary, once after the first step
   double flops_ = 0, peak_ = 0;
 };
 

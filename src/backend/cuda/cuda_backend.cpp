@@ -25,6 +25,10 @@
 #include "core/error.h"
 #include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/cast.cuh"
+#include "kernels/flash_attention.cuh"
+#include "kernels/gemm_lt.cuh"
+#include "kernels/matmul_bf16.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
@@ -133,14 +137,18 @@ class DeviceArena {
   int mallocs_ = 0;
 };
 
+using bf16 = __nv_bfloat16;
 float* F(void* p) { return static_cast<float*>(p); }
 const float* CF(const void* p) { return static_cast<const float*>(p); }
+bf16* H(void* p) { return static_cast<bf16*>(p); }
+const bf16* CH(const void* p) { return static_cast<const bf16*>(p); }
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, DType act) : device_(device), act_(act) {
-    BATON_REQUIRE(act == DType::F32, "the CUDA backend's bf16 path is not wired yet",
-                  "use precision.compute = \"fp32\"");
+  CudaBackend(int device, DType act) : device_(device), act_(act), bf16_(act == DType::BF16) {
+    BATON_REQUIRE(act == DType::F32 || act == DType::BF16,
+                  fmt::format("the CUDA backend cannot compute in {}", dtype_name(act)),
+                  "use precision.compute = \"bf16\" or \"fp32\"");
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
     BATON_REQUIRE(e == cudaSuccess && n > device && device >= 0,
@@ -158,10 +166,13 @@ class CudaBackend final : public Backend {
     workspace_ = arena_.alloc(kCublasWorkspace);
     kernels::check_cublas(cublasSetWorkspace(cublas_, workspace_, kCublasWorkspace), "cublasSetWorkspace");
     cuda_check(cudaMallocHost(&host_double_, sizeof(double)), "cudaMallocHost");
+    // bf16 GEMMs: cuBLASLt with its own 32 MiB workspace (allocated here, once).
+    if (bf16_) lt_ = std::make_unique<kernels::LtGemm>(stream_);
   }
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    lt_.reset();
     if (host_double_ != nullptr) cudaFreeHost(host_double_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -169,9 +180,20 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
+  void* native_stream() const override { return stream_; }
   DType act_dtype() const override { return act_; }
 
   CudaMemoryStats stats() const { return arena_.stats(); }
+  std::string memory_summary() const override {
+    const CudaMemoryStats st = arena_.stats();
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    return fmt::format("device memory: peak {:.0f} MiB in use, {:.0f} MiB reserved by the arena "
+                       "({} cudaMalloc calls){}; {:.0f} of {:.0f} MiB free on the device",
+                       st.peak_in_use_bytes / 1048576.0, st.reserved_bytes / 1048576.0,
+                       st.device_mallocs, lt_ ? " + 32 MiB cuBLASLt workspace" : "",
+                       free / 1048576.0, total / 1048576.0);
+  }
 
   // ---- memory ----
   void* alloc(size_t bytes) override {
@@ -205,11 +227,14 @@ class CudaBackend final : public Backend {
   }
   void cast(void* dst, DType dt, const void* src, DType st, size_t n) override {
     if (dt == st) return copy_bytes(dst, src, n * dtype_size(dt));
-    BATON_ASSERT(false, "cast {} -> {} needs the bf16 kernels", dtype_name(st), dtype_name(dt));
+    if (dt == DType::BF16 && st == DType::F32) return kernels::cast_f32_to_bf16(H(dst), CF(src), n, stream_);
+    if (dt == DType::F32 && st == DType::BF16) return kernels::cast_bf16_to_f32(F(dst), CH(src), n, stream_);
+    BATON_ASSERT(false, "cast {} -> {} is not supported", dtype_name(st), dtype_name(dt));
   }
   void scale(float* x, float s, size_t n) override { kernels::scale(x, s, n, stream_); }
   void add(float* dst, const float* src, size_t n) override { kernels::add(dst, src, n, stream_); }
   void residual_forward(void* out, const void* a, const void* b, size_t n) override {
+    if (bf16_) return kernels::residual_forward(H(out), CH(a), CH(b), n, stream_);
     kernels::residual(F(out), CF(a), CF(b), n, stream_);
   }
   double sum_squares(const float* x, size_t n) override {
@@ -226,19 +251,43 @@ class CudaBackend final : public Backend {
   // ---- dense ----
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
                       int C, int OC) override {
+    if (bf16_)
+      return kernels::matmul_forward_bf16(*lt_, H(out), CH(inp), CH(weight), CH(bias), N, C, OC,
+                                          nullptr, stream_);
     kernels::matmul_forward(F(out), CF(inp), CF(weight), CF(bias), N, C, OC, cublas_, stream_);
+  }
+  // bf16: one cuBLASLt call with the GELU_AUX_BIAS epilogue (pre is the aux output).
+  void matmul_gelu_forward(void* pre, void* out, const void* inp, const void* weight,
+                           const void* bias, int N, int C, int OC) override {
+    if (!bf16_) return Backend::matmul_gelu_forward(pre, out, inp, weight, bias, N, C, OC);
+    kernels::matmul_forward_bf16(*lt_, H(pre), CH(inp), CH(weight), CH(bias), N, C, OC, H(out),
+                                 stream_);
   }
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                        const void* weight, int N, int C, int OC, bool accumulate_dinp) override {
+    if (bf16_) return matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, nullptr, N, C, OC,
+                                           accumulate_dinp);
     const size_t nf = dbias != nullptr ? kernels::matmul_backward_scratch_floats(N, OC) : 0;
     float* scratch = nf > 0 ? static_cast<float*>(scratch_bytes(nf * sizeof(float))) : nullptr;
     kernels::matmul_backward(F(dinp), dweight, dbias, CF(dout), CF(inp), CF(weight), N, C, OC,
                              accumulate_dinp, scratch, nf, cublas_, stream_);
   }
+  // bf16: the DGELU epilogue on the dinp GEMM.
+  void matmul_backward_gelu(void* dpre, float* dweight, float* dbias, const void* dout,
+                            const void* inp, const void* weight, const void* pre, int N, int C,
+                            int OC) override {
+    if (!bf16_)
+      return Backend::matmul_backward_gelu(dpre, dweight, dbias, dout, inp, weight, pre, N, C, OC);
+    matmul_backward_bf16(dpre, dweight, dbias, dout, inp, weight, dpre ? pre : nullptr, N, C, OC,
+                         false);
+  }
 
   // ---- normalisation ----
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                          const void* bias, int N, int C) override {
+    if (bf16_)
+      return kernels::layernorm_forward(H(out), mean, rstd, CH(inp), CH(weight), CH(bias), N, C,
+                                        stream_);
     kernels::layernorm_forward(F(out), mean, rstd, CF(inp), CF(weight), CF(bias), N, C, stream_);
   }
   void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
@@ -247,31 +296,72 @@ class CudaBackend final : public Backend {
     const bool params = dweight != nullptr || dbias != nullptr;
     const size_t nf = params ? kernels::layernorm_backward_scratch_floats(N, C) : 0;
     float* scratch = nf > 0 ? static_cast<float*>(scratch_bytes(nf * sizeof(float))) : nullptr;
+    if (bf16_)
+      return kernels::layernorm_backward(H(dinp), dweight, dbias, CH(dout), CH(inp), CH(weight),
+                                         mean, rstd, N, C, scratch, nf, stream_);
     kernels::layernorm_backward(F(dinp), dweight, dbias, CF(dout), CF(inp), CF(weight), mean, rstd,
                                 N, C, scratch, nf, stream_);
   }
   void residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd,
                                   const void* a, const void* b, const void* weight,
                                   const void* bias, int N, int C) override {
+    if (bf16_)
+      return kernels::residual_layernorm_forward(H(residual), H(out), mean, rstd, CH(a), CH(b),
+                                                 CH(weight), CH(bias), N, C, stream_);
     kernels::residual_layernorm_forward(F(residual), F(out), mean, rstd, CF(a), CF(b), CF(weight),
                                         CF(bias), N, C, stream_);
   }
 
   // ---- activations ----
   void gelu_forward(void* out, const void* inp, size_t n) override {
+    if (bf16_) return kernels::gelu_forward(H(out), CH(inp), n, stream_);
     kernels::gelu_forward(F(out), CF(inp), n, stream_);
   }
   void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
+    if (bf16_) return kernels::gelu_backward(H(dinp), CH(inp), CH(dout), n, stream_);
     kernels::gelu_backward(F(dinp), CF(inp), CF(dout), n, stream_);
   }
 
   // ---- attention ----
+  // bf16: flash attention (state = logsumexp [B,NH,T]) when the head size is one it handles;
+  // otherwise, and in fp32, the materialised fp32 attention (state = probabilities [B,NH,T,T]),
+  // in bf16 through fp32 copies of qkv/out/dout.
+  bool flash(int C, int NH) const { return bf16_ && kernels::flash_attention_supported(C / NH); }
+  size_t attention_state_floats(int B, int T, int C, int NH) const override {
+    return flash(C, NH) ? size_t(B) * NH * T : size_t(B) * NH * T * T;
+  }
   void attention_forward(void* out, float* att, const void* qkv, int B, int T, int C,
                          int NH) override {
+    if (flash(C, NH))
+      return kernels::flash_attention_forward(H(out), att, CH(qkv), B, T, C, NH, stream_);
+    if (bf16_) {
+      const size_t n = size_t(B) * T * C;
+      float* q32 = static_cast<float*>(widen_bytes(4 * n * sizeof(float)));
+      kernels::cast_bf16_to_f32(q32, CH(qkv), 3 * n, stream_);
+      kernels::attention_forward(q32 + 3 * n, att, q32, B, T, C, NH, cublas_, stream_);
+      return kernels::cast_f32_to_bf16(H(out), q32 + 3 * n, n, stream_);
+    }
     kernels::attention_forward(F(out), att, CF(qkv), B, T, C, NH, cublas_, stream_);
   }
-  void attention_backward(void* dqkv, const void* dout, const void*, const void* qkv,
+  void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv,
                           const float* att, int B, int T, int C, int NH) override {
+    if (flash(C, NH)) {
+      const size_t nf = kernels::flash_attention_backward_scratch_floats(B, T, NH);
+      float* scratch = static_cast<float*>(scratch_bytes(std::max<size_t>(nf, 1) * sizeof(float)));
+      return kernels::flash_attention_backward(H(dqkv), CH(dout), CH(out), CH(qkv), att, B, T, C,
+                                               NH, scratch, nf, stream_);
+    }
+    if (bf16_) {
+      const size_t n = size_t(B) * T * C;
+      float* w = static_cast<float*>(widen_bytes(7 * n * sizeof(float)));
+      float *q32 = w, *d32 = w + 3 * n, *dq32 = w + 4 * n;
+      kernels::cast_bf16_to_f32(q32, CH(qkv), 3 * n, stream_);
+      kernels::cast_bf16_to_f32(d32, CH(dout), n, stream_);
+      const size_t nf = kernels::attention_backward_scratch_floats(T, NH);
+      float* scratch = static_cast<float*>(scratch_bytes(std::max<size_t>(nf, 1) * sizeof(float)));
+      kernels::attention_backward(dq32, d32, q32, att, B, T, C, NH, scratch, nf, cublas_, stream_);
+      return kernels::cast_f32_to_bf16(H(dqkv), dq32, 3 * n, stream_);
+    }
     const size_t nf = kernels::attention_backward_scratch_floats(T, NH);
     float* scratch = static_cast<float*>(scratch_bytes(std::max<size_t>(nf, 1) * sizeof(float)));
     kernels::attention_backward(F(dqkv), CF(dout), CF(qkv), att, B, T, C, NH, scratch, nf, cublas_,
@@ -281,6 +371,9 @@ class CudaBackend final : public Backend {
   // ---- embeddings ----
   void embedding_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
                          int T, int C, int vocab_start, int vocab_rows) override {
+    if (bf16_)
+      return kernels::embedding_forward(H(out), tokens, CH(wte), CH(wpe), B, T, C, vocab_start,
+                                        vocab_rows, stream_);
     kernels::embedding_forward(F(out), tokens, CF(wte), CF(wpe), B, T, C, vocab_start, vocab_rows,
                                stream_);
   }
@@ -292,6 +385,9 @@ class CudaBackend final : public Backend {
     to_host(host_tokens_.data(), tokens, size_t(N) * sizeof(int32_t));
     const size_t ni = kernels::embedding_backward_scratch_ints(N);
     int32_t* scratch = static_cast<int32_t*>(scratch_bytes(ni * sizeof(int32_t)));
+    if (bf16_)
+      return kernels::embedding_backward(dwte, dwpe, CH(dout), host_tokens_.data(), B, T, C,
+                                         vocab_start, vocab_rows, scratch, ni, stream_);
     kernels::embedding_backward(dwte, dwpe, CF(dout), host_tokens_.data(), B, T, C, vocab_start,
                                 vocab_rows, scratch, ni, stream_);
   }
@@ -299,21 +395,32 @@ class CudaBackend final : public Backend {
   // ---- classifier ----
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                              const int32_t* targets, int N, int V, int Vp, float dloss) override {
+    if (bf16_)
+      return kernels::softmax_cross_entropy(losses, H(dlogits), CH(logits), targets, N, V, Vp,
+                                            dloss, stream_);
     kernels::softmax_cross_entropy(losses, F(dlogits), CF(logits), targets, N, V, Vp, dloss,
                                    stream_);
   }
   void logits_row_max(float* maxv, const void* logits, int N, int V_local, int Vl) override {
+    if (bf16_) return kernels::logits_row_max(maxv, CH(logits), N, V_local, Vl, stream_);
     kernels::logits_row_max(maxv, CF(logits), N, V_local, Vl, stream_);
   }
   void logits_sumexp_target(float* sumexp, float* target_logit, const void* logits,
                             const float* maxv, const int32_t* targets, int N, int V_local, int Vl,
                             int vocab_start) override {
+    if (bf16_)
+      return kernels::logits_sumexp_target(sumexp, target_logit, CH(logits), maxv, targets, N,
+                                           V_local, Vl, vocab_start, stream_);
     kernels::logits_sumexp_target(sumexp, target_logit, CF(logits), maxv, targets, N, V_local, Vl,
                                   vocab_start, stream_);
   }
   void cross_entropy_finish(float* losses, void* dlogits, const void* logits, const float* maxv,
                             const float* sumexp, const float* target_logit, const int32_t* targets,
                             int N, int V_local, int Vl, int vocab_start, float dloss) override {
+    if (bf16_)
+      return kernels::cross_entropy_finish(losses, H(dlogits), CH(logits), maxv, sumexp,
+                                           target_logit, targets, N, V_local, Vl, vocab_start,
+                                           dloss, stream_);
     kernels::cross_entropy_finish(losses, F(dlogits), CF(logits), maxv, sumexp, target_logit,
                                   targets, N, V_local, Vl, vocab_start, dloss, stream_);
   }
@@ -340,18 +447,33 @@ class CudaBackend final : public Backend {
 
   // The op scratch: grows to the largest request (first step), then reused. Safe to hand out to
   // consecutive ops because they are ordered on the one stream.
-  void* scratch_bytes(size_t bytes) {
-    if (bytes > scratch_size_) {
-      arena_.release(scratch_);
-      scratch_ = nullptr;
-      scratch_ = arena_.alloc(bytes);
-      scratch_size_ = bytes;
+  void* scratch_bytes(size_t bytes) { return grow(scratch_, scratch_size_, bytes); }
+  // A second scratch for fp32 copies of bf16 tensors (an op may need it and scratch_bytes).
+  void* widen_bytes(size_t bytes) { return grow(widen_, widen_size_, bytes); }
+  void* grow(void*& buf, size_t& size, size_t bytes) {
+    if (bytes > size) {
+      arena_.release(buf);
+      buf = nullptr;
+      buf = arena_.alloc(bytes);
+      size = bytes;
     }
-    return scratch_;
+    return buf;
+  }
+  void matmul_backward_bf16(void* dinp, float* dweight, float* dbias, const void* dout,
+                            const void* inp, const void* weight, const void* dgelu_pre, int N,
+                            int C, int OC, bool accumulate_dinp) {
+    const size_t nf = dbias != nullptr ? kernels::matmul_backward_bf16_scratch_floats(N, OC) : 0;
+    float* scratch = nf > 0 ? static_cast<float*>(scratch_bytes(nf * sizeof(float))) : nullptr;
+    kernels::matmul_backward_bf16(*lt_, H(dinp), dweight, dbias, CH(dout), CH(inp), CH(weight), N, C,
+                                  OC, accumulate_dinp, CH(dgelu_pre), scratch, nf, stream_);
   }
 
   int device_;
   DType act_;
+  bool bf16_;
+  std::unique_ptr<kernels::LtGemm> lt_;  // bf16 GEMMs (cuBLASLt)
+  void* widen_ = nullptr;
+  size_t widen_size_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   DeviceArena arena_;
