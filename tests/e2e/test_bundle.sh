@@ -5,8 +5,10 @@
 # the node's, matching its driver, as launch/bundle.sh leaves them out).
 source "$(dirname "$0")/lib.sh"
 
-bash "$SRC/launch/bundle.sh" "$BATON" bundle > bundle.log
+cp "$BATON" baton2  # an extra program (as the GPU test programs are bundled) runs through bundle/run
+bash "$SRC/launch/bundle.sh" "$BATON" bundle ./baton2 > bundle.log
 ./bundle/baton --version | grep -q "^baton " || fail "bundle/baton --version"
+./bundle/run baton2 --version | grep -q "^baton " || fail "bundle/run baton2 --version"
 outside=$(LD_LIBRARY_PATH="$PWD/bundle/lib" ldd bundle/bin/baton | awk '/=> \// {print $1}' |
           grep -vE '^(libc|libm|libdl|libpthread|librt|libresolv)\.so|^lib(cudart|cublas|cublasLt|nccl)\.so' || true)
 for lib in $outside; do
