@@ -41,6 +41,31 @@ use_mpirun() {
   MPIRUN=(mpirun --oversubscribe -np)
 }
 
+# tiny.toml: a 2-layer GPT on the "tiny" dataset, 20 steps of 8 sequences (4 micro-batches of 2),
+# logged every step, checkpointed every 10 (the multi-rank and precision tests' common run).
+write_tiny_config() {
+  cat > tiny.toml <<'TOML'
+[model]
+n_layer = 2
+n_head = 4
+d_model = 32
+seq_len = 16
+[data]
+train = "tiny"
+tokenizer = "tiny.model"
+[train]
+steps = 20
+global_batch = 8
+micro_batch = 2
+log_every = 1
+[optim]
+lr = 3e-3
+warmup_steps = 2
+[checkpoint]
+every = 10
+TOML
+}
+
 # A small dataset "tiny" (.bin/.idx) with its 300-piece tokenizer "tiny.model".
 make_tiny_dataset() {
   make_corpus train.txt 20

@@ -6,33 +6,14 @@
 source "$(dirname "$0")/lib.sh"
 use_mpirun
 make_tiny_dataset
-cat > tiny.toml <<'TOML'
-[model]
-n_layer = 2
-n_head = 4
-d_model = 32
-seq_len = 16
-[data]
-train = "tiny"
-tokenizer = "tiny.model"
-[train]
-steps = 16
-global_batch = 8
-micro_batch = 2
-log_every = 1
-[optim]
-lr = 3e-3
-warmup_steps = 2
-[checkpoint]
-every = 8
-TOML
+write_tiny_config
 
 "$BATON" train tiny.toml --set run.dir=fp32 --set checkpoint.dir=c32 > fp32.log
 "$BATON" train tiny.toml --set precision.compute='"bf16"' --set run.dir=bf16 --set checkpoint.dir=cb > bf16.log
 grep -q "compute bf16 (fp32 master weights)" bf16.log || { cat bf16.log; fail "the log header does not say bf16"; }
 "${MPIRUN[@]}" 4 "$BATON" train tiny.toml --set precision.compute='"bf16"' --set parallel.tp=2 \
   --set parallel.pp=2 --set run.dir=tp2pp2 --set checkpoint.dir=c22 > tp2pp2.log
-"$BATON" train tiny.toml --set precision.compute='"bf16"' --set checkpoint.resume='"cb/step-0000008.h5"' \
+"$BATON" train tiny.toml --set precision.compute='"bf16"' --set checkpoint.resume='"cb/step-0000010.h5"' \
   --set checkpoint.dir=cr --set run.dir=resumed > resumed.log
 grep -q "resumed from" resumed.log || { cat resumed.log; fail "did not resume"; }
 expect_error "weight stashing" "${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set precision.compute='"bf16"' \
@@ -45,7 +26,7 @@ def losses(path):
 f32, b16 = losses("fp32/metrics.jsonl"), losses("bf16/metrics.jsonl")
 tp2pp2, res = losses("tp2pp2/metrics.jsonl"), losses("resumed/metrics.jsonl")
 rel = lambda a, b: abs(a - b) / abs(b)
-# bf16 vs fp32: one rounding of 2^-9 per stored value; measured ~1e-3 on this model.
+# bf16 vs fp32: one rounding of 2^-9 per stored value; measured 2.4e-4 on this model.
 w = max(rel(b16[s], f32[s]) for s in f32)
 assert w < 2e-2, f"bf16 vs fp32: {w:.2e}"
 assert b16 != f32, "bf16 run identical to fp32: not computing in bf16"
@@ -54,7 +35,7 @@ assert b16 != f32, "bf16 run identical to fp32: not computing in bf16"
 w2 = max(rel(tp2pp2[s], b16[s]) for s in b16)
 assert w2 < 1e-2, f"tp2 pp2 bf16 vs single bf16: {w2:.2e}"
 # Resume: the fp32 masters and moments are the checkpoint; the bf16 copy is re-derived: exact.
-for s in range(9, 17):
+for s in range(11, 21):
     assert res[s] == b16[s], f"step {s}: resumed {res[s]!r} != {b16[s]!r}"
 print(f"bf16 vs fp32 within {w:.1e}; tp2 pp2 bf16 vs single bf16 within {w2:.1e}; resume exact")
 PY

@@ -6,26 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 use_mpirun
 make_tiny_dataset
-cat > tiny.toml <<'TOML'
-[model]
-n_layer = 2
-n_head = 4
-d_model = 32
-seq_len = 16
-[data]
-train = "tiny"
-tokenizer = "tiny.model"
-[train]
-steps = 20
-global_batch = 8
-micro_batch = 2
-log_every = 1
-[optim]
-lr = 3e-3
-warmup_steps = 2
-[checkpoint]
-every = 10
-TOML
+write_tiny_config
 
 "$BATON" train tiny.toml --set run.dir=ref > ref.log
 "${MPIRUN[@]}" 4 "$BATON" train tiny.toml --set parallel.tp=2 --set parallel.sequence_parallel=true \

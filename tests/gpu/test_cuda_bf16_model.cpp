@@ -23,6 +23,7 @@
 #include "core/rng.h"
 #include "model/gpt_model.h"
 #include "optim/adamw.h"
+#include "../support/markov_tokens.h"
 
 namespace baton {
 namespace {
@@ -43,24 +44,6 @@ GptDims dims(int head_size) {
   return d;
 }
 
-void batch(int step, int B, int T, int V, std::vector<int32_t>& x, std::vector<int32_t>& y) {
-  Rng perm(99);
-  std::vector<int32_t> next(V);
-  for (int i = 0; i < V; ++i) next[i] = i;
-  for (int i = V - 1; i > 0; --i) std::swap(next[i], next[perm.below(i + 1)]);
-  Rng rng(1000 + step);
-  x.resize(size_t(B) * T);
-  y.resize(size_t(B) * T);
-  for (int b = 0; b < B; ++b) {
-    int32_t t = static_cast<int32_t>(rng.below(V));
-    for (int i = 0; i < T; ++i) {
-      x[b * T + i] = t;
-      t = rng.uniform() < 0.1 ? static_cast<int32_t>(rng.below(V)) : next[t];
-      y[b * T + i] = t;
-    }
-  }
-}
-
 struct TrainRun {
   std::vector<double> losses;
   std::vector<float> grads;  // after the first step's backward
@@ -77,7 +60,7 @@ TrainRun train(Backend& be, const GptDims& d, int steps, bool cuda) {
   TrainRun r;
   std::vector<int32_t> x, y;
   for (int step = 1; step <= steps; ++step) {
-    batch(step, B, T, d.vocab, x, y);
+    test::markov_batch(step, B, T, d.vocab, x, y);
     m.zero_grads();
     r.losses.push_back(m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T)) / (B * T));
     m.backward(0);

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "model/gpt_model.h"
 #include "optim/adamw.h"
+#include "../support/markov_tokens.h"
 
 namespace baton {
 namespace {
@@ -71,26 +72,6 @@ GptDims small_dims() {
   return d;
 }
 
-// Token streams with structure to learn: a fixed random permutation gives each token's successor
-// (with 10% noise), so the loss falls well below ln V within 50 steps.
-void batch(int step, int B, int T, int V, std::vector<int32_t>& x, std::vector<int32_t>& y) {
-  Rng perm_rng(99);
-  std::vector<int32_t> next(V);
-  for (int i = 0; i < V; ++i) next[i] = i;
-  for (int i = V - 1; i > 0; --i) std::swap(next[i], next[perm_rng.below(i + 1)]);
-  Rng rng(1000 + step);
-  x.resize(size_t(B) * T);
-  y.resize(size_t(B) * T);
-  for (int b = 0; b < B; ++b) {
-    int32_t t = static_cast<int32_t>(rng.below(V));
-    for (int i = 0; i < T; ++i) {
-      x[b * T + i] = t;
-      t = rng.uniform() < 0.1 ? static_cast<int32_t>(rng.below(V)) : next[t];
-      y[b * T + i] = t;
-    }
-  }
-}
-
 std::vector<double> train_curve(DType act, int steps) {
   const GptDims d = small_dims();
   auto be = make_cpu_backend(act);
@@ -103,7 +84,7 @@ std::vector<double> train_curve(DType act, int steps) {
   std::vector<int32_t> x, y;
   std::vector<double> losses;
   for (int step = 1; step <= steps; ++step) {
-    batch(step, B, T, d.vocab, x, y);
+    test::markov_batch(step, B, T, d.vocab, x, y);
     m.zero_grads();
     losses.push_back(m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T)) / (B * T));
     m.backward(0);
@@ -183,7 +164,7 @@ TEST(Bf16, GradientsCloseToFp32) {
   m32.reserve(B, T, 1);
   m16.reserve(B, T, 1);
   std::vector<int32_t> x, y;
-  batch(0, B, T, d.vocab, x, y);
+  test::markov_batch(0, B, T, d.vocab, x, y);
   for (GptModel* m : {&m32, &m16}) {
     m->zero_grads();
     m->forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T));
