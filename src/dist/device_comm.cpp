@@ -274,18 +274,37 @@ RequestPtr DeviceComm::nccl_request() {
   return std::make_unique<DeviceEventRequest>(nccl_->stream(), as_stream(compute_));
 }
 
+template <class Host, class Device>
+void DeviceComm::collective(bool on_device, Host host, Device device) {
+  if (!on_device) {
+    route(Route::HOST_MPI);
+    return host();
+  }
+  route(Route::NCCL);
+  before_nccl();
+  device();
+  after_nccl();
+}
+
+template <class Host, class Device>
+RequestPtr DeviceComm::collective_async(bool on_device, Host host, Device device) {
+  if (!on_device) {
+    route(Route::HOST_MPI);
+    return host();
+  }
+  route(Route::NCCL);
+  before_nccl();
+  device();
+  return nccl_request();
+}
+
 // Zero-element collectives are skipped on every rank alike (counts agree across ranks), before the
 // buffer is looked at: a zero-length buffer may be a null pointer on one rank and not another.
 void DeviceComm::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   if (count == 0) return route(Route::NONE);
-  if (!on_device(buf)) {
-    route(Route::HOST_MPI);
-    return mpi_->all_reduce(buf, count, dtype, op);
-  }
-  route(Route::NCCL);
-  before_nccl();
-  nccl_->all_reduce(buf, count, dtype, op);
-  after_nccl();
+  collective(
+      on_device(buf), [&] { mpi_->all_reduce(buf, count, dtype, op); },
+      [&] { nccl_->all_reduce(buf, count, dtype, op); });
 }
 
 RequestPtr DeviceComm::all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) {
@@ -293,27 +312,18 @@ RequestPtr DeviceComm::all_reduce_async(void* buf, size_t count, DType dtype, Re
     route(Route::NONE);
     return std::make_unique<DoneRequest>();
   }
-  if (!on_device(buf)) {
-    route(Route::HOST_MPI);
-    return mpi_->all_reduce_async(buf, count, dtype, op);
-  }
-  route(Route::NCCL);
-  before_nccl();
-  nccl_->all_reduce(buf, count, dtype, op);
-  return nccl_request();
+  return collective_async(
+      on_device(buf), [&] { return mpi_->all_reduce_async(buf, count, dtype, op); },
+      [&] { nccl_->all_reduce(buf, count, dtype, op); });
 }
 
 void DeviceComm::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                                 ReduceOp op) {
   if (recv_count == 0) return route(Route::NONE);
-  if (!on_device(send, recv, "reduce_scatter")) {
-    route(Route::HOST_MPI);
-    return mpi_->reduce_scatter(send, recv, recv_count, dtype, op);
-  }
-  route(Route::NCCL);
-  before_nccl();
-  nccl_->reduce_scatter(send, recv, recv_count, dtype, op);
-  after_nccl();
+  collective(
+      on_device(send, recv, "reduce_scatter"),
+      [&] { mpi_->reduce_scatter(send, recv, recv_count, dtype, op); },
+      [&] { nccl_->reduce_scatter(send, recv, recv_count, dtype, op); });
 }
 
 RequestPtr DeviceComm::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
@@ -322,39 +332,26 @@ RequestPtr DeviceComm::reduce_scatter_async(const void* send, void* recv, size_t
     route(Route::NONE);
     return std::make_unique<DoneRequest>();
   }
-  if (!on_device(send, recv, "reduce_scatter_async")) {
-    route(Route::HOST_MPI);
-    return mpi_->reduce_scatter_async(send, recv, recv_count, dtype, op);
-  }
-  route(Route::NCCL);
-  before_nccl();
-  nccl_->reduce_scatter(send, recv, recv_count, dtype, op);
-  return nccl_request();
+  return collective_async(
+      on_device(send, recv, "reduce_scatter_async"),
+      [&] { return mpi_->reduce_scatter_async(send, recv, recv_count, dtype, op); },
+      [&] { nccl_->reduce_scatter(send, recv, recv_count, dtype, op); });
 }
 
 void DeviceComm::all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
   if (send_count == 0) return route(Route::NONE);
-  if (!on_device(send, recv, "all_gather")) {
-    route(Route::HOST_MPI);
-    return mpi_->all_gather(send, recv, send_count, dtype);
-  }
-  route(Route::NCCL);
-  before_nccl();
-  nccl_->all_gather(send, recv, send_count, dtype);
-  after_nccl();
+  collective(
+      on_device(send, recv, "all_gather"),
+      [&] { mpi_->all_gather(send, recv, send_count, dtype); },
+      [&] { nccl_->all_gather(send, recv, send_count, dtype); });
 }
 
 void DeviceComm::broadcast(void* buf, size_t count, DType dtype, int root) {
   BATON_ASSERT(root >= 0 && root < size(), "broadcast root {} outside group of {}", root, size());
   if (count == 0) return route(Route::NONE);
-  if (!on_device(buf)) {
-    route(Route::HOST_MPI);
-    return mpi_->broadcast(buf, count, dtype, root);
-  }
-  route(Route::NCCL);
-  before_nccl();
-  nccl_->broadcast(buf, count, dtype, root);
-  after_nccl();
+  collective(
+      on_device(buf), [&] { mpi_->broadcast(buf, count, dtype, root); },
+      [&] { nccl_->broadcast(buf, count, dtype, root); });
 }
 
 // Zero-element messages still go through MPI (unstaged: nothing is read or written), so both ends

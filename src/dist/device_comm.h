@@ -118,6 +118,12 @@ class DeviceComm : public Comm {
   void before_nccl();  // the NCCL stream waits for the compute stream
   void after_nccl();   // the compute stream waits for the NCCL stream
   RequestPtr nccl_request();
+  // A collective by where its buffers are: `host()` on MPI, or `device()` on NCCL ordered against
+  // the compute stream (blocking: compute waits after; async: a request that makes it wait).
+  template <class Host, class Device>
+  void collective(bool on_device, Host host, Device device);
+  template <class Host, class Device>
+  RequestPtr collective_async(bool on_device, Host host, Device device);
 
   std::unique_ptr<Comm> mpi_;
   std::unique_ptr<NcclComm> nccl_;
