@@ -28,6 +28,14 @@ __global__ void sum_doubles_kernel(double* result, const double* partial, size_t
   if (threadIdx.x == 0) *result = acc;
 }
 
+__global__ void accumulate_sum_kernel(double* acc, const float* x, size_t n) {
+  __shared__ double scratch[32];
+  double s = 0.0;
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) *acc += s;
+}
+
 // Column sums: block (32, 8) covers 32 columns of one row chunk; ty strides the rows.
 __global__ void colsum_partial_kernel(float* partial, const float* x, int N, int C, int rows) {
   __shared__ float sh[8][33];
@@ -55,6 +63,13 @@ __global__ void colsum_finish_kernel(float* dst, const float* partial, int chunk
 }
 
 }  // namespace
+
+void accumulate_sum(double* acc, const float* x, size_t n, cudaStream_t s) {
+  BATON_KCHECK("accumulate_sum", acc != nullptr && (x != nullptr || n == 0));
+  if (n == 0) return;
+  accumulate_sum_kernel<<<1, 256, 0, s>>>(acc, x, n);
+  check_launch("accumulate_sum");
+}
 
 size_t sum_squares_scratch_doubles(size_t n) { return (n + kSqChunk - 1) / kSqChunk + 1; }
 

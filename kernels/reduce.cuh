@@ -15,6 +15,10 @@ size_t sum_squares_scratch_doubles(size_t n);
 void sum_squares(double* result, const float* x, size_t n, double* scratch, size_t scratch_doubles,
                  cudaStream_t s);
 
+// acc[0] += sum of x[0..n) in double: one block, fixed per-thread strides and a fixed-tree block
+// sum (deterministic). For short vectors (a micro-batch's per-token losses).
+void accumulate_sum(double* acc, const float* x, size_t n, cudaStream_t s);
+
 // Rows per chunk of the column reductions (a function of N only, so results are reproducible).
 int column_chunk_rows(int N);
 // Floats of scratch column_sum needs for x[N, C].

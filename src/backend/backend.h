@@ -60,6 +60,9 @@ class Backend {
   virtual void scale(float* x, float s, size_t n) = 0;
   virtual void add(float* dst, const float* src, size_t n) = 0;  // dst += src
   virtual double sum_squares(const float* x, size_t n) = 0;     // in double, for grad norms
+  // acc[0] += sum of x[0..n) in double, in a fixed order; acc is one double in backend memory.
+  // Losses are summed on the device so a step reads them once, not after every micro-batch.
+  virtual void accumulate_sum(double* acc, const float* x, size_t n) = 0;
   virtual void synchronize() {}
   // Device memory as the backend sees it (GPU: peak in use, reserved, allocation calls); empty on
   // host backends. The trainer logs it after the first step, when every buffer exists.
@@ -146,10 +149,12 @@ class Backend {
                                  const void* wpe, int B, int T, int C, int vocab_start,
                                  int vocab_rows) = 0;
   // dwte[vocab_rows,C] += scatter of dout by in-range token; dwpe[T,C] += sum over b (skipped
-  // when null). Deterministic.
+  // when null). Deterministic. `tokens_host` (nullable): the same tokens in host memory, when the
+  // caller has them — a GPU backend that buckets tokens on the host then needs no device-to-host
+  // copy (and no synchronisation).
   virtual void embedding_backward(float* dwte, float* dwpe, const void* dout,
-                                  const int32_t* tokens, int B, int T, int C, int vocab_start,
-                                  int vocab_rows) = 0;
+                                  const int32_t* tokens, const int32_t* tokens_host, int B, int T,
+                                  int C, int vocab_start, int vocab_rows) = 0;
 
   // ---- classifier ----
   // Fused softmax + cross-entropy over logits[N,Vp] of which the first V columns are real.

@@ -22,8 +22,8 @@ void Embedding::forward(const LayerCtx& ctx, const void*, void* saved) {
 void Embedding::backward(const LayerCtx& ctx, const void*, const void* dout, void*, void*) {
   const int N = ctx.B * ctx.T, C = d_.d_model, rows = d_.vocab_padded / tp_.size;
   const void* dfull = tp_.exit_backward(dout, ctx.workspace, N, C);
-  ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), dfull, ctx.tokens, ctx.B, ctx.T, C,
-                             tp_.rank * rows, rows);
+  ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), dfull, ctx.tokens, ctx.tokens_host, ctx.B,
+                             ctx.T, C, tp_.rank * rows, rows);
 }
 
 void Embedding::backward_input(const LayerCtx& ctx, const void*, const void* dout, void*, void*,
@@ -35,8 +35,8 @@ void Embedding::backward_input(const LayerCtx& ctx, const void*, const void* dou
 
 void Embedding::backward_weight(const LayerCtx& ctx, const void*, void*, void* deferred) {
   const int C = d_.d_model, rows = d_.vocab_padded / tp_.size;
-  ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), deferred, ctx.tokens, ctx.B, ctx.T, C,
-                             tp_.rank * rows, rows);
+  ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), deferred, ctx.tokens, ctx.tokens_host, ctx.B,
+                             ctx.T, C, tp_.rank * rows, rows);
 }
 
 }  // namespace baton

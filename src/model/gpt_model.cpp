@@ -76,6 +76,7 @@ GptModel::GptModel(const GptDims& dims, Backend& backend, TensorParallel tp, siz
   params_ = static_cast<float*>(be_.alloc(flat_size_ * sizeof(float)));
   grads_ = static_cast<float*>(be_.alloc(flat_size_ * sizeof(float)));
   compute_params_ = be_.act_dtype() == DType::F32 ? params_ : be_.alloc(flat_size_ * be_.act_size());
+  loss_acc_ = static_cast<double*>(be_.alloc(sizeof(double)));
 }
 
 void GptModel::refresh_compute_params() {
@@ -88,6 +89,7 @@ GptModel::~GptModel() {
   if (compute_params_ != params_) be_.release(compute_params_);
   be_.release(params_);
   be_.release(grads_);
+  be_.release(loss_acc_);
 }
 
 int GptModel::tied_wte_param() const {
@@ -231,6 +233,7 @@ LayerCtx GptModel::ctx_for(const Slot& s, bool training, float dloss) const {
   c.B = s.B;
   c.T = s.T;
   c.tokens = s.tokens;
+  c.tokens_host = s.tokens_host.empty() ? nullptr : s.tokens_host.data();
   c.targets = s.has_targets ? s.targets : nullptr;
   c.training = training;
   c.dloss = dloss;
@@ -244,7 +247,10 @@ void GptModel::set_batch(int slot, const int32_t* tokens, const int32_t* targets
   s.B = B;
   s.T = T;
   s.has_targets = targets != nullptr;
-  if (tokens) be_.to_device(s.tokens, tokens, size_t(B) * T * sizeof(int32_t));
+  if (tokens) {
+    be_.to_device(s.tokens, tokens, size_t(B) * T * sizeof(int32_t));
+    s.tokens_host.assign(tokens, tokens + size_t(B) * T);
+  }
   if (targets) be_.to_device(s.targets, targets, size_t(B) * T * sizeof(int32_t));
 }
 
@@ -252,7 +258,7 @@ void* GptModel::chunk_output(int chunk, int slot) {
   return layer_out(slots_[slot], chunk_first_[chunk + 1] - 1);
 }
 
-double GptModel::forward_chunk(int chunk, int slot, bool training, float dloss) {
+void GptModel::forward_chunk(int chunk, int slot, bool training, float dloss) {
   BATON_ASSERT(chunk >= 0 && chunk < num_chunks(), "chunk {} of {}", chunk, num_chunks());
   Slot& s = slots_[slot];
   LayerCtx ctx = ctx_for(s, training, dloss);
@@ -271,11 +277,14 @@ double GptModel::forward_chunk(int chunk, int slot, bool training, float dloss) 
     in = layer_out(s, l);
   }
   const bool head = chunks_[chunk].end == dims_.n_layer + 2;
-  if (!head || !s.has_targets) return 0.0;
-  loss_host_.resize(size_t(s.B) * s.T);
-  be_.to_host(loss_host_.data(), in, loss_host_.size() * sizeof(float));
+  if (head && s.has_targets)
+    be_.accumulate_sum(loss_acc_, static_cast<const float*>(in), size_t(s.B) * s.T);
+}
+
+double GptModel::take_loss_sum() {
   double sum = 0;
-  for (float x : loss_host_) sum += x;
+  be_.to_host(&sum, loss_acc_, sizeof(double));
+  be_.zero_bytes(loss_acc_, sizeof(double));
   return sum;
 }
 
@@ -328,7 +337,8 @@ double GptModel::forward(int slot, const int32_t* tokens, const int32_t* targets
                          bool training, float dloss) {
   BATON_ASSERT(is_whole_model(), "GptModel::forward needs the whole model on this rank");
   set_batch(slot, tokens, targets, B, T);
-  return forward_chunk(0, slot, training, dloss);
+  forward_chunk(0, slot, training, dloss);
+  return take_loss_sum();
 }
 
 void GptModel::backward(int slot, const std::function<void(int)>& after_layer) {

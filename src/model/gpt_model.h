@@ -125,7 +125,9 @@ class GptModel {
   // ---- whole model (is_whole_model()) ----
   // Forward of one micro-batch into `slot`. tokens/targets are host arrays [B,T]; targets may be
   // null (logits only). In training mode the logits are turned into their gradient scaled by
-  // `dloss`. Returns the sum of per-token losses (0 without targets).
+  // `dloss`. Returns the sum of per-token losses (0 without targets), i.e. take_loss_sum() — a
+  // device synchronisation; a training loop calls set_batch + forward_chunk per micro-batch and
+  // take_loss_sum once per step instead.
   double forward(int slot, const int32_t* tokens, const int32_t* targets, int B, int T,
                  bool training, float dloss);
   // Backward of the micro-batch in `slot`; accumulates into grads(). `after_layer(l)`, if given,
@@ -137,9 +139,12 @@ class GptModel {
   // targets (the chunk with the head); either may be null.
   void set_batch(int slot, const int32_t* tokens, const int32_t* targets, int B, int T);
   // Forward of chunk `chunk` on `slot`: input from slot_input(slot) (or the tokens for the
-  // embedding chunk), output at chunk_output(). Returns the loss sum when the chunk has the head
-  // and the slot has targets, else 0.
-  double forward_chunk(int chunk, int slot, bool training, float dloss);
+  // embedding chunk), output at chunk_output(). When the chunk has the head and the slot has
+  // targets, the micro-batch's loss sum is added to the model's device accumulator (no
+  // synchronisation): read it with take_loss_sum().
+  void forward_chunk(int chunk, int slot, bool training, float dloss);
+  // The per-token losses summed since the last call (in double, in micro-batch order), and reset.
+  double take_loss_sum();
   // Backward of chunk `chunk` on `slot`: output gradient from slot_output_grad(slot) (unused by
   // the head chunk), input gradient to slot_input_grad(slot) (not computed for the embedding
   // chunk). Accumulates into grads().
@@ -176,6 +181,7 @@ class GptModel {
     char* deferred = nullptr;  // split backward: what the weight part needs, layer after layer
     int32_t* tokens = nullptr;
     int32_t* targets = nullptr;
+    std::vector<int32_t> tokens_host;  // the same tokens on the host (embedding backward)
     int B = 0, T = 0;
     bool has_targets = false;
   };
@@ -211,7 +217,7 @@ class GptModel {
   void* dbuf_[2] = {nullptr, nullptr};  // ping-pong gradients between layers
   size_t act_bytes_ = 0;
   int cap_B_ = 0, cap_T_ = 0;
-  std::vector<float> loss_host_;
+  double* loss_acc_ = nullptr;  // device accumulator of forward_chunk's loss sums
 };
 
 }  // namespace baton

@@ -26,6 +26,7 @@ struct LayerCtx {
   void* workspace = nullptr;
   int B = 0, T = 0;                   // micro-batch shape
   const int32_t* tokens = nullptr;    // [B,T] (backend memory)
+  const int32_t* tokens_host = nullptr;  // the same tokens in host memory (may be null)
   const int32_t* targets = nullptr;   // [B,T] (backend memory); null when only logits are wanted
   bool training = true;  // forward also prepares what backward needs (e.g. logits gradient)
   float dloss = 1.0f;    // d(total loss)/d(per-token loss): 1 / tokens in the optimizer step

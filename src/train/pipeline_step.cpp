@@ -47,16 +47,20 @@ class PipelineStep::GptStage : public pipeline::Stage {
     rep_sumsq_ = 0;
   }
   // 1F1B-RR: this rank's mean squared stage-gradient norm over the run's updates and its loss sum.
-  std::pair<double, double> replicated_stats() const {
-    return {updates_ > 0 ? rep_sumsq_ / updates_ : 0.0, w_.loss_sum};
-  }
-  // Evaluation in the middle of an asynchronous segment must not disturb the training run's state.
+  std::pair<double, double> replicated_stats() { return {updates_ > 0 ? rep_sumsq_ / updates_ : 0.0, loss_sum()}; }
+  // Evaluation in the middle of an asynchronous segment must not disturb the training run's state
+  // (its losses so far are collected from the device first).
   Work swap_work(const Work& w) {
+    loss_sum();
     Work old = w_;
     w_ = w;
     return old;
   }
-  double loss_sum() const { return w_.loss_sum; }
+  // The work's loss sum: the forwards' device-side sums collected (one synchronisation).
+  double loss_sum() {
+    w_.loss_sum += m_.take_loss_sum();
+    return w_.loss_sum;
+  }
   bool updated() const { return async_ ? updates_ > 0 : stepped_ == m_.num_chunks(); }
   // Flush kinds: the step's result. Asynchronous kinds: means over the updates of the run.
   StepResult result() const {
@@ -109,7 +113,7 @@ class PipelineStep::GptStage : public pipeline::Stage {
       (*w_.batch)(w_.step + microbatch / per_step_, w_.row0 + (microbatch % per_step_) * micro, micro,
                   x_.data(), y_.data());
     m_.set_batch(slot, embedding ? x_.data() : nullptr, head ? y_.data() : nullptr, micro, T);
-    w_.loss_sum += m_.forward_chunk(c, slot, w_.training, w_.dloss);
+    m_.forward_chunk(c, slot, w_.training, w_.dloss);
   }
 
   // BWD: the chunk's whole backward. Zero bubble (zb-h1, Qi et al. §2–3): BWD_INPUT only the
@@ -141,7 +145,7 @@ class PipelineStep::GptStage : public pipeline::Stage {
     st.grads->finish(m_.grads());
     // Global norm: each parameter once over the job (tp shards on every tp rank, replicated ones
     // on tp rank 0; wte on the first stage only, see exclude_from_norm), loss from the last stage.
-    double stats[2] = {st.grads->grad_sumsq(m_.grads()), w_.loss_sum};
+    double stats[2] = {st.grads->grad_sumsq(m_.grads()), loss_sum()};
     w_.loss_sum = 0;
     if (st.tp) st.tp->all_reduce(stats, 1, dist::DType::F64, dist::ReduceOp::SUM);  // norm only
     if (st.dp) st.dp->all_reduce(stats, 2, dist::DType::F64, dist::ReduceOp::SUM);

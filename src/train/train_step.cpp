@@ -20,10 +20,10 @@ StepResult train_step(const StepSetup& s, const BatchRows& batch, int64_t step, 
   std::vector<int32_t> x(size_t(micro) * T), y(size_t(micro) * T);
 
   model.zero_grads();
-  double loss_sum = 0;
   for (int mb = 0; mb < accum; ++mb) {
     batch(step, s.dp_rank * rows + mb * micro, micro, x.data(), y.data());
-    loss_sum += model.forward(0, x.data(), y.data(), micro, T, true, dloss);
+    model.set_batch(0, x.data(), y.data(), micro, T);
+    model.forward_chunk(0, 0, true, dloss);  // the loss stays on the device until the step's end
     const bool last = mb + 1 == accum;
     // On the last micro-batch each layer's gradients are final once its backward is done: sum the
     // sequence-parallel partials over tp, then launch the data-parallel buckets that are complete
@@ -38,7 +38,7 @@ StepResult train_step(const StepSetup& s, const BatchRows& batch, int64_t step, 
 
   // Global norm: this rank's share, summed over the groups that split the gradient.
   double sumsq = s.grads->grad_sumsq(model.grads());
-  double stats[2] = {sumsq, loss_sum};
+  double stats[2] = {sumsq, model.take_loss_sum()};
   if (s.tp) s.tp->all_reduce(stats, 1, dist::DType::F64, dist::ReduceOp::SUM);  // norm only
   if (s.dp) s.dp->all_reduce(stats, 2, dist::DType::F64, dist::ReduceOp::SUM);
   if (s.dp && !s.grads->zero1()) stats[0] /= dp_size;  // every dp rank counted the whole gradient

@@ -189,7 +189,8 @@ Trace run_reference(int p, Rule rule, int dp, int drain_every) {
       g.set_batch(0, s == 0 ? x.data() : nullptr, s == p - 1 ? y.data() : nullptr, kMicro, kSeq);
       if (s > 0)
         be->copy_act(g.slot_input(0), st[s - 1].model->chunk_output(0, 0), g.boundary_count(kMicro, kSeq));
-      loss += g.forward_chunk(0, 0, true, dloss);
+      g.forward_chunk(0, 0, true, dloss);
+      loss += g.take_loss_sum();
     }
     for (int s = p - 1; s >= 0; --s) {
       GptModel& g = *st[s].model;
@@ -295,7 +296,8 @@ Trace run_reference_rr(const std::vector<int>& r, const std::vector<int>& lag, i
         g.use_params(st[s].versions.at(k0 / r[s] + std::max((k - k0) / r[s] - lag[s] + 1, 0)).data());
         g.set_batch(0, s == 0 ? xs.data() : nullptr, s == p - 1 ? ys.data() : nullptr, kMicro, kSeq);
         if (s > 0) be->copy_act(g.slot_input(0), st[s - 1].model->chunk_output(0, 0), g.boundary_count(kMicro, kSeq));
-        loss += g.forward_chunk(0, 0, true, dloss);
+        g.forward_chunk(0, 0, true, dloss);
+        loss += g.take_loss_sum();
       }
       for (int s = p - 1; s >= 0; --s) {  // backward on the same (stashed) versions
         GptModel& g = *st[s].model;

@@ -347,9 +347,10 @@ TEST_F(CudaOps, EmbeddingWithVocabRange) {
     gpu_->embedding_forward(out.g, tokens.g, wte.g, s.wpe ? wpe.g : nullptr, s.B, s.T, s.C,
                             s.vocab_start, s.vocab_rows);
     out.expect(kExact, "embedding_forward" + tag);
-    cpu_->embedding_backward(dwte.c, s.wpe ? dwpe.c : nullptr, dout.c, tokens.c, s.B, s.T, s.C,
+    cpu_->embedding_backward(dwte.c, s.wpe ? dwpe.c : nullptr, dout.c, tokens.c, nullptr, s.B, s.T, s.C,
                              s.vocab_start, s.vocab_rows);
-    gpu_->embedding_backward(dwte.g, s.wpe ? dwpe.g : nullptr, dout.g, tokens.g, s.B, s.T, s.C,
+    gpu_->embedding_backward(dwte.g, s.wpe ? dwpe.g : nullptr, dout.g, tokens.g,
+                             /*tokens_host: copied back from the device*/ nullptr, s.B, s.T, s.C,
                              s.vocab_start, s.vocab_rows);
     // Same summation order as the CPU (positions ascending, into the existing value): exact.
     dwte.expect(kExact, "embedding_backward dwte" + tag);
@@ -476,7 +477,7 @@ TEST_F(CudaOps, OpsAreDeterministic) {
         rstd(*cpu_, *gpu_, nout / C), w(*cpu_, *gpu_, C), dw(*cpu_, *gpu_, C), db(*cpu_, *gpu_, C),
         dx(*cpu_, *gpu_, nout);
     w.set(randn(C, 43));
-    gpu_->embedding_backward(dwte.g, dwpe.g, dout.g, tokens.g, B, T, C, 0, V);
+    gpu_->embedding_backward(dwte.g, dwpe.g, dout.g, tokens.g, nullptr, B, T, C, 0, V);
     gpu_->layernorm_forward(dx.g, mean.g, rstd.g, out.g, w.g, w.g, B * T, C);
     gpu_->layernorm_backward(dx.g, dw.g, db.g, dout.g, out.g, w.g, mean.g, rstd.g, B * T, C);
     r.push_back(dwte.host_gpu());

@@ -558,7 +558,7 @@ TEST_F(CpuOps, EmbeddingForwardAndGradcheck) {
   EXPECT_LT(rel_err(out, ref_embedding(tok, wte_d, wpe_d, B, T, C)), kTol);
   VecF dwte0 = random_vec(V * C, 45), dwpe0 = random_vec(T * C, 46);
   VecF dwte = dwte0, dwpe = dwpe0;
-  be->embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C, 0, V);
+  be->embedding_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), nullptr, B, T, C, 0, V);
   for (size_t i = 0; i < dwte.size(); i++) dwte[i] -= dwte0[i];
   for (size_t i = 0; i < dwpe.size(); i++) dwpe[i] -= dwpe0[i];
   EXPECT_LT(
@@ -585,7 +585,7 @@ TEST_F(CpuOps, EmbeddingVocabShardsSumToFull) {
   VecF wte = random_vec(V * C, 42), wpe = random_vec(T * C, 43), dy = random_vec(B * T * C, 44);
   VecF full(B * T * C), dwte_full(V * C, 0.0f), dwpe_full(T * C, 0.0f);
   be->embedding_forward(full.data(), tok.data(), wte.data(), wpe.data(), B, T, C, 0, V);
-  be->embedding_backward(dwte_full.data(), dwpe_full.data(), dy.data(), tok.data(), B, T, C, 0, V);
+  be->embedding_backward(dwte_full.data(), dwpe_full.data(), dy.data(), tok.data(), nullptr, B, T, C, 0, V);
   for (int shards : {2, 3, 4}) {
     const int rows = V / shards;
     VecF sum(B * T * C, 0.0f);
@@ -594,7 +594,7 @@ TEST_F(CpuOps, EmbeddingVocabShardsSumToFull) {
       be->embedding_forward(part.data(), tok.data(), wte.data() + s * rows * C, s == 0 ? wpe.data() : nullptr,
                             B, T, C, s * rows, rows);
       for (size_t i = 0; i < sum.size(); i++) sum[i] += part[i];
-      be->embedding_backward(dw.data(), nullptr, dy.data(), tok.data(), B, T, C, s * rows, rows);
+      be->embedding_backward(dw.data(), nullptr, dy.data(), tok.data(), nullptr, B, T, C, s * rows, rows);
       for (int i = 0; i < rows * C; i++) EXPECT_EQ(dw[i], dwte_full[s * rows * C + i]) << shards;
     }
     for (size_t i = 0; i < sum.size(); i++) EXPECT_NEAR(sum[i], full[i], 1e-6f);
@@ -760,7 +760,7 @@ TEST_F(CpuOps, RepeatedCallsGiveIdenticalBits) {
     be->attention_backward(dqkv.data(), dyc.data(), /*out, unused by the CPU*/ nullptr, qkv.data(), att.data(), B, T, C, NH);
     r.insert(r.end(), {aout, att, dqkv});
     VecF dwte(size_t(V) * C, 0.0f), dwpe(size_t(T) * C, 0.0f);
-    be->embedding_backward(dwte.data(), dwpe.data(), dyc.data(), tok.data(), B, T, C, 0, V);
+    be->embedding_backward(dwte.data(), dwpe.data(), dyc.data(), tok.data(), nullptr, B, T, C, 0, V);
     r.insert(r.end(), {dwte, dwpe});
     VecF losses(N), dl(dy.size());
     be->softmax_cross_entropy(losses.data(), dl.data(), dy.data(), tok.data(), N, OC - 3, OC,

@@ -102,6 +102,11 @@ class CpuBackend final : public Backend {
   void scale(float* x, float s, size_t n) override { ops_.scale(x, s, n); }
   void add(float* dst, const float* src, size_t n) override { ops_.add(dst, src, n); }
   double sum_squares(const float* x, size_t n) override { return ops_.sum_squares(x, n); }
+  void accumulate_sum(double* acc, const float* x, size_t n) override {
+    double s = 0;  // in index order (n is a micro-batch's tokens: serial is fast enough)
+    for (size_t i = 0; i < n; ++i) s += x[i];
+    *acc += s;
+  }
 
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
                       int C, int OC) override {
@@ -178,8 +183,9 @@ class CpuBackend final : public Backend {
         p(act_, wpe, size_t(T) * C);
     ops_.embedding_forward(o, tokens, e, wpe ? p.get() : nullptr, B, T, C, vocab_start, vocab_rows);
   }
-  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
-                          int T, int C, int vocab_start, int vocab_rows) override {
+  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                          const int32_t*, int B, int T, int C, int vocab_start,
+                          int vocab_rows) override {
     F32View d(act_, dout, size_t(B) * T * C);
     ops_.embedding_backward(dwte, dwpe, d, tokens, B, T, C, vocab_start, vocab_rows);
   }

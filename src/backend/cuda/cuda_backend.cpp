@@ -237,6 +237,9 @@ class CudaBackend final : public Backend {
     if (bf16_) return kernels::residual_forward(H(out), CH(a), CH(b), n, stream_);
     kernels::residual(F(out), CF(a), CF(b), n, stream_);
   }
+  void accumulate_sum(double* acc, const float* x, size_t n) override {
+    kernels::accumulate_sum(acc, x, n, stream_);
+  }
   double sum_squares(const float* x, size_t n) override {
     const size_t nd = kernels::sum_squares_scratch_doubles(n);
     double* scratch = static_cast<double*>(scratch_bytes(nd * sizeof(double)));
@@ -377,18 +380,22 @@ class CudaBackend final : public Backend {
     kernels::embedding_forward(F(out), tokens, CF(wte), CF(wpe), B, T, C, vocab_start, vocab_rows,
                                stream_);
   }
-  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
-                          int T, int C, int vocab_start, int vocab_rows) override {
+  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                          const int32_t* tokens_host, int B, int T, int C, int vocab_start,
+                          int vocab_rows) override {
     const int N = B * T;
     if (N <= 0) return;
-    host_tokens_.resize(size_t(N));
-    to_host(host_tokens_.data(), tokens, size_t(N) * sizeof(int32_t));
+    if (tokens_host == nullptr) {  // the tokens only on the device: copy them back (synchronises)
+      host_tokens_.resize(size_t(N));
+      to_host(host_tokens_.data(), tokens, size_t(N) * sizeof(int32_t));
+      tokens_host = host_tokens_.data();
+    }
     const size_t ni = kernels::embedding_backward_scratch_ints(N);
     int32_t* scratch = static_cast<int32_t*>(scratch_bytes(ni * sizeof(int32_t)));
     if (bf16_)
-      return kernels::embedding_backward(dwte, dwpe, CH(dout), host_tokens_.data(), B, T, C,
+      return kernels::embedding_backward(dwte, dwpe, CH(dout), tokens_host, B, T, C,
                                          vocab_start, vocab_rows, scratch, ni, stream_);
-    kernels::embedding_backward(dwte, dwpe, CF(dout), host_tokens_.data(), B, T, C, vocab_start,
+    kernels::embedding_backward(dwte, dwpe, CF(dout), tokens_host, B, T, C, vocab_start,
                                 vocab_rows, scratch, ni, stream_);
   }
 
