@@ -45,6 +45,8 @@ class Backend {
   // ---- memory (host memory on the CPU backend) ----
   virtual void* alloc(size_t bytes) = 0;  // zero-initialised, 64-byte aligned
   virtual void release(void* p) = 0;
+  // The host buffer may be reused when to_device returns; the copy is ordered before later ops
+  // (it may still be in flight: no synchronisation is implied). to_host returns with the data.
   virtual void to_device(void* dst, const void* src_host, size_t bytes) = 0;
   virtual void to_host(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void zero_bytes(void* x, size_t bytes) = 0;

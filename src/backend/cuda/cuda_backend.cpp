@@ -17,7 +17,9 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <new>
 #include <vector>
@@ -172,6 +174,10 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    for (Staging& st : staging_) {
+      if (st.host != nullptr) cudaFreeHost(st.host);
+      if (st.done != nullptr) cudaEventDestroy(st.done);
+    }
     lt_.reset();
     if (host_double_ != nullptr) cudaFreeHost(host_double_);
     cublasDestroy(cublas_);
@@ -206,10 +212,27 @@ class CudaBackend final : public Backend {
     // Stream order makes reuse safe: later work on this stream runs after earlier users of p.
     arena_.release(p);
   }
+  // Small uploads (a micro-batch's tokens and targets) go through a ring of pinned staging
+  // buffers: the host data is copied into one and the transfer is queued without waiting, so a
+  // step's micro-batches never stall the stream. A slot is reused once its previous transfer is
+  // done (its event). Large uploads (weights at load) copy and synchronise.
   void to_device(void* dst, const void* src_host, size_t bytes) override {
     if (bytes == 0) return;
-    cuda_check(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, stream_), "to_device");
-    cuda_check(cudaStreamSynchronize(stream_), "to_device");
+    if (bytes > kStagingBytes) {
+      cuda_check(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, stream_), "to_device");
+      cuda_check(cudaStreamSynchronize(stream_), "to_device");
+      return;
+    }
+    Staging& st = staging_[next_staging_++ % staging_.size()];
+    if (st.host == nullptr) {
+      cuda_check(cudaMallocHost(&st.host, kStagingBytes), "cudaMallocHost (upload staging)");
+      cuda_check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cudaEventCreate");
+    } else {
+      cuda_check(cudaEventSynchronize(st.done), "to_device (staging reuse)");
+    }
+    std::memcpy(st.host, src_host, bytes);
+    cuda_check(cudaMemcpyAsync(dst, st.host, bytes, cudaMemcpyHostToDevice, stream_), "to_device");
+    cuda_check(cudaEventRecord(st.done, stream_), "to_device");
   }
   void to_host(void* dst_host, const void* src, size_t bytes) override {
     if (bytes == 0) return;
@@ -451,6 +474,11 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kCublasWorkspace = size_t(32) << 20;
+  static constexpr size_t kStagingBytes = size_t(1) << 20;  // per upload slot (256k tokens)
+  struct Staging {
+    void* host = nullptr;  // pinned
+    cudaEvent_t done = nullptr;
+  };
 
   // The op scratch: grows to the largest request (first step), then reused. Safe to hand out to
   // consecutive ops because they are ordered on the one stream.
@@ -488,6 +516,8 @@ class CudaBackend final : public Backend {
   void* scratch_ = nullptr;
   size_t scratch_size_ = 0;
   double* host_double_ = nullptr;
+  std::array<Staging, 8> staging_{};  // upload ring (to_device)
+  size_t next_staging_ = 0;
   std::vector<int32_t> host_tokens_;
 };
 
