@@ -42,6 +42,29 @@ float softmax_scale_log2(int HS) { return float(kLog2e / std::sqrt(double(HS)));
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
 
+// P of a raw score s = q.k recomputed from the forward's lse in the log2 domain (FA2 Algorithm 2).
+__device__ __forceinline__ float p_from_lse2(float s, float sl2, float lse2) {
+  return exp2f(s * sl2 - lse2);
+}
+// The backward's per-query inputs of row t: lse in the log2 domain and D; 0 past T (such rows are
+// masked and never stored).
+__device__ __forceinline__ float lse2_or_0(const float* lse, int bh, int T, int t) {
+  return t < T ? lse[size_t(bh) * T + t] * float(kLog2e) : 0.0f;
+}
+__device__ __forceinline__ float D_or_0(const float* Drow, int bh, int T, int t) {
+  return t < T ? Drow[size_t(bh) * T + t] : 0.0f;
+}
+// Both for the kBr queries of the tile at i0, into shared memory (the dK/dV kernels' columns).
+template <int kThreads>
+__device__ __forceinline__ void load_lse2_D_tile(float* sL2, float* sD, const float* lse,
+                                                 const float* Drow, int bh, int T, int i0) {
+  for (int x = threadIdx.x; x < kBr; x += kThreads) {
+    const bool ok = i0 + x < T;
+    sL2[x] = ok ? lse[size_t(bh) * T + i0 + x] * float(kLog2e) : 0.0f;
+    sD[x] = ok ? Drow[size_t(bh) * T + i0 + x] : 0.0f;
+  }
+}
+
 template <typename TT>
 __global__ void __launch_bounds__(128)
     flash_bwd_rowdot_kernel(float* Dout, const TT* dout, const TT* out, int B, int T, int C,
@@ -86,6 +109,32 @@ __device__ __forceinline__ float dot_f32(const float* a, const float* b) {
 #pragma unroll 16
   for (int d = 0; d < D; d++) s += a[d] * b[d];
   return s;
+}
+
+// P and dS of one (query, key) pair (FA2 Algorithm 2): p = exp2(a.b sl2 - lse2) from the score
+// rows a, b and dS = p (c.d - Dt) from the dP rows c, d (all rows of shared tiles); returns p.
+// lse2 and Dt by reference: read where they are used, not held in registers over the dot products.
+template <int D>
+__device__ __forceinline__ float p_and_ds_f32(const float* a, const float* b, const float* c,
+                                              const float* d, float sl2, const float& lse2,
+                                              const float& Dt, float& ds) {
+  const float p = p_from_lse2(dot_f32<D>(a, b), sl2, lse2);
+  const float dp = dot_f32<D>(c, d);
+  ds = p * (dp - Dt);
+  return p;
+}
+
+// acc[y] += sum over c = 0..N-1, in order, of prow[c] * tile[c][sub + 4y]: this thread's output
+// columns of a row of P (or dS) times an N-row shared tile of stride D + 1 (V, dO, Q or K).
+template <int D, int N>
+__device__ __forceinline__ void add_row_times_tile_f32(float (&acc)[D / 4], const float* prow,
+                                                       const float* tile, int sub) {
+  constexpr int LD = D + 1;
+  for (int c = 0; c < N; c++) {
+    const float p = prow[c];
+#pragma unroll
+    for (int y = 0; y < D / 4; y++) acc[y] += p * tile[c * LD + sub + 4 * y];
+  }
 }
 
 template <int D>
@@ -154,11 +203,7 @@ __global__ void __launch_bounds__(kThreadsF32)
     __syncwarp();  // sP row r (written by its 4 lanes) visible to them
 #pragma unroll
     for (int y = 0; y < NY; y++) o[y] *= alpha;
-    for (int c = 0; c < kBc; c++) {
-      const float p = sP[r * LDP + c];
-#pragma unroll
-      for (int y = 0; y < NY; y++) o[y] += p * sV[c * LD + sub + 4 * y];
-    }
+    add_row_times_tile_f32<D, kBc>(o, sP + r * LDP, sV, sub);  // O += P V
     __syncwarp();  // reads of sP row r done before the next tile overwrites it
   }
   if (row < T) {
@@ -214,11 +259,7 @@ __global__ void __launch_bounds__(kThreadsF32)
     __syncthreads();
     load_rows_f32<D>(sQ, qb, C3, i0, T);
     load_rows_f32<D>(sdO, dob, size_t(C), i0, T);
-    for (int x = threadIdx.x; x < kBr; x += kThreadsF32) {
-      const bool ok = i0 + x < T;
-      sL2[x] = ok ? lse[size_t(bh) * T + i0 + x] * float(kLog2e) : 0.0f;
-      sD[x] = ok ? Drow[size_t(bh) * T + i0 + x] : 0.0f;
-    }
+    load_lse2_D_tile<kThreadsF32>(sL2, sD, lse, Drow, bh, T, i0);
     __syncthreads();
     // P^T and dS^T for key row r against queries c = sub + 4x.
     float ds[kBr / 4];
@@ -226,29 +267,19 @@ __global__ void __launch_bounds__(kThreadsF32)
     for (int x = 0; x < kBr / 4; x++) {
       const int c = sub + 4 * x, query = i0 + c;
       float p = 0.0f, dsv = 0.0f;
-      if (!(key > query || query >= T || key >= T)) {
-        p = exp2f(dot_f32<D>(sK + r * LD, sQ + c * LD) * sl2 - sL2[c]);
-        const float dp = dot_f32<D>(sV + r * LD, sdO + c * LD);
-        dsv = p * (dp - sD[c]);
-      }
+      if (!(key > query || query >= T || key >= T))
+        p = p_and_ds_f32<D>(sK + r * LD, sQ + c * LD, sV + r * LD, sdO + c * LD, sl2, sL2[c], sD[c],
+                            dsv);
       sP[r * LDP + c] = p;
       ds[x] = dsv;
     }
     __syncwarp();
-    for (int c = 0; c < kBr; c++) {  // dV += P^T dO
-      const float p = sP[r * LDP + c];
-#pragma unroll
-      for (int y = 0; y < NY; y++) dv[y] += p * sdO[c * LD + sub + 4 * y];
-    }
+    add_row_times_tile_f32<D, kBr>(dv, sP + r * LDP, sdO, sub);  // dV += P^T dO
     __syncwarp();
 #pragma unroll
     for (int x = 0; x < kBr / 4; x++) sP[r * LDP + sub + 4 * x] = ds[x];
     __syncwarp();
-    for (int c = 0; c < kBr; c++) {  // dK += dS^T Q
-      const float d = sP[r * LDP + c];
-#pragma unroll
-      for (int y = 0; y < NY; y++) dk[y] += d * sQ[c * LD + sub + 4 * y];
-    }
+    add_row_times_tile_f32<D, kBr>(dk, sP + r * LDP, sQ, sub);  // dK += dS^T Q
   }
   if (key < T) {
     float* dkrow = dqkv + (size_t(b) * T + key) * C3 + C + size_t(h) * D;
@@ -289,8 +320,7 @@ __global__ void __launch_bounds__(kThreadsF32)
   const float* dob = dout + size_t(b) * T * C + size_t(h) * D;
   const int r = threadIdx.x >> 2, sub = threadIdx.x & 3;
   const int row = i0 + r;
-  const float l2 = row < T ? lse[size_t(bh) * T + row] * float(kLog2e) : 0.0f;
-  const float Dr = row < T ? Drow[size_t(bh) * T + row] : 0.0f;
+  const float l2 = lse2_or_0(lse, bh, T, row), Dr = D_or_0(Drow, bh, T, row);
 
   load_rows_f32<D>(sQ, qb, C3, i0, T);
   load_rows_f32<D>(sdO, dob, size_t(C), i0, T);
@@ -308,19 +338,12 @@ __global__ void __launch_bounds__(kThreadsF32)
     for (int x = 0; x < kBc / 4; x++) {
       const int c = sub + 4 * x, key = j0 + c;
       float dsv = 0.0f;
-      if (!(key > row || key >= T || row >= T)) {
-        const float p = exp2f(dot_f32<D>(sQ + r * LD, sK + c * LD) * sl2 - l2);
-        const float dp = dot_f32<D>(sdO + r * LD, sV + c * LD);
-        dsv = p * (dp - Dr);
-      }
+      if (!(key > row || key >= T || row >= T))
+        p_and_ds_f32<D>(sQ + r * LD, sK + c * LD, sdO + r * LD, sV + c * LD, sl2, l2, Dr, dsv);
       sP[r * LDP + c] = dsv;
     }
     __syncwarp();
-    for (int c = 0; c < kBc; c++) {  // dQ += dS K
-      const float d = sP[r * LDP + c];
-#pragma unroll
-      for (int y = 0; y < NY; y++) dq[y] += d * sK[c * LD + sub + 4 * y];
-    }
+    add_row_times_tile_f32<D, kBc>(dq, sP + r * LDP, sK, sub);  // dQ += dS K
     __syncwarp();
   }
   if (row < T) {
@@ -392,6 +415,53 @@ __device__ __forceinline__ void c_to_a_frag(uint32_t (&a)[4], const float (&c0)[
   a[1] = pack_bf16(c0[2], c0[3]);
   a[2] = pack_bf16(c1[0], c1[1]);
   a[3] = pack_bf16(c1[2], c1[3]);
+}
+// The tile column of element e of n-tile nt's C fragment (its row is g for e < 2, g + 8 else).
+__device__ __forceinline__ int c_frag_col(int nt, int e, int tq) {
+  return nt * 8 + 2 * tq + (e & 1);
+}
+
+template <int N>
+__device__ __forceinline__ void zero_frags(float (&acc)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+// acc[nt] += A B over k < 16 KC for the warp's rows m0..m0+15 and n-tiles nt < NT: A from a
+// row-major [m][k] shared tile, B from an [n][k] shared tile, both with row stride ld. k-chunk by
+// k-chunk (A fragment loaded once per chunk), n-tiles in order.
+template <int KC, int NT>
+__device__ __forceinline__ void mma_tile_tile(float (&acc)[NT][4], const bf16* sA, const bf16* sB,
+                                              int ld, int m0, int g, int tq) {
+#pragma unroll
+  for (int kc = 0; kc < KC; kc++) {
+    uint32_t a[4];
+    load_a_frag(a, sA, ld, m0, kc * 16, g, tq);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      uint32_t b0, b1;
+      load_b_frag(b0, b1, sB, ld, nt * 8, kc * 16, g, tq);
+      mma_bf16(acc[nt], a, b0, b1);
+    }
+  }
+}
+// acc[dn] += P B with P the fp32 C fragments p[0..NP) of the previous product (P, P^T or dS:
+// k = its columns), rounded to bf16 A fragments two n-tiles at a time; B from an [n][k] shared
+// tile with row stride ldt (a transposed tile: V^T, dO^T, Q^T or K^T).
+template <int NP, int DN>
+__device__ __forceinline__ void mma_frags_tile(float (&acc)[DN][4], const float (&p)[NP][4],
+                                               const bf16* sBt, int ldt, int g, int tq) {
+  static_assert(NP % 2 == 0, "two C fragments per A fragment");
+#pragma unroll
+  for (int kc = 0; kc < NP / 2; kc++) {
+    uint32_t pa[4];
+    c_to_a_frag(pa, p[2 * kc], p[2 * kc + 1]);
+#pragma unroll
+    for (int dn = 0; dn < DN; dn++) {
+      uint32_t b0, b1;
+      load_b_frag(b0, b1, sBt, ldt, dn * 8, kc * 16, g, tq);
+      mma_bf16(acc[dn], pa, b0, b1);
+    }
+  }
 }
 
 // kBr rows of D bf16 from rows t0.. of a [T, stride] matrix into a row-major shared tile (row
@@ -466,8 +536,7 @@ __global__ void __launch_bounds__(kThreadsBf16)
   for (int kc = 0; kc < KC; kc++) load_a_frag(qa[kc], sQ, LD, warp * 16, kc * 16, g, tq);
 
   float o[DN][4];
-#pragma unroll
-  for (int dn = 0; dn < DN; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+  zero_frags(o);
   // Running max (log2 domain) of rows row0, row1 (the same in the 4 lanes of a quad) and this
   // lane's partial row sums (its 16 columns per tile; the quad is summed once at the end).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -480,8 +549,7 @@ __global__ void __launch_bounds__(kThreadsBf16)
     __syncthreads();
     // S = Q K^T: B[k = d][n = key] = K[key][d], K stored [key][d] = [n][k].
     float s[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    zero_frags(s);
 #pragma unroll
     for (int kc = 0; kc < KC; kc++)
 #pragma unroll
@@ -496,7 +564,7 @@ __global__ void __launch_bounds__(kThreadsBf16)
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const int key = j0 + nt * 8 + 2 * tq + (e & 1), row = e < 2 ? row0 : row1;
+        const int key = j0 + c_frag_col(nt, e, tq), row = e < 2 ? row0 : row1;
         s[nt][e] = (key > row || key >= T) ? -INFINITY : s[nt][e] * sl2;
         mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
       }
@@ -527,17 +595,7 @@ __global__ void __launch_bounds__(kThreadsBf16)
       o[dn][3] *= alpha[1];
     }
     // O += P V: P from registers (bf16), B[k = key][n = d] = Vt[d][key] = [n][k].
-#pragma unroll
-    for (int kc = 0; kc < kBc / 16; kc++) {
-      uint32_t pa[4];
-      c_to_a_frag(pa, s[2 * kc], s[2 * kc + 1]);
-#pragma unroll
-      for (int dn = 0; dn < DN; dn++) {
-        uint32_t b0, b1;
-        load_b_frag(b0, b1, sVt, LDT, dn * 8, kc * 16, g, tq);
-        mma_bf16(o[dn], pa, b0, b1);
-      }
-    }
+    mma_frags_tile(o, s, sVt, LDT, g, tq);
   }
 #pragma unroll
   for (int q = 0; q < 2; q++) {
@@ -595,10 +653,8 @@ __global__ void __launch_bounds__(kThreadsBf16)
   load_rows_bf16<D>(sK, kb, C3, j0, T);
   load_rows_bf16<D>(sV, vb, C3, j0, T);
   float dk[DN][4], dv[DN][4];
-#pragma unroll
-  for (int dn = 0; dn < DN; dn++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) dk[dn][e] = dv[dn][e] = 0.0f;
+  zero_frags(dk);
+  zero_frags(dv);
 
   for (int i = j; i < nt_tiles; i++) {
     const int i0 = i * kBr;
@@ -607,83 +663,34 @@ __global__ void __launch_bounds__(kThreadsBf16)
     load_rows_bf16_transposed<D>(sQt, qb, C3, i0, T);
     load_rows_bf16<D>(sdO, dob, size_t(C), i0, T);
     load_rows_bf16_transposed<D>(sdOt, dob, size_t(C), i0, T);
-    for (int x = threadIdx.x; x < kBr; x += kThreadsBf16) {
-      const bool ok = i0 + x < T;
-      sL2[x] = ok ? lse[size_t(bh) * T + i0 + x] * float(kLog2e) : 0.0f;
-      sD[x] = ok ? Drow[size_t(bh) * T + i0 + x] : 0.0f;
-    }
+    load_lse2_D_tile<kThreadsBf16>(sL2, sD, lse, Drow, bh, T, i0);
     __syncthreads();
     // S^T = K Q^T: A = K rows (row-major [key][d]); B[k = d][n = query] = Q[query][d] = [n][k].
     float st[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.0f;
-#pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-      uint32_t ka[4];
-      load_a_frag(ka, sK, LD, warp * 16, kc * 16, g, tq);
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        uint32_t b0, b1;
-        load_b_frag(b0, b1, sQ, LD, nt * 8, kc * 16, g, tq);
-        mma_bf16(st[nt], ka, b0, b1);
-      }
-    }
+    zero_frags(st);
+    mma_tile_tile<KC>(st, sK, sQ, LD, warp * 16, g, tq);
     // P^T, masked (key > query, key >= T, query >= T -> 0).
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const int qc = nt * 8 + 2 * tq + (e & 1), query = i0 + qc, key = e < 2 ? key0 : key1;
+        const int qc = c_frag_col(nt, e, tq), query = i0 + qc, key = e < 2 ? key0 : key1;
         st[nt][e] =
-            (key > query || query >= T || key >= T) ? 0.0f : exp2f(st[nt][e] * sl2 - sL2[qc]);
+            (key > query || query >= T || key >= T) ? 0.0f : p_from_lse2(st[nt][e], sl2, sL2[qc]);
       }
-      // dV += P^T dO: A = P^T from registers; B[k = query][n = d] = dOt[d][query] = [n][k].
-#pragma unroll
-    for (int kc = 0; kc < kBr / 16; kc++) {
-      uint32_t pa[4];
-      c_to_a_frag(pa, st[2 * kc], st[2 * kc + 1]);
-#pragma unroll
-      for (int dn = 0; dn < DN; dn++) {
-        uint32_t b0, b1;
-        load_b_frag(b0, b1, sdOt, LDT, dn * 8, kc * 16, g, tq);
-        mma_bf16(dv[dn], pa, b0, b1);
-      }
-    }
+    // dV += P^T dO: A = P^T from registers; B[k = query][n = d] = dOt[d][query] = [n][k].
+    mma_frags_tile(dv, st, sdOt, LDT, g, tq);
     // dP^T = V dO^T: A = V rows; B[k = d][n = query] = dO[query][d] = [n][k].
     float dpt[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.0f;
-#pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-      uint32_t va[4];
-      load_a_frag(va, sV, LD, warp * 16, kc * 16, g, tq);
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        uint32_t b0, b1;
-        load_b_frag(b0, b1, sdO, LD, nt * 8, kc * 16, g, tq);
-        mma_bf16(dpt[nt], va, b0, b1);
-      }
-    }
+    zero_frags(dpt);
+    mma_tile_tile<KC>(dpt, sV, sdO, LD, warp * 16, g, tq);
     // dS^T = P^T o (dP^T - D[query]) (0 where masked, since P^T is 0 there).
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int qc = nt * 8 + 2 * tq + (e & 1);
-        dpt[nt][e] = st[nt][e] * (dpt[nt][e] - sD[qc]);
-      }
-      // dK += dS^T Q: B[k = query][n = d] = Qt[d][query] = [n][k].
-#pragma unroll
-    for (int kc = 0; kc < kBr / 16; kc++) {
-      uint32_t da[4];
-      c_to_a_frag(da, dpt[2 * kc], dpt[2 * kc + 1]);
-#pragma unroll
-      for (int dn = 0; dn < DN; dn++) {
-        uint32_t b0, b1;
-        load_b_frag(b0, b1, sQt, LDT, dn * 8, kc * 16, g, tq);
-        mma_bf16(dk[dn], da, b0, b1);
-      }
-    }
+      for (int e = 0; e < 4; e++) dpt[nt][e] = st[nt][e] * (dpt[nt][e] - sD[c_frag_col(nt, e, tq)]);
+    // dK += dS^T Q: B[k = query][n = d] = Qt[d][query] = [n][k].
+    mma_frags_tile(dk, dpt, sQt, LDT, g, tq);
   }
   const int keys[2] = {key0, key1};
 #pragma unroll
@@ -734,15 +741,14 @@ __global__ void __launch_bounds__(kThreadsBf16)
   float l2[2], Dr[2];
 #pragma unroll
   for (int q = 0; q < 2; q++) {
-    l2[q] = rows[q] < T ? lse[size_t(bh) * T + rows[q]] * float(kLog2e) : 0.0f;
-    Dr[q] = rows[q] < T ? Drow[size_t(bh) * T + rows[q]] : 0.0f;
+    l2[q] = lse2_or_0(lse, bh, T, rows[q]);
+    Dr[q] = D_or_0(Drow, bh, T, rows[q]);
   }
 
   load_rows_bf16<D>(sQ, qb, C3, i0, T);
   load_rows_bf16<D>(sdO, dob, size_t(C), i0, T);
   float dq[DN][4];
-#pragma unroll
-  for (int dn = 0; dn < DN; dn++) dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
+  zero_frags(dq);
 
   for (int j = 0; j <= i; j++) {
     const int j0 = j * kBc;
@@ -752,11 +758,10 @@ __global__ void __launch_bounds__(kThreadsBf16)
     load_rows_bf16_transposed<D>(sKt, kb, C3, j0, T);
     __syncthreads();
     // S = Q K^T and dP = dO V^T (B[k = d][n = key] from the [key][d] tiles).
+    // (One k loop for both products: two mma_tile_tile calls take up to 10 more registers.)
     float s[NT][4], dp[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+    zero_frags(s);
+    zero_frags(dp);
 #pragma unroll
     for (int kc = 0; kc < KC; kc++) {
       uint32_t qa[4], da[4];
@@ -776,23 +781,13 @@ __global__ void __launch_bounds__(kThreadsBf16)
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        const int key = j0 + nt * 8 + 2 * tq + (e & 1), q = e >> 1;
+        const int key = j0 + c_frag_col(nt, e, tq), q = e >> 1;
         const bool masked = key > rows[q] || key >= T || rows[q] >= T;
-        const float p = masked ? 0.0f : exp2f(s[nt][e] * sl2 - l2[q]);
+        const float p = masked ? 0.0f : p_from_lse2(s[nt][e], sl2, l2[q]);
         s[nt][e] = p * (dp[nt][e] - Dr[q]);
       }
-      // dQ += dS K: B[k = key][n = d] = Kt[d][key] = [n][k].
-#pragma unroll
-    for (int kc = 0; kc < kBc / 16; kc++) {
-      uint32_t dsa[4];
-      c_to_a_frag(dsa, s[2 * kc], s[2 * kc + 1]);
-#pragma unroll
-      for (int dn = 0; dn < DN; dn++) {
-        uint32_t b0, b1;
-        load_b_frag(b0, b1, sKt, LDT, dn * 8, kc * 16, g, tq);
-        mma_bf16(dq[dn], dsa, b0, b1);
-      }
-    }
+    // dQ += dS K: B[k = key][n = d] = Kt[d][key] = [n][k].
+    mma_frags_tile(dq, s, sKt, LDT, g, tq);
   }
 #pragma unroll
   for (int q = 0; q < 2; q++) {

@@ -120,10 +120,12 @@ struct Tol {
 constexpr Tol kFp32{1e-5, 1e-5};
 constexpr double kBf16Frob = 1e-2, kBf16LseFrob = 1e-3;
 // Floor of the reference scale (max|cpu| above, RMS for the Frobenius error): at T = 1, dq and dk
-// are analytically zero (dP - D = 0), the twin gets exactly 0 and the kernels a rounding residue
-// (their dP and D sum in other orders); the inputs are N(0,1), so 1e-2 of that scale keeps the
-// tests meaningful and well-defined for an all-zero reference.
-constexpr double kScaleFloor = 1e-2;
+// are analytically zero (dP - D = 0), the twin gets exactly 0 and the kernels the cancellation
+// residue of dP - D (their D sums in another order): ~1 ulp of |D| ~ sqrt(HS), times the scale and
+// |k|, up to ~3e-7 (1.3e-7 measured by the CPU emulation of the kernel, tests/emu, at B=2 T=1
+// NH=2 HS=32). With inputs N(0,1) a floor of 0.1 (atol 1e-6 elementwise) covers it while a real
+// slip is O(1); the Frobenius check keeps 1e-2 of the RMS.
+constexpr double kScaleFloor = 1e-1, kFrobScaleFloor = 1e-2;
 
 // Elements of `got` selected by pick(i): |got - ref| <= rtol |ref| + atol max|ref|; NaN fails.
 template <typename Pick>
@@ -167,7 +169,7 @@ void expect_frob(const std::vector<float>& got, const std::vector<float>& ref, d
     den += double(ref[i]) * double(ref[i]);
   }
   EXPECT_EQ(nonfinite, 0u) << what << ": non-finite elements";
-  const double rel = std::sqrt(num) / std::max(std::sqrt(den), kScaleFloor * std::sqrt(double(n)));
+  const double rel = std::sqrt(num) / std::max(std::sqrt(den), kFrobScaleFloor * std::sqrt(double(n)));
   EXPECT_LE(rel, lim) << what << ": relative Frobenius error";
 }
 void expect_frob(const std::vector<float>& got, const std::vector<float>& ref, double lim,
