@@ -27,41 +27,65 @@ void cast_bf16_to_f32(float* dst, const bf16* src, size_t n, cudaStream_t s);  /
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 #ifdef __CUDACC__
-// Unpack a raw 16-byte group (kept in registers by the row kernels) into floats.
+// The helpers move bits with memcpy and shifts, never through a bf16* or __nv_bfloat162* view of
+// a uint4 (C++ strict aliasing); memcpy between registers compiles to plain moves.
+__device__ __forceinline__ uint32_t word_of(const uint4& r, int i) {
+  return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
+}
+__device__ __forceinline__ void set_word(uint4& r, int i, uint32_t v) {
+  if (i == 0) r.x = v;
+  else if (i == 1) r.y = v;
+  else if (i == 2) r.z = v;
+  else r.w = v;
+}
+__device__ __forceinline__ float f32_from_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+// Unpack a raw 16-byte group (kept in registers by the row kernels) into floats: element 2i is
+// the low half of word i (little-endian, as __nv_bfloat162's .x), element 2i+1 the high half.
 __device__ __forceinline__ void unpack8(float (&f)[8], const uint4& raw) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
+    const uint32_t w = word_of(raw, i);
+    f[2 * i] = f32_from_bits(w << 16);
+    f[2 * i + 1] = f32_from_bits(w & 0xffff0000u);
   }
 }
 // The first `valid` (0..8) elements at p, element by element (any alignment); the rest are zero
 // bits. Used by the scalar fallbacks so they can share the packed-register code of the fast path.
 __device__ __forceinline__ uint4 load8_partial(const bf16* p, int valid) {
-  uint4 raw = make_uint4(0u, 0u, 0u, 0u);
-  bf16* h = reinterpret_cast<bf16*>(&raw);
+  uint16_t b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
   for (int j = 0; j < 8; j++)
-    if (j < valid) h[j] = p[j];
+    if (j < valid) memcpy(&b[j], p + j, sizeof(uint16_t));
+  uint4 raw;
+#pragma unroll
+  for (int i = 0; i < 4; i++) set_word(raw, i, uint32_t(b[2 * i]) | (uint32_t(b[2 * i + 1]) << 16));
   return raw;
 }
 __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
   uint4 raw;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
 #pragma unroll
-  for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  for (int i = 0; i < 4; i++) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    uint32_t u;
+    memcpy(&u, &h, sizeof u);
+    set_word(raw, i, u);
+  }
   return raw;
 }
 // Store the first `valid` elements of a packed group element by element (any alignment).
 __device__ __forceinline__ void store8_partial(bf16* p, const uint4& raw, int valid) {
-  const bf16* h = reinterpret_cast<const bf16*>(&raw);
 #pragma unroll
-  for (int j = 0; j < 8; j++)
-    if (j < valid) p[j] = h[j];
+  for (int j = 0; j < 8; j++) {
+    if (j >= valid) continue;
+    const uint16_t b = uint16_t(word_of(raw, j / 2) >> (16 * (j % 2)));
+    memcpy(static_cast<void*>(p + j), &b, sizeof b);
+  }
 }
-// 8 bf16 = 16 bytes as one load (p must be 16-byte aligned).
+// 8 bf16 = 16 bytes as one access (p must be 16-byte aligned).
 __device__ __forceinline__ void load8(float (&f)[8], const bf16* p) {
   const uint4 raw = *reinterpret_cast<const uint4*>(p);  // a copy: one 16-byte load
   unpack8(f, raw);

@@ -3,15 +3,29 @@
 // Kernel sources are turned into host C++ by gen_host_kernels.py (which rewrites the CUDA-only
 // constructs into the calls below); a test then calls
 //   cuda_emu::launch(grid, block, dynamic_smem_bytes, [&] { my_kernel<...>(args...); });
-// with host pointers standing for device pointers.
+// with host pointers standing for device pointers. A whole .cu with its launchers (--whole) has
+// each `k<<<grid, block, smem, stream>>>(args)` rewritten into
+//   cuda_emu::launch_kernel(k, grid, block, smem, stream, args...);
+// which checks the launch configuration as the CUDA runtime does (the error is then returned by
+// cudaGetLastError, see cuda_emu_runtime.cpp for the runtime shim and its device limits).
 //
 // What is modelled:
-//   - Every CUDA thread of a block is a std::thread; threadIdx, blockIdx, blockDim and gridDim are
-//     thread-local globals. Blocks run one after the other (threads are reused between blocks);
-//     warps are 32 consecutive linear thread indices.
+//   - Every CUDA thread of a block is a fiber (its own stack, ucontext) on the launching host
+//     thread; threadIdx, blockIdx, blockDim and gridDim are thread-locals that the scheduler sets
+//     for the fiber it resumes. Blocks run one after the other; warps are 32 consecutive linear
+//     thread indices.
+//   - Scheduling is deterministic and adversarial: a fiber runs until it waits at a barrier (or
+//     exits), then the lowest-numbered runnable thread runs next in even blocks and the
+//     highest-numbered in odd ones. So one warp runs ahead of the others up to the next
+//     __syncthreads (and its lane 0 or 31 ahead of the other lanes up to the next warp barrier) -
+//     schedules the hardware may pick - and a missing barrier shows up as a read of a value not
+//     yet written (NaN-filled shared memory) or already overwritten. BATON_EMU_ORDER=forward,
+//     reverse or alternate (default) picks the policy for every block.
 //   - __syncthreads(): a barrier of the block; __syncwarp(): a barrier of the warp. A thread that
 //     returns from the kernel leaves both barriers (exited threads do not hold up __syncthreads,
-//     as on the hardware).
+//     as on the hardware). A barrier that can never complete (threads waiting at different
+//     barriers, or at one the others exited without reaching) fails the launch ("deadlock")
+//     instead of hanging as the hardware would.
 //   - __shfl_sync / __shfl_xor_sync / __shfl_up_sync / __shfl_down_sync with a full mask, through
 //     a per-warp exchange buffer between two warp barriers (`width` as documented by CUDA).
 //   - mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: the lanes deposit their fragments and
@@ -24,43 +38,89 @@
 //     filled with 0xFF bytes before the block starts (NaN as float and bf16), so a read of shared
 //     memory nobody wrote shows up as NaN in the results; a guard zone after it detects writes past
 //     the launch's dynamic size (the launch throws).
+//   - Static shared memory (`__shared__ T x[..]` in a kernel or device function): one instance per
+//     declaration per block, shared by the block's threads (static_smem: the block's arena keyed
+//     by the declaration), 0xFF-filled and guarded like the dynamic buffer; at most 48 KiB per
+//     block, and static + dynamic at most the opt-in limit (227 KiB) as on an H100.
+//   - launch_kernel: CUDA's launch checks (block <= 1024 threads and (1024, 1024, 64), grid y/z <=
+//     65535, nothing zero; dynamic shared memory above 48 KiB only after cudaFuncSetAttribute(k,
+//     cudaFuncAttributeMaxDynamicSharedMemorySize, n >= it)), the arguments converted once to the
+//     kernel's parameter types; __launch_bounds__(n) kernels refuse blocks of more than n threads.
+//   - Device math: min/max (CUDA's overloads, fminf/fmaxf for floating point), __ldg (a plain
+//     load), rsqrtf. The fast-math intrinsics (__expf, __logf, __powf, __sinf, __fdividef, ...)
+//     are mapped by the generator to the PRECISE host functions (expf, logf, ...): the emulator is
+//     not bit-exact for them (nor for expf, exp2f, tanhf, ... themselves: host libm, not the
+//     device's ulp bounds). The kernels are built without fast math, so this concerns only
+//     explicit intrinsics.
 // What is not modelled:
-//   - Warp divergence and scheduling: threads run freely between barriers (a real warp runs in
-//     lockstep or independently per Volta+ scheduling; code that relies on implicit
-//     warp-synchronous execution without __syncwarp may pass here and fail there, or the reverse).
-//   - The memory model: no detection of data races beyond what the NaN-filled shared memory and
-//     the barriers expose (a read racing with a write of the same phase is not reported); no
-//     global-memory visibility rules, no atomics, no inter-block concurrency (blocks are
-//     sequential).
-//   - Partial masks for __syncwarp/shuffles (refused), static __shared__ arrays, other PTX,
-//     cp.async, device math precision (exp2f etc. are the host's libm, not the 2-ulp device
-//     versions), FMA contraction as nvcc does it, launch limits other than 1024 threads/block.
-// A mismatched barrier (a thread that never reaches a __syncthreads the others wait in) hangs, as
-// on the hardware; the ctest TIMEOUT turns that into a failure.
+//   - Lockstep warps: lanes run one at a time between warp barriers, so code that relies on
+//     implicit warp-synchronous execution without __syncwarp fails here (as it may on Volta+).
+//   - The memory model: races are exposed only through the two schedules above (no detection of
+//     a read racing with a write of the same phase as such); no global-memory visibility rules,
+//     no atomics, no inter-block concurrency (blocks are sequential).
+//   - Partial masks for __syncwarp/shuffles (refused), other PTX, cp.async, atomics (refused by
+//     the generator: the kernels have none by design), device math precision (see above), FMA
+//     contraction as nvcc does it, register limits, streams and asynchrony (every launch and copy
+//     completes before it returns, so a host-side race with the device cannot show here).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>  // dim3, uint3, uint4, make_* (host definitions)
 
+#include <algorithm>
 #include <array>
 #include <atomic>
-#include <barrier>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <thread>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
+
+#include <sys/mman.h>
+#include <ucontext.h>
 
 // The CUDA built-in variables, per emulated thread.
 inline thread_local uint3 threadIdx{};
 inline thread_local uint3 blockIdx{};
 inline thread_local dim3 blockDim;
 inline thread_local dim3 gridDim;
+
+// CUDA's min/max for device code (math_functions.hpp declares them only for nvcc): integers in
+// their common type (CUDA's mixed signed/unsigned overloads return the unsigned type, as here),
+// floating point through fmin/fmax (a NaN operand yields the other one, as fminf/fmaxf).
+template <class A, class B,
+          std::enable_if_t<std::is_arithmetic_v<A> && std::is_arithmetic_v<B>, int> = 0>
+inline std::common_type_t<A, B> min(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  if constexpr (std::is_floating_point_v<C>)
+    return std::fmin(C(a), C(b));
+  else
+    return C(b) < C(a) ? C(b) : C(a);
+}
+template <class A, class B,
+          std::enable_if_t<std::is_arithmetic_v<A> && std::is_arithmetic_v<B>, int> = 0>
+inline std::common_type_t<A, B> max(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  if constexpr (std::is_floating_point_v<C>)
+    return std::fmax(C(a), C(b));
+  else
+    return C(a) < C(b) ? C(b) : C(a);
+}
+
+// cuda_runtime.h's C++ overload taking the kernel itself exists only under nvcc.
+template <class... P>
+inline cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
 
 namespace cuda_emu {
 
@@ -79,18 +139,30 @@ namespace detail {
 
 constexpr int kWarp = 32;
 constexpr size_t kSmemAlign = 16, kSmemGuard = 256;
+// Shared memory per block (H100, as cuda_emu_runtime.cpp reports): static at most 48 KiB; dynamic
+// above 48 KiB only after the kernel opted in; static + dynamic at most the opt-in limit.
+constexpr size_t kSmemDefault = 48 * 1024, kSmemOptin = 227 * 1024;
+
+// A barrier of the cooperative threads: `expected` members have not exited, `arrived` of them
+// wait in the current phase (`gen`), `waiters` are their thread numbers.
+struct Barrier {
+  explicit Barrier(int n) : expected(n) {}
+  int expected, arrived = 0;
+  uint64_t gen = 0;
+  std::vector<unsigned> waiters;
+};
 
 struct Warp {
   explicit Warp(int n) : size(n), bar(n) {}
   int size;  // 32 unless the block size is not a multiple of 32 (last warp)
-  std::barrier<> bar;
+  Barrier bar;
   uint64_t xchg[kWarp];                  // shuffles
   std::array<uint32_t, 4> mma_a[kWarp];  // mma fragments
   std::array<uint32_t, 2> mma_b[kWarp];
 };
 
 struct Block {
-  Block(unsigned nthreads, size_t smem) : bar(nthreads), smem_bytes(smem) {
+  Block(unsigned nthreads, size_t smem) : bar(int(nthreads)), smem_bytes(smem) {
     for (unsigned w = 0; w * kWarp < nthreads; w++)
       warps.push_back(std::make_unique<Warp>(int(std::min<unsigned>(kWarp, nthreads - w * kWarp))));
     storage.assign(smem + kSmemAlign + kSmemGuard, 0xFF);
@@ -99,16 +171,33 @@ struct Block {
     const auto p = reinterpret_cast<uintptr_t>(storage.data());
     return reinterpret_cast<unsigned char*>((p + kSmemAlign - 1) & ~uintptr_t(kSmemAlign - 1));
   }
-  bool guard_intact() {
-    const unsigned char* g = smem() + smem_bytes;
+  static bool guard_ok(const unsigned char* g) {
     for (size_t i = 0; i < kSmemGuard; i++)
       if (g[i] != 0xFF) return false;
     return true;
   }
-  std::barrier<> bar;
+  // Empty when intact, else what was overrun.
+  std::string overrun() {
+    if (!guard_ok(smem() + smem_bytes))
+      return "its dynamic shared memory (" + std::to_string(smem_bytes) + " bytes)";
+    for (const StaticVar& v : statics)
+      if (!guard_ok(v.p + v.bytes))
+        return "a static __shared__ variable (" + std::to_string(v.bytes) + " bytes)";
+    return {};
+  }
+  Barrier bar;
   std::vector<std::unique_ptr<Warp>> warps;
   std::vector<unsigned char> storage;
   size_t smem_bytes;
+  // Static __shared__ variables of this block, one per declaration (key: the declaration's tag).
+  struct StaticVar {
+    const void* key;
+    unsigned char* p;
+    size_t bytes;
+    std::unique_ptr<unsigned char[]> mem;
+  };
+  std::vector<StaticVar> statics;
+  size_t static_bytes = 0;
 };
 
 inline thread_local Block* t_block = nullptr;
@@ -127,6 +216,208 @@ inline Warp& full_warp(unsigned mask, const char* what) {
                            " is modelled for full warps and mask 0xffffffff only");
   return w;
 }
+
+// ---- the threads of a block as fibers, and their scheduler --------------------------------------
+
+constexpr size_t kStackBytes = 256 * 1024, kStackGuard = 4096;
+
+struct Fiber {
+  ucontext_t ctx{};
+  unsigned char* stack = nullptr;  // kStackGuard inaccessible bytes, then kStackBytes of stack
+  const char* wait_what = nullptr;
+  bool done = true;
+};
+
+enum class Order { kAlternate, kForward, kReverse };
+inline Order order_from_env() {
+  static const Order order = [] {
+    const char* e = std::getenv("BATON_EMU_ORDER");
+    const std::string v = e ? e : "";
+    if (v.empty() || v == "alternate") return Order::kAlternate;
+    if (v == "forward") return Order::kForward;
+    if (v == "reverse") return Order::kReverse;
+    throw std::invalid_argument("BATON_EMU_ORDER must be forward, reverse or alternate, not " + v);
+  }();
+  return order;
+}
+
+class Scheduler;
+inline thread_local Scheduler* t_sched = nullptr;
+
+// Runs the threads of one block at a time as fibers on the calling thread. A fiber runs until it
+// waits at a barrier or exits; the next one is the lowest (or, `reverse`, highest) numbered
+// runnable thread.
+class Scheduler {
+ public:
+  Scheduler() = default;
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+  ~Scheduler() {
+    for (auto& f : fibers_) munmap(f->stack, kStackGuard + kStackBytes);
+  }
+  bool running() const { return running_; }
+
+  // Runs body(arg) as threads 0..nthreads-1 of blk until every one has exited or none can go on.
+  // Returns "" or the first error: a thread's exception, or a deadlock.
+  std::string run_block(Block& blk, unsigned nthreads, bool reverse, void (*body)(void*), void* arg) {
+    grow(nthreads);
+    block_ = &blk;
+    reverse_ = reverse;
+    body_ = body;
+    arg_ = arg;
+    error_.clear();
+    ready_.assign((nthreads + 63) / 64, 0);
+    for (unsigned t = 0; t < nthreads; t++) {
+      Fiber& f = *fibers_[t];
+      f.done = false;
+      f.wait_what = nullptr;
+      f.ctx.uc_stack.ss_sp = f.stack + kStackGuard;
+      f.ctx.uc_stack.ss_size = kStackBytes;
+      f.ctx.uc_link = nullptr;
+      makecontext(&f.ctx, &Scheduler::entry, 0);
+      set_ready(t, true);
+    }
+    Scheduler* const outer = t_sched;
+    t_sched = this;
+    running_ = true;
+    for (int next; (next = pick()) >= 0;) resume(&host_, unsigned(next));
+    running_ = false;
+    t_sched = outer;
+    if (error_.empty()) {
+      unsigned stuck = 0, first = 0;
+      for (unsigned t = 0; t < nthreads; t++)
+        if (!fibers_[t]->done && stuck++ == 0) first = t;
+      if (stuck > 0)
+        error_ = "cuda_emu: deadlock: " + std::to_string(stuck) + " threads wait forever (thread " +
+                 std::to_string(first) + " at " + fibers_[first]->wait_what +
+                 "): the others exited or wait at another barrier";
+    }
+    return error_;
+  }
+
+  // The running thread waits at `bar` until every member that has not exited arrived.
+  void wait(Barrier& bar, const char* what) {
+    bar.arrived++;
+    if (bar.arrived == bar.expected) {
+      complete(bar);
+    } else {
+      fibers_[cur_]->wait_what = what;
+      set_ready(cur_, false);
+      bar.waiters.push_back(cur_);
+    }
+    yield();
+  }
+
+ private:
+  static void entry() {
+    Scheduler& s = *t_sched;
+    const unsigned me = s.cur_;
+    try {
+      s.body_(s.arg_);
+    } catch (const std::exception& e) {
+      s.fail(me, e.what());
+    } catch (...) {
+      s.fail(me, "unknown exception");
+    }
+    s.exit_thread(me);
+  }
+  void fail(unsigned me, const std::string& what) {
+    if (error_.empty()) error_ = "thread " + std::to_string(me) + ": " + what;
+  }
+  // The thread has returned from the kernel: it leaves its warp's and block's barriers.
+  void exit_thread(unsigned me) {
+    fibers_[me]->done = true;
+    set_ready(me, false);
+    drop(block_->warps[me / kWarp]->bar);
+    drop(block_->bar);
+    const int next = pick();
+    if (next < 0) setcontext(&host_);  // does not return
+    cur_ = unsigned(next);
+    set_thread(cur_);
+    setcontext(&fibers_[cur_]->ctx);
+  }
+  void drop(Barrier& b) {
+    b.expected--;
+    if (b.arrived > 0 && b.arrived == b.expected) complete(b);
+  }
+  void complete(Barrier& b) {
+    b.arrived = 0;
+    b.gen++;
+    for (unsigned t : b.waiters) set_ready(t, true);
+    b.waiters.clear();
+  }
+  void yield() {
+    const int next = pick();
+    if (next == int(cur_)) return;
+    if (next < 0) {
+      swapcontext(&fibers_[cur_]->ctx, &host_);  // deadlock: the host reports it
+      return;
+    }
+    resume(&fibers_[cur_]->ctx, unsigned(next));
+  }
+  void resume(ucontext_t* from, unsigned next) {
+    cur_ = next;
+    set_thread(next);
+    swapcontext(from, &fibers_[next]->ctx);
+  }
+  static void set_thread(unsigned t) {
+    t_tid = t;
+    threadIdx = make_uint3(t % blockDim.x, (t / blockDim.x) % blockDim.y,
+                           t / (blockDim.x * blockDim.y));
+  }
+  void set_ready(unsigned t, bool on) {
+    if (on)
+      ready_[t / 64] |= uint64_t(1) << (t % 64);
+    else
+      ready_[t / 64] &= ~(uint64_t(1) << (t % 64));
+  }
+  int pick() const {
+    if (!reverse_) {
+      for (size_t w = 0; w < ready_.size(); w++)
+        if (ready_[w]) return int(w * 64 + unsigned(__builtin_ctzll(ready_[w])));
+    } else {
+      for (size_t w = ready_.size(); w-- > 0;)
+        if (ready_[w]) return int(w * 64 + 63 - unsigned(__builtin_clzll(ready_[w])));
+    }
+    return -1;
+  }
+  // getcontext returns twice (GCC then warns about the variables live across it): kept apart.
+  [[gnu::noinline]] static bool init_context(ucontext_t* ctx) { return getcontext(ctx) == 0; }
+  void grow(unsigned n) {
+    while (fibers_.size() < n) {
+      auto f = std::make_unique<Fiber>();
+      void* p = mmap(nullptr, kStackGuard + kStackBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) throw std::runtime_error("cuda_emu: cannot map a fiber stack");
+      f->stack = static_cast<unsigned char*>(p);
+      mprotect(f->stack, kStackGuard, PROT_NONE);  // a stack overflow faults instead of corrupting
+      if (!init_context(&f->ctx)) throw std::runtime_error("cuda_emu: getcontext failed");
+      fibers_.push_back(std::move(f));
+    }
+  }
+
+  std::vector<std::unique_ptr<Fiber>> fibers_;
+  std::vector<uint64_t> ready_;  // bit t: thread t can run
+  ucontext_t host_{};
+  Block* block_ = nullptr;
+  unsigned cur_ = 0;
+  bool reverse_ = false, running_ = false;
+  void (*body_)(void*) = nullptr;
+  void* arg_ = nullptr;
+  std::string error_;
+};
+
+inline Scheduler& scheduler() {
+  static thread_local Scheduler s;
+  return s;
+}
+// The barrier wait of device code.
+inline void wait(Barrier& bar, const char* what) {
+  if (!t_sched || !t_sched->running())
+    throw std::logic_error("cuda_emu: device code called outside cuda_emu::launch");
+  t_sched->wait(bar, what);
+}
+
 inline float bf16_half(uint32_t reg, int hi) {  // element 0 in the low 16 bits
   const uint32_t u = hi ? (reg & 0xffff0000u) : (reg << 16);
   float f;
@@ -140,10 +431,10 @@ T shuffle(unsigned mask, T var, int src_lane, const char* what) {
   Warp& w = full_warp(mask, what);
   const unsigned me = lane();
   std::memcpy(&w.xchg[me], &var, sizeof(T));
-  w.bar.arrive_and_wait();
+  wait(w.bar, what);
   T r;
   std::memcpy(&r, &w.xchg[unsigned(src_lane) % kWarp], sizeof(T));
-  w.bar.arrive_and_wait();  // everyone has read before the next shuffle writes
+  wait(w.bar, what);  // everyone has read before the next shuffle writes
   return r;
 }
 
@@ -151,9 +442,9 @@ T shuffle(unsigned mask, T var, int src_lane, const char* what) {
 
 // ---- device-side intrinsics (the generated code calls these) -------------------------------
 
-inline void syncthreads() { detail::block().bar.arrive_and_wait(); }
+inline void syncthreads() { detail::wait(detail::block().bar, "__syncthreads"); }
 inline void syncwarp(unsigned mask = 0xffffffffu) {
-  detail::full_warp(mask, "__syncwarp").bar.arrive_and_wait();
+  detail::wait(detail::full_warp(mask, "__syncwarp").bar, "__syncwarp");
 }
 
 template <class T>
@@ -184,6 +475,62 @@ T* dynamic_smem() {
   return reinterpret_cast<T*>(detail::block().smem());
 }
 
+// A static `__shared__ T name;` (T may be an array type) of the running block: the generator turns
+// the declaration into `T& name = static_smem<T, align>(&tag)` with a tag unique to the
+// declaration, so every thread of a block gets the same instance and every block its own.
+template <class T, size_t Align = alignof(T)>
+T& static_smem(const void* key) {
+  static_assert(std::is_trivially_copyable_v<std::remove_all_extents_t<T>>,
+                "cuda_emu: __shared__ variables must be of trivially copyable types");
+  detail::Block& b = detail::block();
+  for (const auto& v : b.statics)
+    if (v.key == key) return *reinterpret_cast<T*>(v.p);
+  const size_t align = std::max(Align, detail::kSmemAlign);
+  b.static_bytes += (sizeof(T) + align - 1) / align * align;
+  if (b.static_bytes > detail::kSmemDefault)
+    throw std::runtime_error("cuda_emu: static __shared__ memory of the block exceeds 48 KiB (" +
+                             std::to_string(b.static_bytes) + " bytes)");
+  if (b.static_bytes + b.smem_bytes > detail::kSmemOptin)
+    throw std::runtime_error("cuda_emu: static + dynamic shared memory exceeds 227 KiB");
+  auto mem = std::make_unique<unsigned char[]>(sizeof(T) + align + detail::kSmemGuard);
+  std::memset(mem.get(), 0xFF, sizeof(T) + align + detail::kSmemGuard);
+  const auto a = reinterpret_cast<uintptr_t>(mem.get());
+  auto* p = reinterpret_cast<unsigned char*>((a + align - 1) & ~uintptr_t(align - 1));
+  b.statics.push_back({key, p, sizeof(T), std::move(mem)});
+  return *reinterpret_cast<T*>(p);
+}
+
+// __launch_bounds__(max_threads, ...): the generator calls this first in the kernel's body. A
+// launch with more threads per block fails on the device (too many resources requested).
+inline void launch_bounds(long long max_threads) {
+  const long long n = (long long)blockDim.x * blockDim.y * blockDim.z;
+  if (n > max_threads)
+    throw std::runtime_error("cuda_emu: launch of " + std::to_string(n) +
+                             " threads per block exceeds the kernel's __launch_bounds__(" +
+                             std::to_string(max_threads) +
+                             ") (CUDA: cudaErrorLaunchOutOfResources)");
+}
+
+// Device math without a host definition under that name (the generator renames the calls).
+// Fast-math intrinsics become the precise operations: not bit-exact to the device's versions.
+template <class T>
+T ldg(const T* p) {  // __ldg and the cache-hinted loads: a plain load
+  return *p;
+}
+template <class T>
+void st(T* p, T v) {  // __stcg, __stcs, __stwb, __stwt: a plain store
+  *p = v;
+}
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+inline float fdividef(float a, float b) { return a / b; }
+inline float saturatef(float x) { return x != x ? 0.0f : std::min(std::max(x, 0.0f), 1.0f); }
+inline float frcp_rn(float x) { return 1.0f / x; }
+inline float fadd_rn(float a, float b) { return a + b; }
+inline float fsub_rn(float a, float b) { return a - b; }
+inline float fmul_rn(float a, float b) { return a * b; }
+inline float fdiv_rn(float a, float b) { return a / b; }
+
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 d, a, b, c: returns this lane's D fragment.
 // Fragments (PTX ISA; g = lane / 4, t = lane % 4; registers hold two bf16, lower index low):
 //   A 16x16: a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
@@ -197,7 +544,7 @@ inline std::array<float, 4> mma_m16n8k16_row_col_f32_bf16_bf16_f32(std::array<fl
   const unsigned me = detail::lane();
   w.mma_a[me] = a;
   w.mma_b[me] = b;
-  w.bar.arrive_and_wait();
+  detail::wait(w.bar, "mma.sync");
   const bool swap_rows = g_mma_fault.load(std::memory_order_relaxed) == MmaFault::kSwapARowHalves;
   auto A = [&](int row, int k) {
     const int ln = (row % 8) * 4 + (k % 8) / 2;
@@ -217,7 +564,7 @@ inline std::array<float, 4> mma_m16n8k16_row_col_f32_bf16_bf16_f32(std::array<fl
     for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
     d[e] = float(s);
   }
-  w.bar.arrive_and_wait();  // everyone has read the fragments before the next mma writes
+  detail::wait(w.bar, "mma.sync");  // everyone has read the fragments before the next mma writes
   g_mma_lane_count.fetch_add(1, std::memory_order_relaxed);
   return d;
 }
@@ -225,8 +572,8 @@ inline std::array<float, 4> mma_m16n8k16_row_col_f32_bf16_bf16_f32(std::array<fl
 // ---- host side -------------------------------------------------------------------------------
 
 // Runs kernel() (a callable that calls the generated kernel with its arguments) once per thread of
-// every block of grid. Throws std::runtime_error when a thread threw (the first message) or a block
-// wrote past dynamic_smem_bytes of shared memory.
+// every block of grid. Throws std::runtime_error when a thread threw (the first message), a block
+// deadlocked or wrote past its shared memory (the launch stops at the first failing block).
 template <class F>
 void launch(dim3 grid, dim3 block, size_t dynamic_smem_bytes, F&& kernel) {
   const unsigned nthreads = block.x * block.y * block.z;
@@ -234,51 +581,81 @@ void launch(dim3 grid, dim3 block, size_t dynamic_smem_bytes, F&& kernel) {
     throw std::invalid_argument("cuda_emu::launch: threads per block must be 1..1024");
   const size_t nblocks = size_t(grid.x) * grid.y * grid.z;
   if (nblocks == 0) return;
-  std::mutex err_mu;
+  detail::Scheduler& sched = detail::scheduler();
+  if (sched.running()) throw std::logic_error("cuda_emu::launch: called from device code");
+  const detail::Order order = detail::order_from_env();
+  using K = std::remove_reference_t<F>;
+  void (*body)(void*) = [](void* k) { (*static_cast<K*>(k))(); };
+  void* arg = const_cast<void*>(static_cast<const void*>(std::addressof(kernel)));
+  blockDim = block;
+  gridDim = grid;
   std::string error;
-  std::unique_ptr<detail::Block> cur =
-      std::make_unique<detail::Block>(nthreads, dynamic_smem_bytes);
-  size_t block_no = 0;
-  // Between blocks (one thread, all others waiting): check the finished block, set up the next.
-  auto next_block = [&]() noexcept {
-    if (!cur->guard_intact() && error.empty())
-      error = "cuda_emu: block " + std::to_string(block_no) +
-              " wrote past its dynamic shared memory (" + std::to_string(dynamic_smem_bytes) +
-              " bytes)";
-    if (++block_no < nblocks) cur = std::make_unique<detail::Block>(nthreads, dynamic_smem_bytes);
-  };
-  std::barrier between(std::ptrdiff_t(nthreads), next_block);
-  auto body = [&](unsigned tid) {
-    blockDim = block;
-    gridDim = grid;
-    threadIdx = make_uint3(tid % block.x, (tid / block.x) % block.y, tid / (block.x * block.y));
-    detail::t_tid = tid;
-    for (size_t n = 0; n < nblocks; n++) {
-      detail::Block* blk = cur.get();  // set up by next_block before this phase started
-      detail::t_block = blk;
-      blockIdx = make_uint3(unsigned(n % grid.x), unsigned((n / grid.x) % grid.y),
-                            unsigned(n / (size_t(grid.x) * grid.y)));
-      try {
-        kernel();
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lk(err_mu);
-        if (error.empty()) error = e.what();
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(err_mu);
-        if (error.empty()) error = "cuda_emu: unknown exception in a kernel";
-      }
-      // The thread has exited the kernel: it no longer counts in the block's and warp's barriers.
-      blk->warps[tid / detail::kWarp]->bar.arrive_and_drop();
-      blk->bar.arrive_and_drop();
-      between.arrive_and_wait();
+  for (size_t n = 0; n < nblocks && error.empty(); n++) {
+    detail::Block blk(nthreads, dynamic_smem_bytes);
+    detail::t_block = &blk;
+    blockIdx = make_uint3(unsigned(n % grid.x), unsigned((n / grid.x) % grid.y),
+                          unsigned(n / (size_t(grid.x) * grid.y)));
+    const bool reverse = order == detail::Order::kReverse ||
+                         (order == detail::Order::kAlternate && n % 2 == 1);
+    const std::string where = "block (" + std::to_string(blockIdx.x) + "," +
+                              std::to_string(blockIdx.y) + "," + std::to_string(blockIdx.z) + ")";
+    error = sched.run_block(blk, nthreads, reverse, body, arg);
+    if (!error.empty()) {
+      error = where + ": " + error;
+    } else {
+      const std::string bad = blk.overrun();
+      if (!bad.empty()) error = "cuda_emu: " + where + " wrote past " + bad;
     }
     detail::t_block = nullptr;
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(nthreads);
-  for (unsigned t = 0; t < nthreads; t++) threads.emplace_back(body, t);
-  for (auto& t : threads) t.join();
+  }
   if (!error.empty()) throw std::runtime_error(error);
+}
+
+// ---- launches as the CUDA runtime makes them (the generator's rewrite of <<<>>>) ---------------
+
+// The runtime's per-host-thread error state (cudaGetLastError / cudaPeekAtLastError).
+inline thread_local cudaError_t t_last_error = cudaSuccess;
+// cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, n), per kernel.
+inline std::mutex g_func_mu;
+inline std::map<const void*, int> g_func_max_dynamic_smem;
+
+namespace detail {
+// cudaSuccess or the error CUDA reports for this configuration.
+inline cudaError_t check_config(const void* kernel, dim3 grid, dim3 block, size_t smem) {
+  if (block.x == 0 || block.y == 0 || block.z == 0 || block.x > 1024 || block.y > 1024 ||
+      block.z > 64 || (unsigned long long)block.x * block.y * block.z > 1024)
+    return cudaErrorInvalidConfiguration;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 ||
+      grid.z > 65535)
+    return cudaErrorInvalidConfiguration;
+  if (smem > kSmemDefault) {
+    std::lock_guard<std::mutex> lk(g_func_mu);
+    const auto it = g_func_max_dynamic_smem.find(kernel);
+    if (it == g_func_max_dynamic_smem.end() || size_t(it->second) < smem) return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+}  // namespace detail
+
+// kernel<<<grid, block, smem, stream>>>(args...): the arguments are converted once to the kernel's
+// parameter types (as the launch copies them), then every thread calls the kernel with them. A bad
+// configuration launches nothing and is left for cudaGetLastError, as on the device; the launch is
+// synchronous (the stream is ignored). Emulation failures (shared memory overruns, partial masks,
+// a thread's exception) throw std::runtime_error from here.
+template <class... P, class... A>
+void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t,
+                   A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A),
+                "cuda_emu::launch_kernel: the launch passes another number of arguments than the "
+                "kernel has parameters (default arguments are not supported)");
+  const cudaError_t e =
+      detail::check_config(reinterpret_cast<const void*>(kernel), grid, block, smem);
+  if (e != cudaSuccess) {
+    t_last_error = e;
+    return;
+  }
+  const std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
+  launch(grid, block, smem, [&] { std::apply(kernel, params); });
 }
 
 // Scoped fault injection for negative controls.

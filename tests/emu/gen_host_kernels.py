@@ -1,24 +1,45 @@
 #!/usr/bin/env python3
-"""Turns the kernel part of a CUDA source into host C++ that runs on the CPU emulator (cuda_emu.h).
+"""Turns a CUDA source into host C++ that runs on the CPU emulator (cuda_emu.h).
 
   gen_host_kernels.py --src kernels/flash_attention.cu --root <repo> --out flash_attention_host.inc
+  gen_host_kernels.py --whole --src kernels/layernorm.cu --root <repo> --out layernorm_host.cpp
+
+Two modes:
+  default  the kernel part only (for a test that launches the kernels itself with
+           cuda_emu::launch): the source is cut at its launcher banner (a `// ====` line, a
+           `// Launchers` line, a `// ====` line); kernels, device helpers and host constants
+           before it are kept and the namespaces open at the cut are closed. Writes a header.
+  --whole  the whole file, launchers included (for an emulated build of the kernel library that
+           the GPU test programs link instead of the real one, with cuda_emu_runtime.cpp in place
+           of cudart): `k<<<grid, block, smem, stream>>>(args);` becomes
+           `::cuda_emu::launch_kernel(k, grid, block, smem, stream, args);` (dim3 grid and block,
+           2-D/3-D included; smem and stream default to 0). Writes a .cpp.
 
 What it does, in order (every step checks the pattern it relies on and stops with an error naming
 the file, the line and what to change if the pattern is missing, so that a kernel edit that breaks
 the emulation fails the build instead of testing something else):
-  1. Cuts the source at its launcher banner (a `// ====` line, a `// Launchers` line, a `// ====`
-     line): launchers (<<<>>>, cudaFuncSetAttribute) stay on the GPU; kernels, device helpers and
-     host constants before the banner are kept. The namespaces open at the cut are closed.
+  1. (default mode) the cut at the launcher banner, see above.
   2. Inlines the project headers it includes ("kernels/x.cuh") that hide device code behind
      `#ifdef __CUDACC__` (kernels/common.cuh: warp_sum and friends), with that guard turned on,
      so the emulated kernels use the real helpers; other headers stay #includes.
   3. Rewrites the CUDA-only constructs into cuda_emu calls: __syncthreads, __syncwarp,
-     __shfl_*_sync, `extern __shared__ T name[];` (dynamic shared memory), and inline PTX `asm`
-     that is an mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (operands parsed from the
-     asm's operand lists, so the call passes exactly the registers the PTX names). Any other asm,
-     static __shared__ arrays, atomics, <<<>>> or other intrinsics are refused.
-  4. Drops what a host compiler does not need: __global__/__device__/__host__, __launch_bounds__,
-     `#pragma unroll`; __forceinline__ -> inline, __align__(n) -> alignas(n).
+     __shfl_*_sync, `extern __shared__ T name[];` (dynamic shared memory), static `__shared__ T
+     name[..];` inside a function (one instance per emulated block, shared by its threads:
+     cuda_emu::static_smem keyed by a tag unique to the declaration), __ldg and the cache-hinted
+     loads/stores (plain accesses), the fast-math intrinsics (__expf, __logf, __powf, __sinf,
+     __fdividef, ...: mapped to the PRECISE host functions, so not bit-exact to the device),
+     __launch_bounds__(n) (a check of the block size first in the kernel's body), <<<>>> (--whole),
+     and inline PTX `asm` that is an mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (operands
+     parsed from the asm's operand lists, so the call passes exactly the registers the PTX names).
+     Refused, each with its own message: atomics (the kernels have none by design: determinism),
+     any other asm, __shared__ outside a function, __constant__/__managed__, warp votes and
+     matches, fences, clocks, cp.async, wmma, cooperative groups, `__CUDA_ARCH__` branches,
+     and <<<>>> in the default mode.
+  4. Drops what a host compiler does not need: __global__/__device__/__host__,
+     `#pragma unroll`; __forceinline__ -> inline, __noinline__ -> nothing, __align__(n) ->
+     alignas(n). threadIdx/blockIdx/blockDim/gridDim are cuda_emu.h's thread-locals, the bf16
+     conversions (__float2bfloat16_rn, __bfloat162float, __floats2bfloat162_rn,
+     __bfloat1622float2, ...) are cuda_bf16.hpp's host versions, min/max cuda_emu.h's.
 Line numbers are kept (#line directives; rewritten statements are padded to their original line
 count), so compiler errors and debuggers point into the real .cu.
 """
@@ -190,7 +211,8 @@ def inline_device_headers(path, text, root, seen, deps):
         hdr = os.path.join(root, rel)
         if not os.path.isfile(hdr):
             return m.group(0)  # a system or generated header: leave it to the compiler
-        body = open(hdr, encoding='utf-8').read()
+        with open(hdr, encoding='utf-8') as f:
+            body = f.read()
         if '__CUDACC__' not in code_mask(body) or rel in seen:
             return m.group(0)
         seen.add(rel)
@@ -297,10 +319,26 @@ SIMPLE_REWRITES = [
     (re.compile(r'\b__syncwarp\s*\('), '::cuda_emu::syncwarp('),
     (re.compile(r'\b__shfl_(xor|down|up)_sync\s*\('), r'::cuda_emu::shfl_\1_sync('),
     (re.compile(r'\b__shfl_sync\s*\('), '::cuda_emu::shfl_sync('),
+    # Loads and stores with cache hints: plain accesses.
+    (re.compile(r'\b__ld(?:g|ca|cg|cs|lu|cv)\s*\('), '::cuda_emu::ldg('),
+    (re.compile(r'\b__st(?:cg|cs|wb|wt)\s*\('), '::cuda_emu::st('),
+    # Fast-math intrinsics -> the PRECISE host functions (not bit-exact to the device's
+    # approximations; the kernels are built without fast math, these are explicit calls).
+    (re.compile(r'\b__(expf|exp10f|logf|log2f|log10f|sinf|cosf|tanf|powf|sincosf)\s*\('), r'\1('),
+    (re.compile(r'\b__fsqrt_rn\s*\('), 'sqrtf('),
+    (re.compile(r'\b__fmaf_rn\s*\('), 'fmaf('),
+    (re.compile(r'\b__(fdividef|saturatef|frcp_rn|fadd_rn|fsub_rn|fmul_rn|fdiv_rn)\s*\('),
+     r'::cuda_emu::\1('),
+    (re.compile(r'\b__frsqrt_rn\s*\('), '::cuda_emu::rsqrtf('),
+    (re.compile(r'(?<![\w:.])rsqrtf?\s*\('), lambda m: '::cuda_emu::' + m.group(0)),
 ]
 EXTERN_SHARED = re.compile(
     r'\bextern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:<>, ]*?)\s+'
     r'(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_]\w*)\s*\[\s*\]\s*;')
+_DECLARATOR = r'[A-Za-z_]\w*\s*(?:\[[^\[\];]+\]\s*)*'
+STATIC_SHARED = re.compile(
+    r'\b__shared__\s+(?:__align__\s*\(\s*(\d+)\s*\)\s+)?([A-Za-z_][\w:<>, ]*?)\s+'
+    r'(?:__align__\s*\(\s*(\d+)\s*\)\s+)?(' + _DECLARATOR + r'(?:,\s*' + _DECLARATOR + r')*);')
 QUALIFIERS = [
     (re.compile(r'\b__global__\s+'), ''),
     (re.compile(r'\b__device__\s+'), ''),
@@ -310,17 +348,167 @@ QUALIFIERS = [
     (re.compile(r'\b__align__\s*\(\s*(\d+)\s*\)'), r'alignas(\1)'),
     (re.compile(r'^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*$', re.M), ''),
 ]
+# Atomics: none by design (every reduction has a fixed order, kernels/README.md); not emulated.
+ATOMICS = re.compile(r'\batomic[A-Z]\w*\s*\(|\b__atomic_\w+|\bcuda::(?:std::)?atomic\w*|'
+                     r'\b__nv_atomic\w*')  # (atom./red. PTX is refused with any other asm)
 # Device constructs with no emulation: refused with their name and line.
 UNSUPPORTED = re.compile(
-    r'<<<|\b__shared__\b|\b__constant__\b|\b__managed__\b|\batomic[A-Z]\w*\s*\(|'
+    r'<<<|\b__shared__\b|\b__constant__\b|\b__managed__\b|'
     r'\b__(?:syncthreads_\w+|ballot_sync|any_sync|all_sync|uni_sync|activemask|match_\w+|'
-    r'reduce_\w+_sync|threadfence\w*|ldg|ldcg|ldca|ldcs|ldlu|ldcv|stcg|stcs|stwb|stwt|'
-    r'nanosleep|trap|brkpt|clock\w*|globaltimer|cvta\w*|isShared|isGlobal)\b|'
+    r'reduce_\w+_sync|threadfence\w*|nanosleep|trap|brkpt|clock\w*|globaltimer|cvta\w*|isShared|'
+    r'isGlobal)\b|'
     r'\bcp\.async\b|\bwmma::|\bcooperative_groups\b|\basm\b')
 
 
-def rewrite_cuda(path, text):
+def scope_stack(path, text, masked, pos):
+    """The kinds of the scopes open at pos: 'namespace' or 'block' (functions, classes, ...)."""
+    stack = []
+    for tok in re.finditer(r'\bnamespace\b(?:\s+[\w:]+)?\s*\{|\bextern\s+"\s*"\s*\{|[{}]',
+                           masked[:pos]):
+        t = tok.group(0)
+        if t == '}':
+            if not stack:
+                fail(path, text, tok.start(), 'unbalanced "}"')
+            stack.pop()
+        else:
+            stack.append('block' if t == '{' else 'namespace')
+    return stack
+
+
+def edit(text, edits):
+    """Applies (start, end, replacement) edits (non-overlapping) to text."""
+    out, last = [], 0
+    for a, b, rep in sorted(edits):
+        if a < last:
+            raise AssertionError('overlapping edits')
+        out.append(text[last:a])
+        out.append(rep)
+        last = b
+    out.append(text[last:])
+    return ''.join(out)
+
+
+def rewrite_static_shared(path, text):
+    """`__shared__ T name[dims];` in a function -> a reference to the block's instance."""
+    masked = code_mask(text)
+    edits = []
+    for m in STATIC_SHARED.finditer(masked):
+        if 'block' not in scope_stack(path, text, masked, m.start()):
+            fail(path, text, m.start(),
+                 '__shared__ variable outside a function: the emulator keeps shared memory per '
+                 'block and can only place declarations inside kernels or device functions')
+        align_a, ty, align_b, declarators = m.groups()
+        ty = ty.strip()
+        align = align_a or align_b or f'alignof({ty})'
+        reps = []
+        for decl in split_top(text[m.start(4):m.end(4)], ','):
+            dm = re.fullmatch(r'\s*([A-Za-z_]\w*)\s*(.*?)\s*', decl, re.S)
+            name, dims = dm.group(1), re.sub(r'\s+', '', dm.group(2))
+            tag = f'cuda_emu_smem_tag_{name}'
+            ref = f'{ty} (&{name}){dims}' if dims else f'{ty}& {name}'
+            reps.append(f'static constexpr char {tag} = 0; {ref} = '
+                        f'::cuda_emu::static_smem<{ty}{dims}, {align}>(&{tag});')
+        edits.append((m.start(), m.end(), pad_lines(' '.join(reps), text[m.start():m.end()])))
+    return edit(text, edits), len(edits)
+
+
+def rewrite_launches(path, text):
+    """`kernel<<<grid, block[, smem[, stream]]>>>(args);` -> ::cuda_emu::launch_kernel(...)."""
+    masked = code_mask(text)
+    edits = []
+    for m in re.finditer(r'<<<', masked):
+        lt = m.start()
+        # The kernel expression before <<<: [ns::]name[<template args>], whitespace allowed.
+        i = lt
+        while i > 0 and masked[i - 1].isspace():
+            i -= 1
+        if i > 0 and masked[i - 1] == '>':
+            depth = 0
+            while i > 0:
+                i -= 1
+                c = masked[i]
+                if c == '>':
+                    depth += 1
+                elif c == '<':
+                    depth -= 1
+                    if depth == 0:
+                        break
+            while i > 0 and masked[i - 1].isspace():
+                i -= 1
+        km = re.search(r'(?:::)?[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*$', masked[:i])
+        if not km:
+            fail(path, text, lt, 'cannot find the kernel named before this <<<')
+        kstart = km.start()
+        gt = masked.find('>>>', lt + 3)
+        if gt < 0:
+            fail(path, text, lt, 'no ">>>" closing this <<<')
+        config = split_top(text[lt + 3:gt], ',')
+        if not 2 <= len(config) <= 4 or not all(c.strip() for c in config):
+            fail(path, text, lt, f'a launch configuration needs 2 to 4 parts (grid, block, shared '
+                                 f'memory bytes, stream), got {len(config)}')
+        open_pos = gt + 3
+        while open_pos < len(masked) and masked[open_pos].isspace():
+            open_pos += 1
+        if open_pos >= len(masked) or masked[open_pos] != '(':
+            fail(path, text, lt, 'expected the kernel arguments "(...)" after ">>>"')
+        close = matching_paren(masked, open_pos)
+        if close < 0:
+            fail(path, text, lt, 'unbalanced kernel argument list')
+        semi = close + 1
+        while semi < len(masked) and masked[semi].isspace():
+            semi += 1
+        if semi >= len(masked) or masked[semi] != ';':
+            fail(path, text, lt, 'a kernel launch must be a statement of its own ("...);")')
+        kname = text[kstart:lt].rstrip()
+        n1 = text.count('\n', kstart + len(kname), lt)     # kernel name ... <<<
+        n2 = text.count('\n', gt + 3, open_pos)            # >>> ... (
+        parts = config + ['0', 'cudaStream_t(0)'][len(config) - 2:]
+        args = text[open_pos + 1:close]
+        rep = (f'::cuda_emu::launch_kernel({kname},' + '\n' * n1 + ' ' + ','.join(parts) +
+               (',' + '\n' * n2 + ' ' + args if args.strip() else '\n' * n2) + ')' +
+               text[close + 1:semi] + ';')
+        rep = pad_lines(rep, text[kstart:semi + 1])
+        edits.append((kstart, semi + 1, rep))
+    return edit(text, edits), len(edits)
+
+
+def rewrite_launch_bounds(path, text):
+    """__launch_bounds__(n, ...) -> removed, and `::cuda_emu::launch_bounds(n);` first in the body
+    of the kernel it decorates (a declaration without a body gets nothing)."""
+    masked = code_mask(text)
+    edits = []
+    for m in re.finditer(r'\b__launch_bounds__\s*\(', masked):
+        close = matching_paren(masked, m.end() - 1)
+        if close < 0:
+            fail(path, text, m.start(), 'unbalanced __launch_bounds__(')
+        max_threads = split_top(text[m.end():close], ',')[0].strip()
+        edits.append((m.start(), close + 1, '\n' * text.count('\n', m.start(), close + 1)))
+        params = masked.find('(', close + 1)
+        pclose = matching_paren(masked, params) if params >= 0 else -1
+        if pclose < 0:
+            fail(path, text, m.start(), 'cannot find the parameter list of this kernel')
+        j = pclose + 1
+        while j < len(masked) and masked[j].isspace():
+            j += 1
+        if j < len(masked) and masked[j] == '{':
+            edits.append((j + 1, j + 1, f' ::cuda_emu::launch_bounds({max_threads});'))
+        elif j >= len(masked) or masked[j] != ';':
+            fail(path, text, m.start(), 'expected "{" or ";" after this kernel\'s parameter list')
+    return edit(text, edits)
+
+
+def rewrite_cuda(path, text, whole=False):
+    masked = code_mask(text)
+    am = ATOMICS.search(masked)
+    if am:
+        fail(path, text, am.start(),
+             f'"{am.group(0).strip()}": atomics are not emulated (tests/emu/cuda_emu.h) and the '
+             f'kernels have none by design (fixed-order reductions, determinism); reduce with a '
+             f'fixed partition instead')
     text, n_asm = rewrite_asm(path, text)
+    n_launch = 0
+    if whole:
+        text, n_launch = rewrite_launches(path, text)
     for rx, rep in SIMPLE_REWRITES:
         text = rx.sub(rep, text)
 
@@ -328,16 +516,23 @@ def rewrite_cuda(path, text):
         ty, name = m.group(1).strip(), m.group(2)
         return f'{ty}* {name} = ::cuda_emu::dynamic_smem<{ty}>();'
     text = EXTERN_SHARED.sub(shared, text)
+    text, n_static = rewrite_static_shared(path, text)
+    text = rewrite_launch_bounds(path, text)
     for rx, rep in QUALIFIERS:
         text = rx.sub(rep, text)
-    text = strip_launch_bounds(path, text)
     masked = code_mask(text)
     bad = UNSUPPORTED.search(masked)
     if bad:
+        what = bad.group(0).strip()
+        hint = ''
+        if what == '<<<':
+            hint = ' (launches are rewritten only with --whole)'
+        elif what == '__shared__':
+            hint = (' (a static shared variable must read "__shared__ [__align__(n)] T name[dims];" '
+                    'inside a function)')
         fail(path, text, bad.start(),
-             f'"{bad.group(0).strip()}" has no emulation in tests/emu/cuda_emu.h (or is not '
-             f'rewritten by tests/emu/gen_host_kernels.py): add it there or keep it out of the '
-             f'kernels')
+             f'"{what}" has no emulation in tests/emu/cuda_emu.h (or is not rewritten by '
+             f'tests/emu/gen_host_kernels.py){hint}: add it there or keep it out of the kernels')
     arch_guard = r'^[ \t]*#[ \t]*(?:if|elif)[^\n]*__CUDA_ARCH__[^\n]*\n[ \t]*#[ \t]*error\b'
     for am in re.finditer(arch_guard, masked, re.M):
         masked = masked[:am.start()] + ' ' * (am.end() - am.start()) + masked[am.end():]
@@ -346,42 +541,35 @@ def rewrite_cuda(path, text):
         fail(path, text, arch.start(),
              '__CUDA_ARCH__ selects code that the host compiler would drop silently (only an '
              '"#if ... __CUDA_ARCH__ ...\\n#error" guard is allowed)')
-    return text, n_asm
-
-
-def strip_launch_bounds(path, text):
-    masked = code_mask(text)
-    out, last = [], 0
-    for m in re.finditer(r'\b__launch_bounds__\s*\(', masked):
-        close = matching_paren(masked, m.end() - 1)
-        if close < 0:
-            fail(path, text, m.start(), 'unbalanced __launch_bounds__(')
-        out.append(text[last:m.start()])
-        out.append('\n' * text.count('\n', m.start(), close + 1))
-        last = close + 1
-    out.append(text[last:])
-    return ''.join(out)
+    return text, {'asm': n_asm, 'launches': n_launch, 'static_shared': n_static}
 
 
 # ---- driver ----------------------------------------------------------------------------------
 
-def generate(src, root):
-    text = open(src, encoding='utf-8').read()
+def generate(src, root, whole=False):
+    with open(src, encoding='utf-8') as f:
+        text = f.read()
     src = os.path.abspath(src)
-    kept, closing = cut_at_launchers(src, text)
+    if whole:
+        kept, closing = text, ''
+    else:
+        kept, closing = cut_at_launchers(src, text)
     kernels = re.findall(r'\b__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(',
                          code_mask(kept))
     if not kernels:
-        fail(src, text, None, 'no __global__ kernel above the launcher banner')
+        fail(src, text, None, 'no __global__ kernel' + ('' if whole else ' above the launcher banner'))
     deps = []
     kept = inline_device_headers(src, kept, os.path.abspath(root), set(), deps)
-    body, n_asm = rewrite_cuda(src, kept)
+    body, n = rewrite_cuda(src, kept, whole)
+    what = ('the whole file, launchers included,' if whole else 'the kernels above its launcher '
+            'banner')
     header = (
         f'// GENERATED by tests/emu/gen_host_kernels.py from {os.path.relpath(src, root)}: do not '
-        f'edit.\n// The kernels above its launcher banner as host C++ for the CPU emulator '
-        f'(tests/emu/cuda_emu.h).\n'
-        f'// Kernels: {", ".join(sorted(set(kernels)))}; inline mma asm rewritten: {n_asm}.\n'
-        f'#pragma once\n#include "cuda_emu.h"\n#line 1 "{src}"\n')
+        f'edit.\n// {what} as host C++ for the CPU emulator (tests/emu/cuda_emu.h).\n'
+        f'// Kernels: {", ".join(sorted(set(kernels)))}; rewritten: {n["asm"]} inline mma asm, '
+        f'{n["launches"]} launches, {n["static_shared"]} static __shared__ declarations.\n'
+        + ('' if whole else '#pragma once\n') +
+        f'#include "cuda_emu.h"\n#line 1 "{src}"\n')
     return header + body + '\n' + closing, deps
 
 
@@ -389,10 +577,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--src', required=True, help='the .cu file')
     ap.add_argument('--root', required=True, help='repository root (for "kernels/x.cuh" includes)')
-    ap.add_argument('--out', required=True, help='the .inc to write')
+    ap.add_argument('--out', required=True, help='the .inc (or, with --whole, .cpp) to write')
+    ap.add_argument('--whole', action='store_true',
+                    help='the whole file with its launchers (<<<>>> -> cuda_emu::launch_kernel)')
     args = ap.parse_args()
     try:
-        out, _ = generate(args.src, args.root)
+        out, _ = generate(args.src, args.root, args.whole)
     except GenError as e:
         print(e, file=sys.stderr)
         print('gen_host_kernels.py: the CPU emulation of the kernels cannot be generated; see '

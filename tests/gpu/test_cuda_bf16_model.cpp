@@ -99,7 +99,9 @@ TEST_P(CudaBf16, MatchesCpuEmulation) {
       diff += double(a[k] - b[k]) * (a[k] - b[k]);
       norm += double(a[k]) * a[k];
     }
-    if (norm > 0) EXPECT_LT(std::sqrt(diff / norm), 5e-2) << layout.table().spec(i).name;
+    if (norm > 0) {
+      EXPECT_LT(std::sqrt(diff / norm), 5e-2) << layout.table().spec(i).name;
+    }
   }
 }
 
