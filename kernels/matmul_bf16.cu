@@ -4,7 +4,7 @@
 // dbias is not taken from cuBLASLt's BGRADB epilogue: it overwrites its output (dbias must
 // accumulate across micro-batches), it exists only with the dweight GEMM (dweight may be null
 // alone) and its reduction order is the library's. The column sum here reads dout once more
-// (N*OC bf16) with the fixed partition of kernels/reduce.cu.
+// (N*OC bf16) with kernels/reduce.cu's column sum (fixed partition and order).
 #include "kernels/common.cuh"
 #include "kernels/gemm_lt.cuh"
 #include "kernels/matmul_bf16.cuh"
@@ -12,34 +12,6 @@
 
 namespace baton::kernels {
 namespace {
-
-// Stage 1: block (32, 8) sums 32 columns over one chunk of `rows` rows (ty strides the rows, then a
-// fixed 8-way combine) into partial[chunk, c].
-__global__ void colsum_bf16_partial_kernel(float* partial, const __nv_bfloat16* x, int N, int C, int rows) {
-  __shared__ float sh[8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
-  float acc = 0.0f;
-  if (c < C)
-    for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += __bfloat162float(x[size_t(r) * C + c]);
-  sh[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 8; k++) s += sh[k][threadIdx.x];
-    partial[size_t(blockIdx.y) * C + c] = s;
-  }
-}
-
-// Stage 2: dst[c] += the chunks' partials in chunk order.
-__global__ void colsum_finish_add_kernel(float* dst, const float* partial, int chunks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float s = 0.0f;
-  for (int k = 0; k < chunks; k++) s += partial[size_t(k) * C + c];
-  dst[c] += s;
-}
 
 void check_stream(const LtGemm& lt, cudaStream_t s, const char* op) { BATON_KCHECK(op, s == lt.stream()); }
 
@@ -134,11 +106,7 @@ void matmul_backward_bf16(LtGemm& lt, __nv_bfloat16* dinp, float* dweight, float
   }
   if (dbias != nullptr) {
     BATON_KCHECK(op, scratch != nullptr && scratch_floats >= matmul_backward_bf16_scratch_floats(N, OC));
-    const int rows = column_chunk_rows(N), chunks = ceil_div(N, rows);
-    colsum_bf16_partial_kernel<<<dim3(ceil_div(OC, 32), chunks), dim3(32, 8), 0, s>>>(scratch, dout, N, OC, rows);
-    check_launch(op);
-    colsum_finish_add_kernel<<<ceil_div(OC, 256), 256, 0, s>>>(dbias, scratch, chunks, OC);
-    check_launch(op);
+    column_sum(dbias, dout, N, OC, scratch, scratch_floats, s);  // kernels/reduce.cu
   }
 }
 

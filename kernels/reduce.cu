@@ -1,4 +1,6 @@
 // Two-stage deterministic reductions (see reduce.cuh).
+#include <cuda_bf16.h>
+
 #include "kernels/common.cuh"
 #include "kernels/reduce.cuh"
 
@@ -36,14 +38,19 @@ __global__ void accumulate_sum_kernel(double* acc, const float* x, size_t n) {
   if (threadIdx.x == 0) *acc += s;
 }
 
-// Column sums: block (32, 8) covers 32 columns of one row chunk; ty strides the rows.
-__global__ void colsum_partial_kernel(float* partial, const float* x, int N, int C, int rows) {
+// Column sums: block (32, 8) covers 32 columns of one row chunk; ty strides the rows. The input is
+// fp32 or bf16 (bias gradients of the bf16 dense layer); the sums are fp32 either way.
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__global__ void colsum_partial_kernel(float* partial, const T* x, int N, int C, int rows) {
   __shared__ float sh[8][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
   float acc = 0.0f;
   if (c < C)
-    for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += x[size_t(r) * C + c];
+    for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += to_f32(x[size_t(r) * C + c]);
   sh[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
@@ -97,17 +104,28 @@ size_t column_sum_scratch_floats(int N, int C) {
   return size_t(ceil_div(std::max(N, 1), column_chunk_rows(N))) * size_t(C);
 }
 
-void column_sum(float* dst, const float* x, int N, int C, float* scratch, size_t scratch_floats,
-                cudaStream_t s) {
+template <typename T>
+void column_sum_impl(float* dst, const T* x, int N, int C, float* scratch, size_t scratch_floats,
+                     cudaStream_t s) {
   BATON_KCHECK("column_sum", N >= 0 && C > 0);
   if (N == 0) return;
   BATON_KCHECK("column_sum", dst != nullptr && x != nullptr && scratch != nullptr);
   BATON_KCHECK("column_sum", scratch_floats >= column_sum_scratch_floats(N, C));
   const int rows = column_chunk_rows(N), chunks = ceil_div(N, rows);
-  colsum_partial_kernel<<<dim3(ceil_div(C, 32), chunks), dim3(32, 8), 0, s>>>(scratch, x, N, C, rows);
+  colsum_partial_kernel<T><<<dim3(ceil_div(C, 32), chunks), dim3(32, 8), 0, s>>>(scratch, x, N, C, rows);
   check_launch("column_sum");
   colsum_finish_kernel<<<ceil_div(C, 256), 256, 0, s>>>(dst, scratch, chunks, C);
   check_launch("column_sum");
+}
+
+void column_sum(float* dst, const float* x, int N, int C, float* scratch, size_t scratch_floats,
+                cudaStream_t s) {
+  column_sum_impl(dst, x, N, C, scratch, scratch_floats, s);
+}
+
+void column_sum(float* dst, const __nv_bfloat16* x, int N, int C, float* scratch,
+                size_t scratch_floats, cudaStream_t s) {
+  column_sum_impl(dst, x, N, C, scratch, scratch_floats, s);
 }
 
 }  // namespace baton::kernels

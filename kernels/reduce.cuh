@@ -3,6 +3,7 @@
 //   sum_squares: sum of x^2 in double, two stages (per-chunk partials, then one block).
 //   column_sum:  dst[c] += sum_n x[n, c] (bias gradients), two stages over fixed row chunks.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -25,5 +26,8 @@ int column_chunk_rows(int N);
 size_t column_sum_scratch_floats(int N, int C);
 void column_sum(float* dst, const float* x, int N, int C, float* scratch, size_t scratch_floats,
                 cudaStream_t s);
+// The same over bf16 input (fp32 sums: the bias gradients of the bf16 dense layer).
+void column_sum(float* dst, const __nv_bfloat16* x, int N, int C, float* scratch,
+                size_t scratch_floats, cudaStream_t s);
 
 }  // namespace baton::kernels

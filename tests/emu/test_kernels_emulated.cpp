@@ -319,6 +319,16 @@ TEST(KernelsEmulated, ColumnSumOverRowChunks) {
     Dev<float> dx(x), dst(d0), scratch(ns);
     column_sum(dst.p, dx.p, N, C, scratch.p, ns, nullptr);
     expect_rel(dst.get(), ref, kSum, "column_sum " + std::to_string(N) + "x" + std::to_string(C));
+    // The bf16-input overload (the bf16 dense layer's dbias): the same sums of the bf16 values.
+    std::vector<__nv_bfloat16> xb(x.size());
+    std::vector<double> refb(d0.begin(), d0.end());
+    for (size_t i = 0; i < x.size(); i++) xb[i] = __float2bfloat16_rn(x[i]);
+    for (int n = 0; n < N; n++)
+      for (int c = 0; c < C; c++) refb[c] += double(__bfloat162float(xb[size_t(n) * C + c]));
+    Dev<__nv_bfloat16> dxb(xb);
+    Dev<float> dstb(d0);
+    column_sum(dstb.p, dxb.p, N, C, scratch.p, ns, nullptr);
+    expect_rel(dstb.get(), refb, kSum, "column_sum bf16 " + std::to_string(N) + "x" + std::to_string(C));
   }
 }
 
