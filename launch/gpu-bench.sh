@@ -216,9 +216,13 @@ for s in $SIZES; do
     R_BCMD[$s]=$(q "${BATON_ARGS[@]}")
     echo "== baton $s: ${R_BCMD[$s]}"
     echo "=== timed run: ${R_BCMD[$s]}" >>"$blog"
-    "${BATON_ARGS[@]}" >>"$blog" 2>&1; R_BRC[$s]=$?
+    bjson=$(mktemp)  # baton bench --json: the figures unrounded (kept out of OUT_DIR)
+    "${BATON_ARGS[@]}" --json "$bjson" >>"$blog" 2>&1; R_BRC[$s]=$?
     grep -E 'throughput:|mfu:|step time:|^error:|^hint:' <(sed -n '/^=== timed run/,$p' "$blog") | sed 's/^/  /'
-    if [ "${R_BRC[$s]}" -eq 0 ] && parse_baton "$blog" "$s" "$gb"; then
+    if [ "${R_BRC[$s]}" -eq 0 ] && [ -s "$bjson" ]; then
+      R_BT[$s]=$(jget "$bjson" tokens_per_s); R_BMED[$s]=$(jget "$bjson" step_ms_median); R_BNOTE[$s]=""
+      R_BMFU[$s]=$(awk -v m="$(jget "$bjson" mfu)" 'BEGIN { if (m != "") printf("%.1f", 100 * m) }')
+    elif [ "${R_BRC[$s]}" -eq 0 ] && parse_baton "$blog" "$s" "$gb"; then
       R_BT[$s]=$B_TOKS; R_BMFU[$s]=$B_MFU; R_BMED[$s]=$B_MEDIAN; R_BNOTE[$s]=$B_NOTE
     else
       R_BNOTE[$s]="failed (rc ${R_BRC[$s]}): $(grep -m1 '^error:' "$blog" | cut -c1-160)"

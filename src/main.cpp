@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000));
   bench_run_cmd->add_option("--steps", bench_opts.steps, "timed steps (default 10)")
       ->check(CLI::Range(1, 1000000));
+  bench_run_cmd->add_option("--json", bench_opts.json,
+                            "also write the results to this JSON file (rank 0; for scripts)");
 
   auto* data_cmd = cli.add_subcommand("data", "prepare datasets");
   data_cmd->require_subcommand(1);

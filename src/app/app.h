@@ -37,6 +37,7 @@ struct BenchOptions {
   std::vector<std::string> overrides;  // "section.key=value"
   int warmup = 3;                      // untimed steps first
   int steps = 10;                      // timed steps
+  std::string json;                    // also write the results here (rank 0), "" = no file
 };
 int run_bench(const BenchOptions& opts);
 

@@ -5,10 +5,13 @@
 // checkpoints, metrics or config and evaluates nothing. Rank 0 prints: tokens/s, model TFLOP/s per
 // device (PTD-P formula), MFU when the device's peak is known, median and min step time (a step
 // lasts as long as its slowest rank) and, with several ranks, the share of time blocked in
-// communication.
+// communication. `--json FILE` writes the same figures unrounded for scripts (launch/gpu-bench.sh).
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "app/app.h"
 #include "config/config.h"
@@ -91,6 +94,34 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   if (ranks > 1)
     log::info("comm: {:.1f}% of step time blocked in communication (mean over {} ranks; max {:.1f}%)",
               100 * comm_share_mean, ranks, 100 * comm_share_max);
+  if (!opts.json.empty() && world.rank() == 0) {
+    nlohmann::json j;
+    j["config"] = opts.config;
+    j["device"] = session.device().device_name;
+    j["compute"] = cfg.precision.compute;
+    j["ranks"] = ranks;
+    j["layout"] = {{"tp", cfg.parallel.tp}, {"pp", cfg.parallel.pp}, {"dp", cfg.dp}};
+    j["micro_batch"] = cfg.train.micro_batch;
+    j["global_batch"] = cfg.train.global_batch;
+    j["seq_len"] = cfg.model.seq_len;
+    j["warmup_steps"] = opts.warmup;
+    j["timed_steps"] = n;
+    j["tokens_per_step"] = session.tokens_per_step();
+    j["flops_per_step"] = session.flops_per_step();
+    j["step_ms_median"] = 1e3 * median;
+    j["step_ms_min"] = 1e3 * sorted.front();
+    j["tokens_per_s"] = tokens_per_s;
+    j["tflops_per_device"] = tflops_device;
+    j["peak_tflops"] = peak > 0 ? nlohmann::json(peak) : nlohmann::json(nullptr);
+    j["mfu"] = peak > 0 ? nlohmann::json(tflops_device / peak) : nlohmann::json(nullptr);
+    j["comm_share_mean"] = comm_share_mean;
+    j["loss_first"] = first_loss;
+    j["loss_last"] = last_loss;
+    std::ofstream out(opts.json);
+    BATON_REQUIRE(out.good(), fmt::format("cannot write {}", opts.json),
+                  "check that the directory exists and is writable");
+    out << j.dump(2) << "\n";
+  }
   return 0;
 }
 

@@ -42,6 +42,22 @@ grep -Eq "^comm: [0-9.]+% of step time blocked in communication" tp2.log || { ca
 [ "$(grep -c "^throughput:" tp2.log)" -eq 1 ] || fail "rank 0 alone should print"
 [ ! -e bench-run ] || fail "bench wrote the run directory"
 
+# --json: the same figures, unrounded, from rank 0 only; tokens/s agrees with the printed rate.
+"${MPIRUN[@]}" 2 "$BATON" bench tiny.toml --set parallel.tp=2 --warmup 1 --steps 3 --json b.json > j.log
+python3 - <<'PY'
+import json, re
+j = json.load(open("b.json"))
+for k in ["tokens_per_s", "step_ms_median", "tflops_per_device", "flops_per_step", "mfu", "ranks"]:
+    assert k in j, f"no {k} in b.json"
+assert j["ranks"] == 2 and j["layout"]["tp"] == 2 and j["timed_steps"] == 3, j
+printed = re.search(r"throughput: ([0-9.]+)(k?) tokens/s", open("j.log").read())
+rate = float(printed.group(1)) * (1000 if printed.group(2) else 1)
+assert abs(rate - j["tokens_per_s"]) <= 0.01 * j["tokens_per_s"] + 1, (rate, j["tokens_per_s"])
+job = j["tflops_per_device"] * j["ranks"] * 1e12 * j["tokens_per_step"] / j["flops_per_step"]
+assert abs(job - j["tokens_per_s"]) <= 1e-6 * j["tokens_per_s"], (job, j["tokens_per_s"])
+PY
+expect_error "cannot write" "$BATON" bench tiny.toml --warmup 0 --steps 1 --json /nonexistent/dir/b.json
+
 expect_error "not expected" "$BATON" bench tiny.toml --bogus
 expect_error "not in range" "$BATON" bench tiny.toml --steps 0
 expect_error "vocab_size is 0" "$BATON" bench tiny.toml --set model.vocab_size=0
