@@ -15,10 +15,10 @@
 #   unit.test_gen_host_kernels   the generator's rewrites and refusals (Python only).
 # The emulator is single-threaded (fibers) and deterministic; the whole set runs in ~15 s.
 #
-# Not emulated: gemm.cu, matmul.cu, attention.cu, gemm_lt.cu, matmul_bf16.cu call cuBLAS/cuBLASLt,
-# which the emulator cannot provide (matmul_bf16.cu's two column-sum kernels are reachable only
-# through matmul_backward_bf16, which takes an LtGemm), and so the test programs that need them
-# (test_cuda_ops, test_gemm_lt, test_cuda_bf16_model) cannot run emulated either.
+# gemm.cu, matmul.cu, attention.cu, gemm_lt.cu, matmul_bf16.cu call cuBLAS/cuBLASLt: they are built
+# in tests/emu/emulated_blas.cmake (included at the end) against a CPU shim of those libraries
+# (tests/emu/cublas_emu.cpp), with the programs that need them (test_gemm_lt, test_cuda_ops,
+# test_cuda_bf16_model, the latter two through an emulated build of the CUDA backend).
 find_package(Python3 COMPONENTS Interpreter)
 if(NOT Python3_Interpreter_FOUND)
   message(WARNING "no Python 3 interpreter: the emulated kernel tests are not built")
@@ -94,3 +94,7 @@ target_link_libraries(test_kernels_emulated PRIVATE baton_kernels_emulated GTest
                                                     GTest::gtest_main)
 add_test(NAME unit.test_kernels_emulated COMMAND test_kernels_emulated)
 set_tests_properties(unit.test_kernels_emulated PROPERTIES LABELS unit TIMEOUT 120)
+
+# The cuBLAS/cuBLASLt users (gemm, matmul, attention, gemm_lt, matmul_bf16), a cuBLAS shim and the
+# programs that need them: tests/emu/emulated_blas.cmake.
+include(${CMAKE_CURRENT_SOURCE_DIR}/emu/emulated_blas.cmake)

@@ -39,7 +39,9 @@ void CpuOps::softmax_cross_entropy(float* losses, float* dlogits, const float* l
     const float x_target = x[target];
     float maxv = x[0];
     for (int v = 1; v < V; v++) maxv = std::max(maxv, x[v]);
-    float sum = 0.0f;
+    // The sum of exponentials in double: over a 50k vocabulary an fp32 running sum drifts by
+    // ~1e-5 relative, more than the GPU kernels' tree sums; the reference must be the accurate side.
+    double sum = 0.0;
     if (dlogits == nullptr) {
       for (int v = 0; v < V; v++) sum += std::exp(x[v] - maxv);
     } else {
@@ -49,12 +51,12 @@ void CpuOps::softmax_cross_entropy(float* losses, float* dlogits, const float* l
         d[v] = e;
         sum += e;
       }
-      const float inv_sum = 1.0f / sum;
+      const float inv_sum = 1.0f / static_cast<float>(sum);
       for (int v = 0; v < V; v++) d[v] = d[v] * inv_sum * dloss;
       d[target] -= dloss;
       for (int v = V; v < Vp; v++) d[v] = 0.0f;
     }
-    losses[n] = std::log(sum) + maxv - x_target;
+    losses[n] = static_cast<float>(std::log(sum)) + maxv - x_target;
   }
 }
 
@@ -78,9 +80,9 @@ void CpuOps::logits_sumexp_target(float* sumexp, float* target_logit, const floa
 #pragma omp parallel for schedule(static) if (size_t(N) * Vl >= cpu_detail::kSerialBelow)
   for (int n = 0; n < N; n++) {
     const float* x = logits + size_t(n) * Vl;
-    float s = 0.0f;
+    double s = 0.0;  // in double, as softmax_cross_entropy
     for (int v = 0; v < V_local; v++) s += std::exp(x[v] - maxv[n]);
-    sumexp[n] = s;
+    sumexp[n] = static_cast<float>(s);
     const int32_t j = targets[n] - vocab_start;
     target_logit[n] = (targets[n] >= 0 && j >= 0 && j < V_local) ? x[j] : 0.0f;
   }
