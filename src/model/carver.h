@@ -28,6 +28,15 @@ class Carver {
   size_t used_ = 0;
 };
 
+// Bytes `carve` (a callable taking a Carver&) hands out: it runs over a null base, which only
+// measures — the same code that carves the views sizes their buffer.
+template <class Carve>
+size_t carved_bytes(size_t act_size, Carve&& carve) {
+  Carver c{nullptr, act_size};
+  carve(c);
+  return c.used();
+}
+
 // The element `n` activations after `p` (act_size bytes each).
 inline void* act_at(void* p, size_t n, size_t act_size) {
   return static_cast<char*>(p) + n * act_size;

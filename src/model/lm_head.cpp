@@ -44,9 +44,7 @@ LmHead::Saved LmHead::views(void* s, int B, int T) const {
 }
 
 size_t LmHead::saved_bytes(int B, int T) const {
-  Carver c{nullptr, act_size_};
-  views(c, B, T);
-  return c.used();
+  return carved_bytes(act_size_, [&](Carver& c) { views(c, B, T); });
 }
 
 LmHead::Workspace LmHead::scratch(Carver& c, int B, int T) const {
@@ -61,9 +59,7 @@ LmHead::Workspace LmHead::scratch(Carver& c, int B, int T) const {
 }
 
 size_t LmHead::workspace_bytes(int B, int T) const {
-  Carver c{nullptr, act_size_};
-  scratch(c, B, T);
-  return c.used();
+  return carved_bytes(act_size_, [&](Carver& c) { scratch(c, B, T); });
 }
 
 void* LmHead::logits(void* saved, int B, int T) const { return views(saved, B, T).logits; }

@@ -89,9 +89,7 @@ TransformerBlock::Saved TransformerBlock::views(void* s, int B, int T) const {
 }
 
 size_t TransformerBlock::saved_bytes(int B, int T) const {
-  Carver c{nullptr, act_size_};
-  views(c, B, T);
-  return c.used();
+  return carved_bytes(act_size_, [&](Carver& c) { views(c, B, T); });
 }
 
 TransformerBlock::Workspace TransformerBlock::scratch(Carver& c, int B, int T) const {
@@ -112,9 +110,7 @@ TransformerBlock::Workspace TransformerBlock::scratch(void* ws, int B, int T) co
 }
 
 size_t TransformerBlock::workspace_bytes(int B, int T) const {
-  Carver c{nullptr, act_size_};
-  scratch(c, B, T);
-  return c.used();
+  return carved_bytes(act_size_, [&](Carver& c) { scratch(c, B, T); });
 }
 
 void* TransformerBlock::output(void* saved, int B, int T) const { return views(saved, B, T).out; }
@@ -207,9 +203,7 @@ TransformerBlock::Deferred TransformerBlock::deferred_views(Carver& c, int B, in
 }
 
 size_t TransformerBlock::deferred_bytes(int B, int T) const {
-  Carver c{nullptr, act_size_};
-  deferred_views(c, B, T);
-  return c.used();
+  return carved_bytes(act_size_, [&](Carver& c) { deferred_views(c, B, T); });
 }
 
 // The same ops as backward() in the same order with dweight = dbias = null; each matmul's and

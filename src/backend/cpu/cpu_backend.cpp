@@ -58,6 +58,22 @@ class F32View {
   std::vector<float> buf_;
 };
 
+// Logits and their (nullable) gradient, which may alias (the classifier works in place), as fp32:
+// one widened copy, read and written, when they alias.
+class LogitsAndGrad {
+ public:
+  LogitsAndGrad(DType t, const void* logits, void* dlogits, size_t n)
+      : alias_(dlogits != nullptr && dlogits == logits),
+        d_(t, dlogits, n, alias_ ? F32View::INOUT : F32View::OUT),
+        l_(t, alias_ ? nullptr : logits, n) {}
+  float* dlogits() { return d_.get(); }
+  const float* logits() { return alias_ ? d_.get() : l_.get(); }
+
+ private:
+  bool alias_;
+  F32View d_, l_;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(DType act) : act_(act) {
@@ -192,11 +208,8 @@ class CpuBackend final : public Backend {
 
   void softmax_cross_entropy(float* losses, void* dlogits, const void* logits,
                              const int32_t* targets, int N, int V, int Vp, float dloss) override {
-    const size_t n = size_t(N) * Vp;
-    const bool alias = dlogits != nullptr && dlogits == logits;  // in place: one widened copy
-    F32View dl(act_, dlogits, n, alias ? F32View::INOUT : F32View::OUT),
-        l(act_, alias ? nullptr : logits, n);
-    ops_.softmax_cross_entropy(losses, dl, alias ? dl.get() : l.get(), targets, N, V, Vp, dloss);
+    LogitsAndGrad x(act_, logits, dlogits, size_t(N) * Vp);
+    ops_.softmax_cross_entropy(losses, x.dlogits(), x.logits(), targets, N, V, Vp, dloss);
   }
   void logits_row_max(float* maxv, const void* logits, int N, int V_local, int Vl) override {
     F32View l(act_, logits, size_t(N) * Vl);
@@ -211,12 +224,9 @@ class CpuBackend final : public Backend {
   void cross_entropy_finish(float* losses, void* dlogits, const void* logits, const float* maxv,
                             const float* sumexp, const float* target_logit, const int32_t* targets,
                             int N, int V_local, int Vl, int vocab_start, float dloss) override {
-    const size_t n = size_t(N) * Vl;
-    const bool alias = dlogits != nullptr && dlogits == logits;
-    F32View dl(act_, dlogits, n, alias ? F32View::INOUT : F32View::OUT),
-        l(act_, alias ? nullptr : logits, n);
-    ops_.cross_entropy_finish(losses, dl, alias ? dl.get() : l.get(), maxv, sumexp, target_logit,
-                              targets, N, V_local, Vl, vocab_start, dloss);
+    LogitsAndGrad x(act_, logits, dlogits, size_t(N) * Vl);
+    ops_.cross_entropy_finish(losses, x.dlogits(), x.logits(), maxv, sumexp, target_logit, targets,
+                              N, V_local, Vl, vocab_start, dloss);
   }
 
   void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
