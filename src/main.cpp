@@ -7,6 +7,7 @@
 
 #include "app/app.h"
 #include "core/error.h"
+#include "pipeline/schedules.h"
 
 namespace {
 
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
 
   ScheduleOptions sched;
   auto* sched_cmd = cli.add_subcommand("schedule", "print, simulate or trace a pipeline schedule");
-  sched_cmd->add_option("--kind", sched.kind, "gpipe, 1f1b, interleaved, pipedream, 2bw, zb-h1 or 1f1b-star")->required();
+  sched_cmd->add_option("--kind", sched.kind, fmt::format("schedule kind: {}", fmt::join(baton::pipeline::schedule_kinds(), ", ")))->required();
   sched_cmd->add_option("--pp", sched.pp, "pipeline stages")->required();
   sched_cmd->add_option("--vp", sched.vp, "model chunks per rank (interleaved)");
   sched_cmd->add_option("--microbatches", sched.microbatches, "microbatches per optimizer step")->required();

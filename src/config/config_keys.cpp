@@ -8,8 +8,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "pipeline/schedules.h"
+
 namespace baton::config_detail {
 namespace {
+
+// The pipeline registry's kinds (pipeline/schedules.h): one list for config, planner and registry.
+std::vector<std::string_view> schedule_names() {
+  std::vector<std::string_view> out;
+  for (const pipeline::ScheduleTraits& t : pipeline::schedule_registry()) out.push_back(t.name);
+  return out;
+}
 
 constexpr Range at_least(double lo) { return Range{.lo = lo}; }
 constexpr Range above(double lo) { return Range{.lo = lo, .lo_open = true}; }
@@ -72,8 +81,7 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(parallel, pp, "pipeline-parallel stages", .range = at_least(1)),
       BATON_KEY(parallel, vp, "virtual pipeline chunks per stage", .range = at_least(1)),
       BATON_KEY(parallel, schedule, "pipeline schedule",
-                .allowed = {"gpipe", "1f1b", "interleaved", "pipedream", "2bw", "zb-h1", "1f1b-star",
-                            "wsp"}),
+                .allowed = schedule_names()),
       BATON_KEY(parallel, sequence_parallel, "shard layer-norm/dropout activations over tp"),
       BATON_KEY(parallel, zero1, "shard optimizer state over data-parallel ranks"),
       BATON_KEY(parallel, recompute, "activation recomputation",

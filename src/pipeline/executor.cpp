@@ -34,15 +34,13 @@ int Executor::tag(bool gradient, int stage, int microbatch, int num_stages) {
 Executor::Executor(Program program, int rank, dist::Comm& comm, ExecOptions options)
     : program_(std::move(program)), rank_(rank), comm_(comm), opt_(options) {
   const ScheduleSpec& spec = program_.spec;
-  const bool flush = is_flush_kind(spec.kind);
-  BATON_REQUIRE(flush || spec.kind == "pipedream" || spec.kind == "2bw",
-                fmt::format("parallel.schedule = \"{}\" is not executable yet", spec.kind),
-                "the executor runs gpipe, 1f1b, interleaved, zb-h1, pipedream and 2bw");
+  const ScheduleTraits& traits = program_.traits();
+  const bool flush = traits.synchronous();
+  BATON_ASSERT(traits.executable, "schedule kind '{}' is not executable", spec.kind);
   // Replicated stages (pipedream's 1F1B-RR): ranks are laid out by stage, the peers of every
   // SEND/RECV follow Program::rank_of (round-robin by microbatch id), and REDUCE_GRADS is the
   // Stage's collective over the stage's replicas.
-  BATON_REQUIRE(!has_replicated_stage(spec) || spec.kind == "pipedream",
-                "replicated stages are a pipedream option", "drop the replicas");
+  BATON_ASSERT(!has_replicated_stage(spec) || traits.replicas, "replicated stages under {}", spec.kind);
   BATON_ASSERT(program_.lowered, "the executor runs lowered programs");
   BATON_ASSERT(!flush || spec.steps == 1, "flush programs run one optimizer step per run (steps = {})",
                spec.steps);
@@ -130,7 +128,7 @@ void Executor::start(Stage& stage) {
 }
 
 ExecStats Executor::run(Stage& stage) {
-  BATON_ASSERT(is_flush_kind(program_.spec.kind), "run() is for flush kinds; use run_until_update");
+  BATON_ASSERT(program_.traits().synchronous(), "run() is for flush kinds; use run_until_update");
   ExecStats st;
   start(stage);
   advance(stage, st, INT_MAX);
@@ -216,7 +214,7 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
       case Op::REDUCE_GRADS:
         // Flush kinds: every message of the step has been sent; finish them before the
         // collectives. Asynchronous kinds keep their sends in flight across updates.
-        if (is_flush_kind(program_.spec.kind)) wait_all_sends();
+        if (program_.traits().synchronous()) wait_all_sends();
         stage.reduce_grads(in.stage);
         st.update += now() - start;
         break;

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "pipeline/schedules.h"
 
 namespace baton::pipeline {
 
@@ -27,6 +28,8 @@ bool is_compute(Op op) {
 bool is_comm(Op op) {
   return op == Op::SEND_ACT || op == Op::RECV_ACT || op == Op::SEND_GRAD || op == Op::RECV_GRAD;
 }
+
+const ScheduleTraits& Program::traits() const { return schedule_traits(spec.kind); }
 
 int Program::replicas(int stage) const {
   BATON_ASSERT(stage >= 0 && stage < num_stages(), "stage {} out of range", stage);

@@ -63,11 +63,42 @@ struct ScheduleSpec {
   bool operator==(const ScheduleSpec&) const = default;
 };
 
+// How a kind updates weights (DESIGN §4 "Update semantics"; the papers' rules):
+enum class UpdateRule : uint8_t {
+  FLUSH,           // W(t+1) = W(t) − lr·∇f(W(t)): one update per batch, after a flush
+  PER_BATCH,       // PipeDream-2BW: one update per batch, computed on W(t − 1), no flush
+  PER_MICROBATCH,  // PipeDream: an update per micro-batch, forwards read the stashed latest version
+  PER_WAVE,        // HetPipe WSP: a virtual worker pushes one update per wave of Nm micro-batches
+};
+std::string_view update_rule_name(UpdateRule r);  // "flush", "per batch", ...
+
+// What every consumer of a kind needs to know about it, so that nothing outside the registry
+// compares kind names (config validation, lowering, validation, the executor, the trainer and the
+// planner read these).
+struct ScheduleTraits {
+  std::string_view name;
+  UpdateRule update = UpdateRule::FLUSH;
+  int weight_versions = 1;       // versions a stage keeps: 1 (flush), 2 (2bw), 0 = one per
+                                 // micro-batch in flight (pipedream's stashing)
+  bool interleaving = false;     // vp > 1 allowed (interleaved 1F1B)
+  bool replicas = false;         // replicated stages allowed (PipeDream's 1F1B-RR)
+  bool vertical_sync = false;    // the vertical-sync option applies (PipeDream §3.3)
+  bool split_backward = false;   // BWD_INPUT / BWD_WEIGHT (zero bubble)
+  bool min_microbatches_pp = false;  // needs at least pp micro-batches per batch (2 versions)
+  bool generated = true;         // has a generator (baton schedule, simulate, the planner)
+  bool executable = true;        // baton train runs it
+  std::string_view summary;      // one line for help texts and errors
+
+  bool synchronous() const { return update == UpdateRule::FLUSH; }
+};
+
 struct Program {
   ScheduleSpec spec;
   bool lowered = false;                   // true once `lower` added communication and updates
   std::vector<std::vector<Instr>> ranks;  // ranks[r] = rank r's instructions in execution order
 
+  // The kind's traits (the registry's, schedules.h): update rule, weight versions, options.
+  const ScheduleTraits& traits() const;
   int num_stages() const { return spec.pp * spec.vp; }
   int num_ranks() const;
   int total_microbatches() const { return spec.microbatches * spec.steps; }

@@ -14,7 +14,8 @@ Program lower(const Program& in) {
   out.ranks.resize(in.ranks.size());
   const int last_stage = in.num_stages() - 1;
   const int m = in.spec.microbatches;
-  const bool flush = is_flush_kind(in.spec.kind);
+  const ScheduleTraits& traits = in.traits();
+  const bool flush = traits.synchronous();
 
   for (size_t r = 0; r < in.ranks.size(); ++r) {
     auto& dst = out.ranks[r];
@@ -63,12 +64,14 @@ Program lower(const Program& in) {
           for (int s : stages)
             dst.push_back(Instr{.op = Op::OPT_STEP, .stage = s, .weight_version = ++version[s]});
         }
-      } else if (in.spec.kind == "2bw" || in.spec.kind == "1f1b-star") {  // 1F1B* uses 2BW's updates
+      } else if (traits.update == UpdateRule::PER_BATCH) {  // 2bw, and 1F1B* (2BW's updates)
         if (++done_in_batch[c.stage] == m) {
           done_in_batch[c.stage] = 0;
           update(c.stage);
         }
-      } else {  // pipedream: every backward is an update of its stage
+      } else {  // PER_MICROBATCH (pipedream): every backward is an update of its stage
+        BATON_ASSERT(traits.update == UpdateRule::PER_MICROBATCH, "lower: no update rule for {}",
+                     in.spec.kind);
         update(c.stage);
       }
     }

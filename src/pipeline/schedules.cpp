@@ -235,18 +235,46 @@ Program gen_1f1b_star(const ScheduleSpec& spec) {
 
 using Generator = Program (*)(const ScheduleSpec&);
 struct Entry {
-  const char* name;
-  Generator gen;
-};
-constexpr Entry kRegistry[] = {
-    {"gpipe", gen_gpipe},         {"1f1b", gen_1f1b}, {"interleaved", gen_interleaved},
-    {"pipedream", gen_pipedream}, {"2bw", gen_2bw},   {"zb-h1", gen_zb_h1},
-    {"1f1b-star", gen_1f1b_star},
+  ScheduleTraits traits;
+  Generator gen;  // null: not generated yet
 };
 
-const Entry* find(const std::string& kind) {
-  for (const Entry& e : kRegistry)
-    if (kind == e.name) return &e;
+// The registry: every kind's traits next to its generator. The only place that knows kinds by name.
+const std::vector<Entry>& registry() {
+  using U = UpdateRule;
+  static const std::vector<Entry> entries = {
+      {{.name = "gpipe", .update = U::FLUSH, .summary = "GPipe: all forwards, all backwards, flush"},
+       gen_gpipe},
+      {{.name = "1f1b", .update = U::FLUSH, .summary = "PipeDream-Flush / 1F1B: one forward, one backward, flush"},
+       gen_1f1b},
+      {{.name = "interleaved", .update = U::FLUSH, .interleaving = true,
+        .summary = "PTD-P interleaved 1F1B: vp model chunks per rank, flush"},
+       gen_interleaved},
+      {{.name = "pipedream", .update = U::PER_MICROBATCH, .weight_versions = 0, .replicas = true,
+        .vertical_sync = true,
+        .summary = "PipeDream: asynchronous 1F1B, an update per micro-batch, weight stashing"},
+       gen_pipedream},
+      {{.name = "2bw", .update = U::PER_BATCH, .weight_versions = 2, .min_microbatches_pp = true,
+        .summary = "PipeDream-2BW: 1F1B without flush, an update per batch on W(t-1)"},
+       gen_2bw},
+      {{.name = "zb-h1", .update = U::FLUSH, .split_backward = true,
+        .summary = "zero bubble H1: backward split into input and weight parts, flush"},
+       gen_zb_h1},
+      {{.name = "1f1b-star", .update = U::PER_BATCH, .weight_versions = 2,
+        .min_microbatches_pp = true, .executable = false,
+        .summary = "MadPipe 1F1B*: the memory-optimal periodic schedule, 2BW updates (planner and "
+                   "simulator only)"},
+       gen_1f1b_star},
+      {{.name = "wsp", .update = U::PER_WAVE, .generated = false, .executable = false,
+        .summary = "HetPipe wave synchronous parallel over virtual workers (not built yet)"},
+       nullptr},
+  };
+  return entries;
+}
+
+const Entry* find(std::string_view kind) {
+  for (const Entry& e : registry())
+    if (kind == e.traits.name) return &e;
   return nullptr;
 }
 
@@ -274,30 +302,59 @@ void assign_slots(Program& p) {
 
 }  // namespace
 
+std::string_view update_rule_name(UpdateRule r) {
+  switch (r) {
+    case UpdateRule::FLUSH: return "flush";
+    case UpdateRule::PER_BATCH: return "per batch";
+    case UpdateRule::PER_MICROBATCH: return "per micro-batch";
+    case UpdateRule::PER_WAVE: return "per wave";
+  }
+  return "?";
+}
+
+const std::vector<ScheduleTraits>& schedule_registry() {
+  static const std::vector<ScheduleTraits> traits = [] {
+    std::vector<ScheduleTraits> out;
+    for (const Entry& e : registry()) out.push_back(e.traits);
+    return out;
+  }();
+  return traits;
+}
+
 std::vector<std::string> schedule_kinds() {
   std::vector<std::string> out;
-  for (const Entry& e : kRegistry) out.emplace_back(e.name);
+  for (const Entry& e : registry()) out.emplace_back(e.traits.name);
   return out;
 }
 
+const ScheduleTraits& schedule_traits(std::string_view kind) {
+  const Entry* e = find(kind);
+  BATON_REQUIRE(e, fmt::format("unknown pipeline schedule kind '{}'", kind),
+                fmt::format("valid kinds: {}", fmt::join(schedule_kinds(), ", ")));
+  return e->traits;
+}
+
 bool is_flush_kind(const std::string& kind) {
-  return kind == "gpipe" || kind == "1f1b" || kind == "interleaved" || kind == "zb-h1";
+  const Entry* e = find(kind);
+  return e && e->traits.synchronous();
 }
 
 void check_spec(const ScheduleSpec& s) {
-  if (!find(s.kind)) {
-    const bool planned = s.kind == "wsp";
-    throw Error(fmt::format("unknown pipeline schedule kind '{}'{}", s.kind,
-                            planned ? " (planned, not implemented yet)" : ""),
-                fmt::format("valid kinds: {}", fmt::join(schedule_kinds(), ", ")));
-  }
+  const ScheduleTraits& t = schedule_traits(s.kind);
+  BATON_REQUIRE(t.generated, fmt::format("pipeline schedule kind '{}' is planned, not implemented yet", s.kind),
+                fmt::format("valid kinds with a generator: {}", [] {
+                  std::vector<std::string> g;
+                  for (const Entry& e : registry())
+                    if (e.gen) g.emplace_back(e.traits.name);
+                  return fmt::format("{}", fmt::join(g, ", "));
+                }()));
   BATON_REQUIRE(s.pp >= 1, fmt::format("pipeline stages (pp) must be at least 1, got {}", s.pp),
                 "use pp = 1 for no pipeline parallelism");
   BATON_REQUIRE(s.pp <= 4096, fmt::format("pp = {} is too large (at most 4096)", s.pp),
                 "use fewer pipeline stages");
   BATON_REQUIRE(s.vp >= 1, fmt::format("model chunks per rank (vp) must be at least 1, got {}", s.vp),
                 "use vp = 1 unless the schedule is interleaved");
-  BATON_REQUIRE(s.vp == 1 || s.kind == "interleaved",
+  BATON_REQUIRE(s.vp == 1 || t.interleaving,
                 fmt::format("vp = {} needs the interleaved schedule, got '{}'", s.vp, s.kind),
                 "model chunks per rank exist only in the interleaved 1F1B schedule: use "
                 "kind interleaved, or vp = 1");
@@ -310,7 +367,7 @@ void check_spec(const ScheduleSpec& s) {
                 fmt::format("{} microbatches × {} steps × vp {} is too many to schedule",
                             s.microbatches, s.steps, s.vp),
                 "schedules are per step: use fewer microbatches or steps");
-  BATON_REQUIRE(s.kind != "interleaved" || s.microbatches % s.pp == 0,
+  BATON_REQUIRE(!t.interleaving || s.microbatches % s.pp == 0,
                 fmt::format("the interleaved schedule needs microbatches a multiple of pp: {} is "
                             "not a multiple of {}",
                             s.microbatches, s.pp),
@@ -318,21 +375,16 @@ void check_spec(const ScheduleSpec& s) {
                             "{} microbatches",
                             std::max(s.pp, s.microbatches / s.pp * s.pp),
                             (s.microbatches / s.pp + 1) * s.pp));
-  BATON_REQUIRE(s.kind != "2bw" || s.microbatches >= s.pp,
-                fmt::format("2bw needs at least pp microbatches per batch: {} < pp = {}",
+  BATON_REQUIRE(!t.min_microbatches_pp || s.microbatches >= s.pp,
+                fmt::format("{} needs at least pp microbatches per batch: {} < pp = {}", s.kind,
                             s.microbatches, s.pp),
-                "PipeDream-2BW accumulates gradients over m >= p microbatches so that two weight "
-                "versions suffice: raise microbatches");
-  BATON_REQUIRE(s.kind != "1f1b-star" || s.microbatches >= s.pp,
-                fmt::format("1f1b-star needs at least pp microbatches per batch: {} < pp = {}",
-                            s.microbatches, s.pp),
-                "1F1B* keeps PipeDream-2BW's two weight versions, which needs m >= the activations "
-                "in flight on the first stage (pp here): raise microbatches");
-  BATON_REQUIRE(s.kind == "pipedream" || !s.vertical_sync,
+                "two weight versions (PipeDream-2BW's, also kept by 1F1B*) suffice only when "
+                "gradients are accumulated over m >= p microbatches: raise microbatches");
+  BATON_REQUIRE(t.vertical_sync || !s.vertical_sync,
                 fmt::format("vertical sync is a pipedream option, not one of '{}'", s.kind),
                 "drop the vertical-sync option or use kind pipedream");
   if (!s.replicas.empty()) {
-    BATON_REQUIRE(s.kind == "pipedream",
+    BATON_REQUIRE(t.replicas,
                   fmt::format("replicated stages are a pipedream option, not one of '{}'", s.kind),
                   "drop the replicas option (use data parallelism instead) or use kind pipedream");
     BATON_REQUIRE(static_cast<int>(s.replicas.size()) == s.pp,

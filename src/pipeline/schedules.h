@@ -3,16 +3,21 @@
 // gradient reductions and optimizer steps. A registry maps kind names to generators; every kind's
 // ordering and update rule is documented in docs/schedules.md and next to its generator.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pipeline/instr.h"
 
 namespace baton::pipeline {
 
-// The registered kinds, in a stable order: gpipe, 1f1b, interleaved, pipedream, 2bw, zb-h1,
-// 1f1b-star.
+// The registry in a stable order: gpipe, 1f1b, interleaved, pipedream, 2bw, zb-h1, 1f1b-star, wsp.
+const std::vector<ScheduleTraits>& schedule_registry();
+// The registered kinds' names, in registry order (config validation's allowed values).
 std::vector<std::string> schedule_kinds();
+// The traits of `kind`; throws Error (with the valid kinds as hint) for an unknown one.
+const ScheduleTraits& schedule_traits(std::string_view kind);
 
 // Throws Error (what + hint) for a spec no generator accepts: unknown kind, pp < 1, vp > 1 with a
 // kind other than interleaved, interleaved microbatches not a multiple of pp, 2bw with
@@ -24,6 +29,7 @@ Program generate(const ScheduleSpec& spec);
 
 // Schedules whose optimizer step waits for a flush (all microbatches of the step), giving the
 // strict update W(t+1) = W(t) − lr·∇f(W(t)): gpipe, 1f1b, interleaved, zb-h1.
+// (= schedule_traits(kind).synchronous(), false for unknown kinds.)
 bool is_flush_kind(const std::string& kind);
 
 // MadPipe's 1F1B* (Beaumont et al. §4.1; notes-hetpipe-madpipe §C.2), the periodic schedule that

@@ -44,8 +44,10 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
   const int S = p.num_stages();
   const int N = p.total_microbatches();
   const int m = spec.microbatches;
-  const bool flush = is_flush_kind(spec.kind);
-  const bool two_bw = spec.kind == "2bw" || spec.kind == "1f1b-star";  // 1F1B* keeps 2BW's versions
+  const ScheduleTraits& traits = p.traits();
+  const bool flush = traits.synchronous();
+  const bool two_bw = traits.update == UpdateRule::PER_BATCH;  // 2bw; 1F1B* keeps 2BW's versions
+  const bool per_microbatch = traits.update == UpdateRule::PER_MICROBATCH;  // pipedream
   if (static_cast<int>(p.ranks.size()) != p.num_ranks()) {
     bad(-1, -1, nullptr,
         fmt::format("program has {} ranks, its layout {}", p.ranks.size(), p.num_ranks()));
@@ -163,9 +165,9 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
             fail(fmt::format("reads weight version {}, but only 0..{} exist", v, have));
           else if (flush && v != have)
             fail(fmt::format("a flush schedule reads the latest version {}", have));
-          else if (spec.kind == "pipedream" && !spec.vertical_sync && v != have)
+          else if (per_microbatch && !spec.vertical_sync && v != have)
             fail(fmt::format("pipedream's forward reads the latest version {}", have));
-          else if (spec.kind == "pipedream" && spec.vertical_sync) {
+          else if (per_microbatch && spec.vertical_sync) {
             auto it = input_version.find(in.microbatch);
             if (it == input_version.end() || it->second != v)
               fail("vertical sync: must read the version the input stage read for this microbatch");
@@ -236,7 +238,7 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
     if (p.lowered) {
       for (int s : my_stages) {
         int want = flush || two_bw ? spec.steps : 0;
-        if (spec.kind == "pipedream")
+        if (per_microbatch)
           for (int k = 0; k < N; ++k) want += p.rank_of(s, k) == r;
         if (updates[s] != want)
           bad(r, -1, nullptr,

@@ -26,22 +26,55 @@ std::string joined(const std::vector<std::string>& v) {
 // Every spec the sweep visits that check_spec accepts.
 std::vector<ScheduleSpec> sweep_specs() {
   std::vector<ScheduleSpec> out;
-  for (const std::string& kind : schedule_kinds())
+  for (const std::string& kind : schedule_kinds()) {
+    const ScheduleTraits& t = schedule_traits(kind);
+    if (!t.generated) continue;  // wsp: planned
     for (int pp = 1; pp <= 8; ++pp)
-      for (int vp = 1; vp <= (kind == "interleaved" ? 4 : 1); ++vp)
+      for (int vp = 1; vp <= (t.interleaving ? 4 : 1); ++vp)
         for (int m = 1; m <= 32; ++m) {
           ScheduleSpec s{.kind = kind, .pp = pp, .vp = vp, .microbatches = m};
-          if (kind == "interleaved" && m % pp != 0) continue;
-          if ((kind == "2bw" || kind == "1f1b-star") && m < pp) continue;
+          if (t.interleaving && m % pp != 0) continue;
+          if (t.min_microbatches_pp && m < pp) continue;
           out.push_back(s);
         }
+  }
   return out;
 }
 
 TEST(PipelineSchedules, RegistryListsTheKinds) {
   EXPECT_EQ(schedule_kinds(),
             (std::vector<std::string>{"gpipe", "1f1b", "interleaved", "pipedream", "2bw", "zb-h1",
-                                      "1f1b-star"}));
+                                      "1f1b-star", "wsp"}));
+}
+
+// The traits are what lower, validate, the executor, config validation and the trainer read
+// instead of kind names (issue 11): each kind's update rule and options as the papers define them.
+TEST(PipelineSchedules, TraitsDescribeEachKind) {
+  using U = UpdateRule;
+  for (const char* k : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
+    EXPECT_EQ(schedule_traits(k).update, U::FLUSH) << k;
+    EXPECT_EQ(schedule_traits(k).weight_versions, 1) << k;
+    EXPECT_TRUE(schedule_traits(k).executable) << k;
+  }
+  EXPECT_TRUE(schedule_traits("interleaved").interleaving);
+  EXPECT_TRUE(schedule_traits("zb-h1").split_backward);
+  EXPECT_EQ(schedule_traits("2bw").update, U::PER_BATCH);
+  EXPECT_EQ(schedule_traits("2bw").weight_versions, 2);
+  EXPECT_EQ(schedule_traits("1f1b-star").update, U::PER_BATCH);
+  EXPECT_FALSE(schedule_traits("1f1b-star").executable);
+  EXPECT_EQ(schedule_traits("pipedream").update, U::PER_MICROBATCH);
+  EXPECT_TRUE(schedule_traits("pipedream").replicas && schedule_traits("pipedream").vertical_sync);
+  EXPECT_EQ(schedule_traits("wsp").update, U::PER_WAVE);
+  EXPECT_FALSE(schedule_traits("wsp").generated || schedule_traits("wsp").executable);
+  for (const ScheduleTraits& t : schedule_registry()) {
+    EXPECT_FALSE(t.summary.empty()) << t.name;
+    EXPECT_EQ(&schedule_traits(t.name), &schedule_traits(std::string(t.name)));
+    // Only the generated kinds' programs carry their traits through generate and lower.
+    if (!t.generated) continue;
+    const Program p = lower(generate({.kind = std::string(t.name), .pp = 2, .microbatches = 4}));
+    EXPECT_EQ(p.traits().name, t.name);
+  }
+  EXPECT_THROW(schedule_traits("zigzag"), Error);
 }
 
 TEST(PipelineSchedules, SweepValidatesBeforeAndAfterLowering) {
