@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "data/tokenizer.h"
 #include "dist/comm.h"
+#include "model/gpt.h"
 #include "optim/lr_schedule.h"
 #include "train/session.h"
 
@@ -39,9 +40,10 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   int tokenizer_vocab = 0;
   if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
     tokenizer_vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
-  // session_dims first: a config without a vocabulary fails before any collective.
-  const GptDims dims = session_dims(cfg, tokenizer_vocab);
-  TrainSession session(cfg, &world, tokenizer_vocab,
+  // The model first: a config without a vocabulary fails before any collective.
+  std::shared_ptr<const ModelBuilder> builder = model_builder(cfg, tokenizer_vocab);
+  const GptDims dims = gpt_dims_of(*builder);
+  TrainSession session(cfg, world, std::move(builder),
                        std::make_unique<SyntheticTokens>(dims.vocab, dims.seq_len, cfg.train.seed));
   session.log_header();
   const LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps,

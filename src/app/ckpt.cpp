@@ -10,7 +10,7 @@
 #include "backend/device.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "model/gpt_model.h"
+#include "model/gpt.h"
 #include "optim/adamw.h"
 #include "train/checkpoint_checksum.h"
 #include "train/checkpoint_dir.h"
@@ -81,7 +81,7 @@ int run_ckpt_bench(const CkptBenchOptions& opts) {
   cfg.checkpoint.dir = opts.dir;
   cfg.checkpoint.keep = 1;
   BackendChoice choice = choose_backend("cpu");
-  GptModel model(gpt_dims(cfg.model, 0), *choice.backend);
+  SequentialModel model(make_gpt(gpt_dims(cfg.model, 0)), *choice.backend);
   model.init_weights(cfg.train.seed);
   AdamW opt(*choice.backend, model.table(), cfg.optim);
   HostTrainState host(model.table());

@@ -8,7 +8,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "model/gpt_model.h"
+#include "model/gpt.h"
 #include "train/checkpoint_dir.h"
 #include "train/checkpoint_state.h"
 #include "train/sampler.h"
@@ -25,7 +25,7 @@ int run_generate(const GenerateOptions& opts) {
   auto tokenizer = Tokenizer::load(tok_path);
   const GptDims dims = gpt_dims(cfg.model, tokenizer->vocab_size());
   BackendChoice choice = choose_backend(cfg.precision.device == "cuda" ? "auto" : cfg.precision.device);
-  GptModel model(dims, *choice.backend);
+  SequentialModel model(make_gpt(dims), *choice.backend);
   std::vector<float> host(model.table().total());
   reader.read(table_shards(model.table(), host.data(), kParamsGroup));
   choice.backend->to_device(model.params(), host.data(), host.size() * sizeof(float));

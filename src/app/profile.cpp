@@ -16,7 +16,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/tokenizer.h"
-#include "model/gpt_model.h"
+#include "model/gpt.h"
 
 namespace baton::app {
 namespace {
@@ -44,7 +44,7 @@ int run_profile(const ProfileOptions& opts) {
   BackendChoice choice =
       choose_backend(cfg.precision.device, parse_compute_dtype(cfg.precision.compute));
   Backend& be = *choice.backend;
-  GptModel model(dims, be);
+  SequentialModel model(make_gpt(dims), be);
   model.init_weights(cfg.train.seed);
   const int B = cfg.train.micro_batch, T = cfg.model.seq_len, L = model.num_layers();
 
@@ -82,7 +82,7 @@ int run_profile(const ProfileOptions& opts) {
   ctx.tokens = tokens;
   ctx.targets = targets;
   ctx.training = true;
-  ctx.dloss = 1.0f / float(B * T);
+  ctx.loss_scale = 1.0f / float(B * T);
   auto input_of = [&](int l) -> const void* {
     return l > 0 ? model.layer(l - 1).output(saved[l - 1], B, T) : nullptr;
   };

@@ -72,6 +72,10 @@ struct ParallelConfig {
   // entries; the pipeline then spans their sum of ranks, micro-batch k runs on replica k mod r_s of
   // stage s). Empty = one rank per stage.
   std::vector<int> replicas;
+  // Explicit pipeline stage boundaries: pp·vp ranges [first, end) of the model's global layers, in
+  // model-stage order (a GPT has n_layer + 2: embedding, blocks, head). Empty = the model's even
+  // split (Megatron's for a GPT).
+  std::vector<std::vector<int>> stages;
   double bucket_mb = 25.0;  // data-parallel gradients are reduced in buckets of this size
 
   bool operator==(const ParallelConfig&) const = default;
@@ -156,6 +160,11 @@ Config load_config_string(const std::string& toml_text, const std::string& origi
 
 // Checks ranges and combinations; called by load_config. Throws baton::Error.
 void validate(Config& cfg, int world_size);
+
+// What this build can train (`baton train`, `baton bench`): the model and optimizer kinds, the
+// schedule's executability, precision against weight stashing, and no [hetero] section yet.
+// Throws baton::Error (what + hint), the same on every rank.
+void check_trainable(const Config& cfg);
 
 // Writes cfg.to_toml() to `<dir>/config.toml` (creating dir). Returns the path.
 std::string write_resolved_config(const Config& cfg, const std::string& dir);

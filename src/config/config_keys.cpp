@@ -90,6 +90,8 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(parallel, vertical_sync, "pipedream: every stage uses the input stage's weight version"),
       BATON_KEY(parallel, replicas, "pipedream (1F1B-RR): ranks per pipeline stage, e.g. [2, 1, 1, 2] "
                 "(empty = one each)"),
+      BATON_KEY(parallel, stages, "pipeline stage boundaries: [first, end) global layers per model "
+                "stage, pp x vp of them, e.g. [[0, 5], [5, 12]] (empty = the model's even split)"),
       BATON_KEY(parallel, bucket_mb, "data-parallel gradient bucket size in MiB",
                 .range = above(0)),
 
@@ -289,8 +291,10 @@ std::string format_field(const KeyDesc& key, const Config& cfg) {
           for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_string(v[i]);
           return out + "]";
         } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          return fmt::format("[{}]", fmt::join(v, ", "));
+        } else if constexpr (std::is_same_v<T, std::vector<std::vector<int>>>) {
           std::string out = "[";
-          for (size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", v[i]);
+          for (size_t i = 0; i < v.size(); ++i) out += fmt::format("{}[{}]", i ? ", " : "", fmt::join(v[i], ", "));
           return out + "]";
         } else
           return fmt::format("{}", v);

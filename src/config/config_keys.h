@@ -19,7 +19,7 @@ using Accessor = T& (*)(Config&);
 using Field =
     std::variant<Accessor<int>, Accessor<int64_t>, Accessor<uint64_t>, Accessor<double>,
                  Accessor<bool>, Accessor<std::string>, Accessor<std::vector<std::string>>,
-                 Accessor<std::vector<int>>>;
+                 Accessor<std::vector<int>>, Accessor<std::vector<std::vector<int>>>>;
 
 // Allowed interval for a numeric key; an open end excludes its bound.
 struct Range {

@@ -106,11 +106,29 @@ class FieldWriter {
     }
     dst = std::move(out);
   }
+  void operator()(std::vector<std::vector<int>>& dst) const {
+    const toml::array* a = v_.as_array();
+    if (!a) wrong_type("an array of arrays of integers");
+    std::vector<std::vector<int>> out;
+    for (const toml::node& item : *a) {
+      if (!item.is_array())
+        throw Error(fmt::format("{}: {} must be an array of arrays of integers, got an array with a "
+                                "{} element", where_, key_.full_name(), type_name(item)),
+                    example_hint());
+      out.push_back(ints(*item.as_array()));
+    }
+    dst = std::move(out);
+  }
   void operator()(std::vector<int>& dst) const {
     const toml::array* a = v_.as_array();
     if (!a) wrong_type("an array of integers");
+    dst = ints(*a);
+  }
+
+ private:
+  std::vector<int> ints(const toml::array& a) const {
     std::vector<int> out;
-    for (const toml::node& item : *a) {
+    for (const toml::node& item : a) {
       // Integers; a --set list without TOML syntax (2,1) arrives as strings of digits.
       std::optional<int64_t> x;
       if (auto i = item.as_integer()) x = i->get();
@@ -126,10 +144,9 @@ class FieldWriter {
             example_hint());
       out.push_back(static_cast<int>(*x));
     }
-    dst = std::move(out);
+    return out;
   }
 
- private:
   int64_t integer(int64_t lo, int64_t hi) const {
     if (auto f = v_.as_floating_point()) {
       const double x = f->get();
@@ -288,7 +305,8 @@ void apply_override(Config& cfg, const std::string& text, int index) {
       std::holds_alternative<config_detail::Accessor<std::string>>(desc->field);
   const bool wants_list =
       std::holds_alternative<config_detail::Accessor<std::vector<std::string>>>(desc->field) ||
-      std::holds_alternative<config_detail::Accessor<std::vector<int>>>(desc->field);
+      std::holds_alternative<config_detail::Accessor<std::vector<int>>>(desc->field) ||
+      std::holds_alternative<config_detail::Accessor<std::vector<std::vector<int>>>>(desc->field);
   toml::table fallback;
   const toml::node* v = is_toml ? parsed.get("v") : nullptr;
   if (v && ((wants_string && !v->is_string()) || (wants_list && !v->is_array()))) v = nullptr;

@@ -7,6 +7,7 @@
 #include "config/config.h"
 #include "config/config_keys.h"
 #include "core/error.h"
+#include "pipeline/schedules.h"
 
 namespace baton {
 namespace {
@@ -86,14 +87,17 @@ void validate(Config& cfg, int world_size) {
                  "(e.g. min_lr = lr / 10)");
 
   const auto& p = cfg.parallel;
-  if (p.vp > 1 && p.schedule != "interleaved")
+  // Each schedule kind's options come from the pipeline registry's traits (one list of kinds for
+  // config, planner and registry); the rules of a schedule spec itself are check_spec's, below.
+  const pipeline::ScheduleTraits& kind = pipeline::schedule_traits(p.schedule);
+  if (p.vp > 1 && !kind.interleaving)
     inconsistent(
         latest(cfg, {"parallel.vp", "parallel.schedule"}),
         fmt::format("parallel.vp = {} needs parallel.schedule = \"interleaved\", got \"{}\"", p.vp,
                     p.schedule),
         "virtual pipeline chunks only exist in the interleaved 1F1B schedule: set "
         "schedule = \"interleaved\" or vp = 1");
-  if (p.vertical_sync && p.schedule != "pipedream")
+  if (p.vertical_sync && !kind.vertical_sync)
     inconsistent(latest(cfg, {"parallel.vertical_sync", "parallel.schedule"}),
                  fmt::format("parallel.vertical_sync = true needs parallel.schedule = \"pipedream\", got "
                              "\"{}\"", p.schedule),
@@ -104,29 +108,54 @@ void validate(Config& cfg, int world_size) {
                  fmt::format("parallel.vp = {} needs pipeline parallelism, but parallel.pp = 1", p.vp),
                  "interleaving spreads each pipeline rank's layers over vp chunks: set pp >= 2, or "
                  "vp = 1");
+  // The asynchronous kinds change the update rule (stale weights); with one stage there is no
+  // pipeline to run them on, and silently training with the flush rule would be a lie.
+  if (!kind.synchronous() && p.pp == 1)
+    inconsistent(latest(cfg, {"parallel.schedule", "parallel.pp"}),
+                 fmt::format("parallel.schedule = \"{}\" ({} updates) needs parallel.pp > 1", p.schedule,
+                             pipeline::update_rule_name(kind.update)),
+                 "set parallel.pp > 1, or use a flush schedule (e.g. \"1f1b\") with pp = 1");
   if (m.kind == "gpt" && m.n_head % p.tp != 0)
     inconsistent(latest(cfg, {"parallel.tp", "model.n_head"}),
                  fmt::format("parallel.tp = {} does not divide model.n_head = {}", p.tp, m.n_head),
                  "tensor parallelism splits the attention heads: use a tp that divides n_head");
-  if (m.kind == "gpt" && m.n_layer < p.pp * p.vp)
-    inconsistent(
-        latest(cfg, {"model.n_layer", "parallel.pp", "parallel.vp"}),
-        fmt::format("model.n_layer = {} is fewer than parallel.pp × parallel.vp = {} model chunks",
-                    m.n_layer, p.pp * p.vp),
-        "every pipeline chunk needs at least one layer: raise n_layer or lower pp / vp");
-
-  if (m.kind == "gpt" && m.n_layer >= p.pp * p.vp && m.n_layer % (p.pp * p.vp) != 0)
+  if (!p.stages.empty()) {
+    // Explicit boundaries: their shape here; that they cover exactly the model's layers is checked
+    // against the model when the layout is built (dist/layout.h).
+    const std::string at = where(cfg, "parallel.stages");
+    if (static_cast<int>(p.stages.size()) != p.pp * p.vp)
+      inconsistent(latest(cfg, {"parallel.stages", "parallel.pp", "parallel.vp"}),
+                   fmt::format("parallel.stages lists {} stages but parallel.pp × parallel.vp = {}",
+                               p.stages.size(), p.pp * p.vp),
+                   "give one [first, end) range of global layers per model stage, e.g. "
+                   "stages = [[0, 5], [5, 12]] with pp = 2");
+    int next = 0;
+    for (size_t s = 0; s < p.stages.size(); ++s) {
+      const std::vector<int>& r = p.stages[s];
+      if (r.size() != 2 || r[0] != next || r[1] <= r[0])
+        inconsistent(at,
+                     fmt::format("parallel.stages: stage {} is [{}]; stages are [first, end) with "
+                                 "first < end, each starting where the previous one ended (at {})",
+                                 s, fmt::join(r, ", "), next),
+                     "list the model stages in order from global layer 0, e.g. [[0, 5], [5, 12]] (a "
+                     "GPT has n_layer + 2 global layers: the embedding, the blocks and the head)");
+      next = r[1];
+    }
+  } else if (m.kind == "gpt" && m.n_layer % (p.pp * p.vp) != 0) {
+    // The GPT's default split (Megatron's): the blocks evenly over the model stages.
     inconsistent(
         latest(cfg, {"model.n_layer", "parallel.pp", "parallel.vp"}),
         fmt::format("model.n_layer = {} does not split evenly into parallel.pp × parallel.vp = {} × {} "
                     "= {} pipeline model stages", m.n_layer, p.pp, p.vp, p.pp * p.vp),
         "Megatron's split gives every model stage the same number of transformer blocks: use an "
-        "n_layer that is a multiple of pp × vp, or change pp / vp");
+        "n_layer that is a multiple of pp × vp, change pp / vp, or give the boundaries yourself "
+        "(parallel.stages)");
+  }
 
   // pipedream with replicated stages (1F1B-RR, PipeDream §3.2): the pipeline spans Σ replicas ranks.
   int64_t pipeline_ranks = p.pp;
   if (!p.replicas.empty()) {
-    if (p.schedule != "pipedream")
+    if (!kind.replicas)
       inconsistent(latest(cfg, {"parallel.replicas", "parallel.schedule"}),
                    fmt::format("parallel.replicas needs parallel.schedule = \"pipedream\", got \"{}\"",
                                p.schedule),
@@ -189,27 +218,23 @@ void validate(Config& cfg, int world_size) {
                         ? fmt::format(" or {}", t.global_batch / per_step * per_step)
                         : ""));
   }
-  // Interleaved 1F1B (PTD-P, notes-dissertation §1.6) runs micro-batches in groups of pp.
-  const int64_t microbatches = t.global_batch / per_step;
-  // 1F1B-RR: the replicas of a stage update together, each on one micro-batch of every r_s.
-  for (int r : p.replicas)
-    if (microbatches % r != 0)
-      inconsistent(latest(cfg, {"train.global_batch", "train.micro_batch", "parallel.replicas"}),
-                   fmt::format("{} micro-batches per step (train.global_batch / train.micro_batch) "
-                               "do not split evenly over {} replicas", microbatches, r),
-                   "the replicas of a stage sum their gradients at every update (1F1B-RR): use a "
-                   "number of micro-batches that every replica count divides");
-  if (p.schedule == "interleaved" && p.pp > 1 && microbatches % p.pp != 0) {
-    const int64_t good = (microbatches / p.pp + 1) * p.pp * per_step;
-    inconsistent(
-        latest(cfg, {"train.global_batch", "train.micro_batch", "parallel.pp", "parallel.schedule"}),
-        fmt::format("the interleaved schedule needs micro-batches per step (train.global_batch / "
-                    "(train.micro_batch × dp) = {} / ({} × {}) = {}) to be a multiple of "
-                    "parallel.pp = {}",
-                    t.global_batch, t.micro_batch, cfg.dp, microbatches, p.pp),
-        fmt::format("use global_batch = {} (or another multiple of micro_batch × dp × pp = {}), "
-                    "or schedule = \"1f1b\"",
-                    good, per_step * p.pp));
+  // The schedule's own rules for this many micro-batches per step (interleaving in groups of pp,
+  // 2BW's m >= pp, micro-batches over replicas, ...): check_spec's, named at the keys that set
+  // them.
+  if (kind.generated) {
+    const pipeline::ScheduleSpec spec{.kind = p.schedule, .pp = p.pp, .vp = p.vp,
+                                      .microbatches = static_cast<int>(t.global_batch / per_step),
+                                      .replicas = p.replicas, .vertical_sync = p.vertical_sync};
+    try {
+      pipeline::check_spec(spec);
+    } catch (const Error& e) {
+      inconsistent(latest(cfg, {"train.global_batch", "train.micro_batch", "parallel.pp",
+                                "parallel.schedule", "parallel.replicas"}),
+                   fmt::format("{} (micro-batches per step = train.global_batch / (train.micro_batch "
+                               "× dp) = {} / ({} × {}) = {})", e.what(), t.global_batch, t.micro_batch,
+                               cfg.dp, spec.microbatches),
+                   fmt::format("{}; change train.global_batch or train.micro_batch accordingly", e.hint()));
+    }
   }
 }
 

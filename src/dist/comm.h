@@ -1,7 +1,7 @@
 // dist::Comm: the collectives and point-to-point messages baton's parallelism needs, over a group
 // of ranks. Implementations: MPI (host buffers; also bootstraps NCCL) and NCCL (device buffers, on
 // the communicator's own CUDA stream). Groups are explicit objects passed to whoever needs them
-// (ProcessGroups in rank_grid.h); there is no global communicator state.
+// (ProcessGroups in process_groups.h); there is no global communicator state.
 //
 // Semantics common to every implementation:
 // - Collective calls (all_reduce, reduce_scatter, all_gather, broadcast, barrier, split) must be

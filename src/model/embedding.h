@@ -23,6 +23,7 @@ class Embedding : public Layer {
   size_t output_bytes(int B, int T) const override {
     return size_t(tp_.local_rows(B * T)) * d_.d_model * act_size_;
   }
+  size_t input_bytes(int, int) const override { return 0; }  // reads the tokens
   void* output(void* saved, int, int) const override { return saved; }
   void forward(const LayerCtx& ctx, const void* in, void* saved) override;
   void backward(const LayerCtx& ctx, const void* in, const void* dout, void* din,

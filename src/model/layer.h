@@ -1,6 +1,8 @@
 // Layer: the unit a model is built from and a pipeline stage holds a contiguous range of. A layer
-// registers its parameters in the ParamTable, says how many bytes of activations it saves per
-// micro-batch and how much shared scratch it needs, and runs forward/backward on one micro-batch.
+// registers its parameters (and non-trainable buffers, e.g. batch-norm statistics) in the
+// ParamTable, says how many bytes of activations it takes, saves and returns per micro-batch and
+// how much shared scratch it needs, and runs forward/backward on one micro-batch. Shapes are
+// (B samples, T positions); a model whose samples have no positions (images) uses T = 1.
 // Activations (and the compute weights) are in the backend's act_dtype (fp32 or bf16); sizes are
 // in bytes so one buffer can hold bf16 activations and fp32 statistics (model/carver.h).
 //
@@ -23,18 +25,22 @@ struct LayerCtx {
   const ParamTable* table = nullptr;
   void* params = nullptr;   // flat compute-weight buffer (act dtype; backend memory)
   float* grads = nullptr;   // flat fp32 gradient buffer (accumulated into)
+  float* buffers = nullptr;  // flat fp32 non-trainable buffers (ParamTable::add_buffer)
   void* workspace = nullptr;
   int B = 0, T = 0;                   // micro-batch shape
   const int32_t* tokens = nullptr;    // [B,T] (backend memory)
   const int32_t* tokens_host = nullptr;  // the same tokens in host memory (may be null)
-  const int32_t* targets = nullptr;   // [B,T] (backend memory); null when only logits are wanted
+  const float* images = nullptr;      // [B, ...] input images (backend memory, fp32)
+  const int32_t* targets = nullptr;   // one per loss term (backend memory); null: no loss wanted
   bool training = true;  // forward also prepares what backward needs (e.g. logits gradient)
-  float dloss = 1.0f;    // d(total loss)/d(per-token loss): 1 / tokens in the optimizer step
+  // d(total loss)/d(one loss term): 1 / the loss terms of the optimizer step (the model's scale).
+  float loss_scale = 1.0f;
 
   void* param(int i) const {
     return static_cast<char*>(params) + table->offset(i) * be->act_size();
   }
   float* grad(int i) const { return table->at(grads, i); }
+  float* buffer(int i) const { return table->buffer_at(buffers, i); }
 };
 
 class Layer {
@@ -46,11 +52,19 @@ class Layer {
   virtual size_t saved_bytes(int B, int T) const = 0;
   // Shared scratch bytes one call needs.
   virtual size_t workspace_bytes(int B, int T) const = 0;
-  // Bytes of this layer's output per micro-batch (what the next layer or stage receives).
+  // Bytes of this layer's output per micro-batch (what the next layer or stage receives), and of
+  // its input (what it receives from the previous layer; 0 for a layer that reads the
+  // micro-batch's inputs itself).
   virtual size_t output_bytes(int B, int T) const = 0;
+  virtual size_t input_bytes(int B, int T) const = 0;
+  // A loss layer's output is its per-term losses (fp32): how many for a micro-batch. 0 otherwise.
+  virtual int64_t loss_terms(int /*B*/, int /*T*/) const { return 0; }
+  // Full recomputation (PTD-P §3) applies to this layer: only its output is kept between forward
+  // and backward, the rest is recomputed. (A GPT's transformer blocks; not its embedding or head.)
+  virtual bool recomputable() const { return false; }
   // The output lives inside `saved`; returns where.
   virtual void* output(void* saved, int B, int T) const = 0;
-  // in: previous layer's output (unused by the first layer, which reads ctx.tokens).
+  // in: previous layer's output (unused by the first layer, which reads ctx.tokens / ctx.images).
   virtual void forward(const LayerCtx& ctx, const void* in, void* saved) = 0;
   // dout: gradient w.r.t. this layer's output (unused by the loss layer); din: gradient w.r.t.
   // `in`, overwritten (null for the first layer).

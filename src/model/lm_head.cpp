@@ -72,7 +72,7 @@ void LmHead::cross_entropy(const LayerCtx& ctx, void* logits, float* losses, int
   void* dlogits = ctx.training ? logits : nullptr;
   if (!tp_.active()) {
     be.softmax_cross_entropy(losses, dlogits, logits, ctx.targets, N, d_.vocab, d_.vocab_padded,
-                             ctx.dloss);
+                             ctx.loss_scale);
     return;
   }
   const int Vl = d_.vocab_padded / tp_.size, start = tp_.rank * Vl;
@@ -85,7 +85,7 @@ void LmHead::cross_entropy(const LayerCtx& ctx, void* logits, float* losses, int
   be.logits_sumexp_target(sumexp, target, logits, maxv, ctx.targets, N, V_local, Vl, start);
   tp_.all_reduce_sum(sumexp, 2 * size_t(N));
   be.cross_entropy_finish(losses, dlogits, logits, maxv, sumexp, target, ctx.targets, N, V_local,
-                          Vl, start, ctx.dloss);
+                          Vl, start, ctx.loss_scale);
 }
 
 void LmHead::forward(const LayerCtx& ctx, const void* x, void* saved) {

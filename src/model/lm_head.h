@@ -27,6 +27,10 @@ class LmHead : public Layer {
   size_t saved_bytes(int B, int T) const override;
   size_t workspace_bytes(int B, int T) const override;
   size_t output_bytes(int B, int T) const override { return size_t(B) * T * sizeof(float); }
+  size_t input_bytes(int B, int T) const override {
+    return size_t(tp_.local_rows(B * T)) * d_.d_model * act_size_;
+  }
+  int64_t loss_terms(int B, int T) const override { return int64_t(B) * T; }
   // Per-token losses [N] (fp32).
   void* output(void* saved, int B, int T) const override;
   // This rank's logits [N,Vl] in the act dtype (after a non-training forward; gradients after a

@@ -60,32 +60,46 @@ void extract_shard(const ParamSpec& spec, int tp_rank, int tp_size, const float*
     }
 }
 
-int ParamTable::add(ParamSpec spec) {
-  BATON_ASSERT(find(spec.name) < 0, "parameter '{}' registered twice", spec.name);
+int ParamTable::Entries::add(ParamSpec spec) {
   size_t n = 1;
   for (int64_t d : spec.shape) {
-    BATON_ASSERT(d > 0, "parameter '{}' has a non-positive dimension", spec.name);
+    BATON_ASSERT(d > 0, "tensor '{}' has a non-positive dimension", spec.name);
     n *= static_cast<size_t>(d);
   }
   constexpr size_t kAlign = 16;
-  total_ = (total_ + kAlign - 1) / kAlign * kAlign;
-  offsets_.push_back(total_);
-  numels_.push_back(n);
-  total_ += n;
-  specs_.push_back(std::move(spec));
-  return size() - 1;
+  total = (total + kAlign - 1) / kAlign * kAlign;
+  offsets.push_back(total);
+  numels.push_back(n);
+  total += n;
+  specs.push_back(std::move(spec));
+  return static_cast<int>(specs.size()) - 1;
+}
+
+int ParamTable::Entries::find(const std::string& name) const {
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int ParamTable::add(ParamSpec spec) {
+  BATON_ASSERT(find(spec.name) < 0 && find_buffer(spec.name) < 0, "tensor '{}' registered twice",
+               spec.name);
+  return params_.add(std::move(spec));
+}
+
+int ParamTable::add_buffer(ParamSpec spec) {
+  BATON_ASSERT(find(spec.name) < 0 && find_buffer(spec.name) < 0, "tensor '{}' registered twice",
+               spec.name);
+  BATON_ASSERT(spec.init != ParamSpec::Init::NORMAL, "buffer '{}' must start as zeros or ones",
+               spec.name);
+  spec.decay = false;
+  return buffers_.add(std::move(spec));
 }
 
 size_t ParamTable::count() const {
   size_t c = 0;
-  for (size_t n : numels_) c += n;
+  for (size_t n : params_.numels) c += n;
   return c;
-}
-
-int ParamTable::find(const std::string& name) const {
-  for (int i = 0; i < size(); ++i)
-    if (specs_[i].name == name) return i;
-  return -1;
 }
 
 }  // namespace baton

@@ -1,7 +1,9 @@
 // Parameter table: every trainable tensor of a model by name, shape, weight-decay flag and
-// tensor-parallel dimension. Parameters (and their gradients) live in one flat buffer each, carved
-// into views in table order, so optimizers, grad-norms and reductions work on the flat buffer and
-// checkpoints address tensors by name instead of by index arithmetic.
+// tensor-parallel dimension, and every non-trainable buffer (batch-norm running statistics).
+// Parameters (and their gradients) live in one flat buffer each, carved into views in table order,
+// so optimizers, grad-norms and reductions work on the flat buffer and checkpoints address tensors
+// by name instead of by index arithmetic. Buffers live in a flat buffer of their own: the
+// optimizer, the gradient reductions and the grad norm never see them; checkpoints save them.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -46,23 +48,37 @@ class ParamTable {
  public:
   // Registers a parameter; returns its index. Offsets are 16-float aligned for vector loads.
   int add(ParamSpec spec);
-  int size() const { return static_cast<int>(specs_.size()); }
-  const ParamSpec& spec(int i) const { return specs_[i]; }
-  size_t numel(int i) const { return numels_[i]; }
-  size_t offset(int i) const { return offsets_[i]; }
-  size_t total() const { return total_; }  // floats in the flat buffer (incl. alignment padding)
-  size_t count() const;                    // trainable scalars (no padding)
-  int find(const std::string& name) const;  // -1 if absent
+  int size() const { return static_cast<int>(params_.specs.size()); }
+  const ParamSpec& spec(int i) const { return params_.specs[i]; }
+  size_t numel(int i) const { return params_.numels[i]; }
+  size_t offset(int i) const { return params_.offsets[i]; }
+  size_t total() const { return params_.total; }  // floats in the flat buffer (incl. padding)
+  size_t count() const;                           // trainable scalars (no padding)
+  int find(const std::string& name) const { return params_.find(name); }  // -1 if absent
 
   // Views into flat buffers laid out by this table.
-  float* at(float* flat, int i) const { return flat + offsets_[i]; }
-  const float* at(const float* flat, int i) const { return flat + offsets_[i]; }
+  float* at(float* flat, int i) const { return flat + params_.offsets[i]; }
+  const float* at(const float* flat, int i) const { return flat + params_.offsets[i]; }
+
+  // Non-trainable buffers, in a flat buffer of their own laid out the same way (init ZEROS or
+  // ONES; a name may not be both a parameter and a buffer).
+  int add_buffer(ParamSpec spec);
+  int num_buffers() const { return static_cast<int>(buffers_.specs.size()); }
+  const ParamSpec& buffer_spec(int i) const { return buffers_.specs[i]; }
+  size_t buffer_numel(int i) const { return buffers_.numels[i]; }
+  size_t buffers_total() const { return buffers_.total; }
+  int find_buffer(const std::string& name) const { return buffers_.find(name); }
+  float* buffer_at(float* flat, int i) const { return flat + buffers_.offsets[i]; }
 
  private:
-  std::vector<ParamSpec> specs_;
-  std::vector<size_t> numels_;
-  std::vector<size_t> offsets_;
-  size_t total_ = 0;
+  struct Entries {
+    std::vector<ParamSpec> specs;
+    std::vector<size_t> numels, offsets;
+    size_t total = 0;
+    int add(ParamSpec spec);
+    int find(const std::string& name) const;
+  };
+  Entries params_, buffers_;
 };
 
 }  // namespace baton

@@ -33,6 +33,8 @@ class TransformerBlock : public Layer {
   size_t output_bytes(int B, int T) const override {
     return size_t(tp_.local_rows(B * T)) * d_.d_model * act_size_;
   }
+  size_t input_bytes(int B, int T) const override { return output_bytes(B, T); }
+  bool recomputable() const override { return true; }
   void* output(void* saved, int B, int T) const override;
   void forward(const LayerCtx& ctx, const void* in, void* saved) override;
   void backward(const LayerCtx& ctx, const void* in, const void* dout, void* din,

@@ -9,7 +9,8 @@ namespace baton {
 DataParallelGrads::DataParallelGrads(Backend& be, const ParamTable& table,
                                      std::vector<int> layer_of_param, dist::Comm* dp, bool zero1,
                                      size_t bucket_bytes, bool tp_rank0)
-    : be_(be), dp_(dp && dp->size() > 1 ? dp : nullptr), zero1_(zero1 && dp_), tp_rank0_(tp_rank0) {
+    : be_(be), dp_(dp && dp->size() > 1 ? dp : nullptr), zero1_(zero1 && dp_), tp_rank0_(tp_rank0),
+      layer_of_param_(layer_of_param) {
   BATON_ASSERT(static_cast<int>(layer_of_param.size()) == table.size(), "layer_of_param size");
   const size_t align = 16 * size_t(dp_size());
   const size_t padded = (table.total() + align - 1) / align * align;
@@ -19,17 +20,29 @@ DataParallelGrads::DataParallelGrads(Backend& be, const ParamTable& table,
     Bucket b;
     b.hi = hi;
     b.lo = hi > bucket ? hi - bucket : 0;
-    b.min_layer = 1 << 30;
     for (int i = 0; i < table.size(); ++i) {
       const size_t off = table.offset(i), end = off + table.numel(i);
-      if (off < b.hi && end > b.lo) b.min_layer = std::min(b.min_layer, layer_of_param[i]);
+      if (off >= b.hi || end <= b.lo) continue;
+      const int l = layer_of_param[i];
+      b.min_layer = b.min_layer < 0 ? l : std::min(b.min_layer, l);
+      b.max_layer = std::max(b.max_layer, l);
     }
-    if (b.min_layer == (1 << 30)) b.min_layer = 0;  // only padding: launch with the last bucket
     hi = b.lo;
     buckets_.push_back(std::move(b));
   }
   build_segments(table);
   if (zero1_) scratch_.assign(padded / dp_size(), 0.0f);
+  int layers = 0;
+  for (int l : layer_of_param_) layers = std::max(layers, l + 1);
+  layer_done_.assign(layers, false);
+}
+
+void DataParallelGrads::set_late(const ParamTable& table, const std::vector<int>& params) {
+  for (int i : params) {
+    const size_t off = table.offset(i), end = off + table.numel(i);
+    for (Bucket& b : buckets_)
+      if (off < b.hi && end > b.lo) b.late = true;
+  }
 }
 
 void DataParallelGrads::build_segments(const ParamTable& table) {
@@ -72,21 +85,36 @@ void DataParallelGrads::launch(Bucket& b, float* grads) {
   }
 }
 
-void DataParallelGrads::layer_done(int layer, float* grads) {
+void DataParallelGrads::launch_ready(float* grads) {
   // MPI moves a non-blocking collective forward only inside MPI calls: poll the buckets in flight
-  // after every layer so they progress while the next layers compute.
+  // whenever a layer finishes so they progress while the next layers compute.
   for (Bucket& b : buckets_)
     if (b.request) b.request->test();
   for (Bucket& b : buckets_) {
-    if (b.launched) continue;
-    if (b.min_layer < layer) break;  // buckets are ordered by descending min_layer
-    launch(b, grads);
+    if (b.launched || b.min_layer < 0 || (b.late && !late_done_)) continue;
+    bool ready = true;
+    for (int l = b.min_layer; l <= b.max_layer && ready; ++l) ready = layer_done_[l];
+    if (ready) launch(b, grads);
   }
+}
+
+void DataParallelGrads::layer_done(int layer, float* grads) {
+  BATON_ASSERT(layer >= 0 && layer < static_cast<int>(layer_done_.size()), "layer {} of {}", layer,
+               layer_done_.size());
+  layer_done_[layer] = true;
+  launch_ready(grads);
+}
+
+void DataParallelGrads::late_done(float* grads) {
+  late_done_ = true;
+  launch_ready(grads);
 }
 
 void DataParallelGrads::finish(float* grads) {
   for (Bucket& b : buckets_)
     if (!b.launched) launch(b, grads);
+  std::fill(layer_done_.begin(), layer_done_.end(), false);
+  late_done_ = false;
   const size_t r = dp_ ? static_cast<size_t>(dp_->rank()) : 0;
   for (Bucket& b : buckets_) {
     if (b.request) b.request->wait();

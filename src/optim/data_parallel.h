@@ -4,10 +4,13 @@
 // The flat gradient buffer (ParamTable layout, parameters in layer order) is cut into buckets of
 // about `bucket_bytes`, walking from the end of the buffer (last layer: first to finish backward)
 // to the start. A bucket is launched as an asynchronous all-reduce (or, with ZeRO-1, a
-// reduce-scatter) as soon as the lowest layer it touches has finished its backward on the step's
-// last micro-batch. Bucket boundaries are multiples of 16·dp floats, so with ZeRO-1 each bucket
-// splits evenly: rank r owns piece r of every bucket, keeps AdamW state for its pieces only, updates
-// them, and all-gathers the parameters afterwards.
+// reduce-scatter) as soon as every layer it touches has finished its last backward before the
+// update (and, for a bucket holding a tied parameter's shared copy, once that has been summed over
+// the tied group: set_late / late_done). Readiness comes from the program, which every
+// data-parallel rank runs identically, so every rank launches the buckets in the same order.
+// Bucket boundaries are multiples of 16·dp floats, so with ZeRO-1 each bucket splits evenly: rank
+// r owns piece r of every bucket, keeps AdamW state for its pieces only, updates them, and
+// all-gathers the parameters afterwards.
 //
 // Gradients are summed, not averaged: the loss scale (1 / tokens of the global batch) already
 // makes the sum the mean over the global batch.
@@ -45,10 +48,14 @@ class DataParallelGrads {
   const std::vector<UpdateSegment>& segments() const { return segments_; }
   size_t state_size() const { return state_size_; }
 
-  // Launches every not-yet-launched bucket whose gradients are complete once layers >= `layer`
-  // have finished backward. Call with the layer index after each layer's backward of the last
-  // micro-batch (layers finish in descending order).
+  // Parameters whose gradients are final only at late_done() (a tied parameter's copy, summed over
+  // the stages sharing it first); buckets holding them wait for it.
+  void set_late(const ParamTable& table, const std::vector<int>& params);
+  // Local `layer`'s gradients are final for this update (its last backward before it ran):
+  // launches every bucket that is now complete.
   void layer_done(int layer, float* grads);
+  // The late parameters' gradients are final.
+  void late_done(float* grads);
   // Launches what is left and waits for every bucket; afterwards the gradients this rank updates
   // hold the sum over data-parallel ranks.
   void finish(float* grads);
@@ -72,11 +79,13 @@ class DataParallelGrads {
  private:
   struct Bucket {
     size_t lo = 0, hi = 0;  // flat range [lo, hi), (hi - lo) % dp == 0
-    int min_layer = 0;      // launch once this layer's backward is done
+    int min_layer = -1, max_layer = -1;  // the layers it touches (-1: only padding)
+    bool late = false;                   // holds a late parameter
     bool launched = false;
     dist::RequestPtr request;
   };
   void launch(Bucket& b, float* grads);
+  void launch_ready(float* grads);
   void build_segments(const ParamTable& table);
 
   Backend& be_;
@@ -84,6 +93,9 @@ class DataParallelGrads {
   bool zero1_;
   bool tp_rank0_;
   std::vector<Bucket> buckets_;  // in launch order (descending flat offsets)
+  std::vector<int> layer_of_param_;
+  std::vector<bool> layer_done_;
+  bool late_done_ = false;
   std::vector<UpdateSegment> segments_;
   size_t state_size_ = 0;
   std::vector<float> scratch_;  // reduce-scatter needs a separate receive buffer per bucket

@@ -211,6 +211,13 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
           st.bwd_count[chunk(in.stage)]++;
         }
         break;
+      case Op::LOAD:  // the slot's data buffers; its pending sends read other buffers
+        stage.load(in.stage, in.microbatch, in.slot);
+        break;
+      case Op::REDUCE_TIED:
+        stage.reduce_tied(in.stage);
+        st.update += now() - start;
+        break;
       case Op::REDUCE_GRADS:
         // Flush kinds: every message of the step has been sent; finish them before the
         // collectives. Asynchronous kinds keep their sends in flight across updates.
@@ -229,6 +236,7 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
       st.compute += now() - start;
       st.last_compute_end = now() - t0;
     }
+    if (opt_.record) st.trace.push_back(in);
     ++pc_;
     for (int j : to_post_[i + 1]) post(stage, j);
   }
@@ -247,6 +255,7 @@ void run_forward_only(Stage& stage, dist::Comm& comm, int pp, int vp, int microb
         comm.recv(stage.input(s, slot), stage.boundary_count(s - 1), stage.boundary_dtype(), (s - 1) % pp,
                   Executor::tag(false, s - 1, k, S))->wait();
       stage.select_version(s, -1);  // -1: the current (latest) weights
+      if (s == 0 || s == S - 1) stage.load(s, k, slot);
       stage.forward(s, k, slot);
       if (s + 1 < S)
         comm.send(stage.output(s, slot), stage.boundary_count(s), stage.boundary_dtype(), (s + 1) % pp,

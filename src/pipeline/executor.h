@@ -15,8 +15,7 @@
 // Two ways to run:
 // - flush kinds (gpipe, 1f1b, interleaved, zb-h1: W(t+1) = W(t) − lr·∇f(W(t)), notes-dissertation
 //   §1.2, §1.5, §1.6; Qi et al. ZB-H1): `run` executes the whole list of a one-step program
-//   (spec.steps = 1) once per optimizer step; the Stage may serve all of a rank's REDUCE_GRADS /
-//   OPT_STEP with one reduction and one optimizer call.
+//   (spec.steps = 1) once per optimizer step.
 // - asynchronous kinds (pipedream, 2bw: notes-dissertation §1.3, §1.4; notes-pipedream §1): the
 //   program covers many optimizer steps with no flush; `run_until_update(n)` executes the list up
 //   to and including this rank's n-th OPT_STEP and returns with the pipeline still in flight
@@ -61,11 +60,15 @@ class Stage {
   virtual void* output(int stage, int slot) = 0;
   virtual void* output_grad(int stage, int slot) = 0;
   virtual void* input_grad(int stage, int slot) = 0;
-  // Forward of `microbatch` (0-based within the step) through `stage`: the first stage loads the
-  // micro-batch's tokens, the last one its targets and computes the loss.
+  // LOAD: the micro-batch's data into `slot` — its inputs on the first stage, its targets on the
+  // last (which computes the loss).
+  virtual void load(int stage, int microbatch, int slot) = 0;
+  // Forward of `microbatch` (numbered over the whole program) through `stage`.
   virtual void forward(int stage, int microbatch, int slot) = 0;
   virtual void backward(int stage, int microbatch, int slot, BackwardPart part) = 0;
-  // REDUCE_GRADS and OPT_STEP of `stage` (flush kinds: a rank's come together at the step's end).
+  // REDUCE_TIED, REDUCE_GRADS and OPT_STEP: the update of every stage the rank holds (`stage`
+  // names the rank's first; for REDUCE_TIED its stage with tied layers).
+  virtual void reduce_tied(int stage) = 0;
   virtual void reduce_grads(int stage) = 0;
   virtual void optimizer_step(int stage, int weight_version) = 0;
   // Weight stashing: the executor calls this before every compute op with the version its Instr
@@ -87,11 +90,15 @@ struct ExecStats {
   std::vector<int> fwd_count, bwd_count, wgt_count;
   size_t bytes_sent = 0;        // point-to-point payload this rank sent (SEND_ACT, SEND_GRAD)
   int updates = 0;              // OPT_STEPs run
+  std::vector<Instr> trace;     // the instructions run, in order (ExecOptions::record)
 };
 
 struct ExecOptions {
   // PTD-P scatter/gather: this rank's tensor-parallel group (size > 1), or null to send whole.
   dist::Comm* scatter_gather = nullptr;
+  // Record every instruction as it runs (ExecStats::trace): tests check that what runs is exactly
+  // the lowered program.
+  bool record = false;
 };
 
 class Executor {
@@ -146,8 +153,9 @@ class Executor {
   std::pair<size_t, size_t> payload(size_t floats) const;
 };
 
-// Forward only (evaluation): every micro-batch through every model stage in order, with blocking
-// point-to-point between neighbouring ranks (stage s runs on rank s mod pp), all in slot 0.
+// Forward only (evaluation): every micro-batch through every model stage in order (LOAD on the
+// first and last stage, FWD), with blocking point-to-point between neighbouring ranks (stage s runs
+// on rank s mod pp), all in one slot.
 // `slot`: the activation slot to use (one the training program does not, when an asynchronous
 // program is in flight); `comm` should then be a separate communicator (e.g. a split of the
 // pipeline group) so that its messages never match the in-flight program's receives.

@@ -10,13 +10,13 @@ namespace baton::pipeline {
 
 namespace {
 constexpr std::string_view kNames[kNumOps] = {
-    "FWD",       "BWD",       "BWD_INPUT", "BWD_WEIGHT",   "SEND_ACT",
-    "RECV_ACT",  "SEND_GRAD", "RECV_GRAD", "REDUCE_GRADS", "OPT_STEP"};
+    "FWD",       "BWD",       "BWD_INPUT", "BWD_WEIGHT",   "SEND_ACT", "RECV_ACT",
+    "SEND_GRAD", "RECV_GRAD", "REDUCE_GRADS", "OPT_STEP",  "LOAD",     "REDUCE_TIED"};
 // Text-form mnemonics: the compute ops are one letter (F, B, I = input gradient, W = weight
 // gradient, as in the zero-bubble paper's figures); the rest keep their names.
 constexpr std::string_view kMnemonics[kNumOps] = {
-    "F",        "B",         "I",         "W",            "SEND_ACT",
-    "RECV_ACT", "SEND_GRAD", "RECV_GRAD", "REDUCE_GRADS", "OPT_STEP"};
+    "F",         "B",         "I",            "W",        "SEND_ACT", "RECV_ACT",
+    "SEND_GRAD", "RECV_GRAD", "REDUCE_GRADS", "OPT_STEP", "LOAD",     "REDUCE_TIED"};
 }  // namespace
 
 std::string_view op_name(Op op) { return kNames[static_cast<int>(op)]; }
@@ -25,6 +25,8 @@ std::string_view op_mnemonic(Op op) { return kMnemonics[static_cast<int>(op)]; }
 bool is_compute(Op op) {
   return op == Op::FWD || op == Op::BWD || op == Op::BWD_INPUT || op == Op::BWD_WEIGHT;
 }
+bool is_update(Op op) { return op == Op::REDUCE_GRADS || op == Op::OPT_STEP || op == Op::REDUCE_TIED; }
+
 bool is_comm(Op op) {
   return op == Op::SEND_ACT || op == Op::RECV_ACT || op == Op::SEND_GRAD || op == Op::RECV_GRAD;
 }

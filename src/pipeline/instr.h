@@ -12,7 +12,10 @@
 //   schedules and 2BW) holds microbatches t·m .. t·m + m − 1.
 // - `weight_version` n means "this stage's weights after n optimizer steps" (W(n) in the papers).
 // - `slot` indexes this rank's activation arena; one slot holds the stashed activations of one
-//   (stage, microbatch) from its FWD until its last backward op.
+//   (stage, microbatch) from its LOAD / RECV_ACT / FWD until its last backward op.
+// - REDUCE_GRADS, OPT_STEP and REDUCE_TIED act on every model stage the rank holds (an update is
+//   per rank: with interleaving all its chunks update together); their `stage` names the rank's
+//   first (for REDUCE_TIED: the rank's stage with tied layers).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,10 +33,12 @@ enum class Op : uint8_t {
   RECV_ACT,      // receive stage's input activation of microbatch from `peer` (runs stage − 1)
   SEND_GRAD,     // send the gradient w.r.t. stage's input to `peer` (runs stage − 1)
   RECV_GRAD,     // receive the gradient w.r.t. stage's output from `peer` (runs stage + 1)
-  REDUCE_GRADS,  // reduce stage's gradients over its data-parallel replicas
-  OPT_STEP,      // optimizer step of stage; produces `weight_version`
+  REDUCE_GRADS,  // reduce the rank's gradients (data-parallel and stage replicas), norm, clipping
+  OPT_STEP,      // optimizer step of the rank's stages; produces `weight_version`
+  LOAD,          // load microbatch's data (inputs on the first stage, targets on the last) into `slot`
+  REDUCE_TIED,   // sum the gradients of parameters shared with other stages (tied layers)
 };
-inline constexpr int kNumOps = 10;
+inline constexpr int kNumOps = 12;
 
 // Long names ("FWD", "SEND_ACT", ...) and the short text-form mnemonics ("F", "SEND_ACT", ...).
 std::string_view op_name(Op op);
@@ -41,6 +46,7 @@ std::string_view op_mnemonic(Op op);
 
 bool is_compute(Op op);  // FWD, BWD, BWD_INPUT, BWD_WEIGHT
 bool is_comm(Op op);     // SEND_*, RECV_*
+bool is_update(Op op);   // REDUCE_TIED, REDUCE_GRADS, OPT_STEP (no microbatch)
 
 struct Instr {
   Op op = Op::FWD;
@@ -95,6 +101,9 @@ struct ScheduleTraits {
 struct Program {
   ScheduleSpec spec;
   bool lowered = false;                   // true once `lower` added communication and updates
+  // Lowered: the model stages holding layers whose parameters other stages share (their ranks
+  // REDUCE_TIED before every update; LowerOptions::tied_stages). Text form: `tied=0,3`.
+  std::vector<int> tied_stages;
   std::vector<std::vector<Instr>> ranks;  // ranks[r] = rank r's instructions in execution order
 
   // The kind's traits (the registry's, schedules.h): update rule, weight versions, options.

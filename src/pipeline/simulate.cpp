@@ -29,7 +29,9 @@ Costs Costs::uniform(const Program& p, double F, double B, std::optional<double>
 
 MemoryPeaks memory_peaks(const Program& p) {
   MemoryPeaks out;
-  for (const auto& rank : p.ranks) {
+  for (int r = 0; r < static_cast<int>(p.ranks.size()); ++r) {
+    const auto& rank = p.ranks[r];
+    const std::vector<int> stages = p.stages_of(r);
     std::set<std::pair<int, int>> live;
     std::map<int, int> latest;
     std::map<int, std::multiset<int>> in_flight;
@@ -53,9 +55,11 @@ MemoryPeaks memory_peaks(const Program& p) {
         live.erase(key);
         auto it = in_flight[in.stage].find(version_of[key]);
         if (it != in_flight[in.stage].end()) in_flight[in.stage].erase(it);
-      } else if (in.op == Op::OPT_STEP) {
-        latest[in.stage] = in.weight_version;
-        versions_live(in.stage);
+      } else if (in.op == Op::OPT_STEP) {  // updates every stage of the rank
+        for (int s : stages) {
+          latest[s] = in.weight_version;
+          versions_live(s);
+        }
       }
     }
     out.activations.push_back(static_cast<int>(peak_act));
@@ -95,6 +99,21 @@ SimResult simulate(const Program& p, const Costs& costs) {
   std::map<std::pair<int, int>, Collective> collectives;  // (stage, n-th reduction)
   std::vector<std::map<int, int>> reductions(R);          // per rank: stage -> reductions done
   std::vector<char> registered(R, 0);
+
+  // Who takes part in each collective: a stage's replicas; the tied ranks by replica index.
+  auto replica_of = [&](int r) { return r - p.first_rank(p.stages_of(r).front()); };
+  auto replica_members = [&](int stage) {
+    std::vector<int> m(p.replicas(stage));
+    for (int j = 0; j < p.replicas(stage); ++j) m[j] = p.first_rank(stage) + j;
+    return m;
+  };
+  std::map<int, std::vector<int>> tied_members;
+  for (int r = 0; r < R; ++r)
+    for (int s : p.stages_of(r))
+      if (std::count(p.tied_stages.begin(), p.tied_stages.end(), s)) {
+        tied_members[replica_of(r)].push_back(r);
+        break;
+      }
 
   std::deque<int> work;
   std::vector<char> queued(R, 1);
@@ -140,29 +159,36 @@ SimResult simulate(const Program& p, const Costs& costs) {
           }
           break;
         }
-        case Op::REDUCE_GRADS: {
-          const int group = p.replicas(in.stage);
-          if (group == 1) {
-            t += costs.reduce;
+        case Op::REDUCE_GRADS:
+        case Op::REDUCE_TIED: {
+          // A collective of the stage's replicas (1F1B-RR), or of the ranks holding tied stages
+          // with this rank's replica index; alone it just takes its time.
+          const bool tied = in.op == Op::REDUCE_TIED;
+          const std::vector<int>& members = tied ? tied_members[replica_of(r)] : replica_members(in.stage);
+          const double cost = tied ? costs.tied : costs.reduce;
+          if (members.size() == 1) {
+            t += cost;
             break;
           }
-          Collective& coll = collectives[{in.stage, reductions[r][in.stage]}];
+          const int key = tied ? -1 - replica_of(r) : in.stage;
+          Collective& coll = collectives[{key, reductions[r][key]}];
           if (!registered[r]) {
             registered[r] = 1;
             ++coll.arrived;
             coll.ready = std::max(coll.ready, t);
-            if (coll.arrived == group)  // the last one in wakes the others
-              for (int q = p.first_rank(in.stage); q < p.first_rank(in.stage) + group; ++q) wake(q);
+            if (coll.arrived == static_cast<int>(members.size()))  // the last one in wakes the others
+              for (int q : members) wake(q);
           }
-          if (coll.arrived < group) {
+          if (coll.arrived < static_cast<int>(members.size())) {
             blocked = true;
           } else {
             registered[r] = 0;
-            ++reductions[r][in.stage];
-            t = coll.ready + costs.reduce;
+            ++reductions[r][key];
+            t = coll.ready + cost;
           }
           break;
         }
+        case Op::LOAD: break;
         case Op::OPT_STEP: t += costs.opt; break;
       }
       if (blocked) break;
@@ -177,8 +203,9 @@ SimResult simulate(const Program& p, const Costs& costs) {
   for (int r = 0; r < R; ++r)
     if (pc[r] < p.ranks[r].size()) {
       const Instr& in = p.ranks[r][pc[r]];
-      const char* why = in.op == Op::REDUCE_GRADS ? "a replica never joins the reduction"
-                                                  : "the matching send is never posted";
+      const char* why = in.op == Op::REDUCE_GRADS  ? "a replica never joins the reduction"
+                        : in.op == Op::REDUCE_TIED ? "a stage sharing tied layers never joins the reduction"
+                                                   : "the matching send is never posted";
       stuck.push_back(fmt::format("rank {} waits at instruction {} `{}` ({})", r, pc[r],
                                   to_text(in), why));
     }

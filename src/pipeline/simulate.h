@@ -9,7 +9,8 @@
 //   stage: send_act[s], send_grad[s]); RECV_* blocks until its message has arrived;
 // - REDUCE_GRADS takes `reduce`; on a stage replicated inside the program (pipedream 1F1B-RR) it
 //   is a collective: the n-th REDUCE_GRADS of the stage on every replica starts when the last
-//   replica reaches it. OPT_STEP takes `opt`.
+//   replica reaches it. REDUCE_TIED takes `tied`, a collective of the ranks that issue it (by
+//   replica index). OPT_STEP takes `opt`; LOAD is free.
 // A program whose ranks all block (a receive whose send never comes, a cycle of waits) is a
 // deadlock: simulate throws an Error naming every stuck rank and what it waits for.
 #pragma once
@@ -31,6 +32,7 @@ struct Costs {
   std::vector<double> send_act;  // per sending stage (empty: 0)
   std::vector<double> send_grad; // per sending stage (empty: 0)
   double reduce = 0;             // REDUCE_GRADS
+  double tied = 0;               // REDUCE_TIED
   double opt = 0;                // OPT_STEP
 
   // The CLI's `--costs F,B[,W]`: per-rank costs of one microbatch through the rank's whole share of

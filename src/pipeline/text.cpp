@@ -47,6 +47,7 @@ std::string to_text(const Program& p) {
                                 s.kind, s.pp, s.vp, s.microbatches, s.steps, p.lowered ? 1 : 0);
   if (!s.replicas.empty()) out += " replicas=" + join_ints(s.replicas);
   if (s.vertical_sync) out += " vertical_sync=1";
+  if (!p.tied_stages.empty()) out += " tied=" + join_ints(p.tied_stages);
   out += '\n';
   for (size_t r = 0; r < p.ranks.size(); ++r) {
     out += fmt::format("rank {}:", r);
@@ -132,10 +133,11 @@ Program parse_program(std::string_view text) {
         else if (key == "steps") p.spec.steps = number(value);
         else if (key == "lowered") p.lowered = number(value) != 0;
         else if (key == "vertical_sync") p.spec.vertical_sync = number(value) != 0;
-        else if (key == "replicas") {
+        else if (key == "replicas" || key == "tied") {
           std::istringstream items(value);
           std::string item;
-          while (std::getline(items, item, ',')) p.spec.replicas.push_back(number(item));
+          auto& list = key == "tied" ? p.tied_stages : p.spec.replicas;
+          while (std::getline(items, item, ',')) list.push_back(number(item));
         } else {
           throw fail(fmt::format("unknown key '{}'", key));
         }

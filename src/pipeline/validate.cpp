@@ -19,7 +19,7 @@ namespace {
 
 struct MbState {
   bool fwd = false, bwd = false, bwd_input = false, bwd_weight = false;
-  bool recv_act = false, send_act = false, recv_grad = false, send_grad = false;
+  bool recv_act = false, send_act = false, recv_grad = false, send_grad = false, load = false;
   int slot = -1;
   int version = -1;
   bool backward_done() const { return bwd || bwd_weight; }
@@ -57,12 +57,17 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
   std::map<std::pair<int, int>, MbState> mbs;                    // (stage, microbatch)
   std::map<std::tuple<int, int, int>, Endpoint> sends, recvs;    // (is_grad, recv stage, mb)
   std::map<int, int> input_version;                              // mb -> version read on stage 0
+  std::map<int, std::vector<std::pair<int, int>>> tied_counts;   // replica -> (rank, REDUCE_TIEDs)
 
   for (int r = 0; r < p.num_ranks(); ++r) {
     const std::vector<int> my_stages = p.stages_of(r);
     std::map<int, std::pair<int, int>> owner;  // slot -> (stage, microbatch)
     std::map<int, int> latest, updates;        // stage -> latest version, OPT_STEPs seen
-    std::map<int, bool> reduced;               // stage -> REDUCE_GRADS since last OPT_STEP
+    bool reduced = false;                      // REDUCE_GRADS since the last OPT_STEP
+    int tied_reductions = 0, opt_steps = 0;
+    int tied_stage = -1;                       // the rank's first stage in p.tied_stages
+    for (int s : my_stages)
+      if (tied_stage < 0 && std::count(p.tied_stages.begin(), p.tied_stages.end(), s)) tied_stage = s;
     std::map<int, std::multiset<int>> in_flight;  // stage -> versions of in-flight microbatches
     auto live_versions = [&](int stage) {
       std::set<int> v(in_flight[stage].begin(), in_flight[stage].end());
@@ -77,27 +82,41 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
         fail(fmt::format("stage out of range 0..{}", S - 1));
         continue;
       }
-      if (in.op == Op::REDUCE_GRADS || in.op == Op::OPT_STEP) {
-        if (!p.lowered) fail("optimizer ops belong to lowered programs");
+      if (is_update(in.op)) {
+        if (!p.lowered) fail("update ops belong to lowered programs");
         if (!std::count(my_stages.begin(), my_stages.end(), in.stage))
           fail("stage is not on this rank");
-        if (in.op == Op::REDUCE_GRADS) {
-          reduced[in.stage] = true;
+        if (in.op == Op::REDUCE_TIED) {
+          if (tied_stage < 0) fail("REDUCE_TIED on a rank without a tied stage");
+          else if (in.stage != tied_stage)
+            fail(fmt::format("REDUCE_TIED names the rank's first tied stage, {}", tied_stage));
+          ++tied_reductions;
           continue;
         }
-        if (!reduced[in.stage]) fail("OPT_STEP without a REDUCE_GRADS of its stage before it");
-        reduced[in.stage] = false;
-        if (in.weight_version != latest[in.stage] + 1)
-          fail(fmt::format("OPT_STEP must produce version {}", latest[in.stage] + 1));
-        latest[in.stage] = in.weight_version;
-        ++updates[in.stage];
-        if (flush && !in_flight[in.stage].empty())
-          fail(fmt::format("optimizer step with {} microbatches in flight: a flush schedule "
-                           "updates only after the flush",
-                           in_flight[in.stage].size()));
-        if (two_bw && live_versions(in.stage) > 2)
-          fail(fmt::format("2bw keeps at most two weight versions, {} live here",
-                           live_versions(in.stage)));
+        // An update covers every stage of the rank; it names the rank's first.
+        if (in.stage != my_stages.front())
+          fail(fmt::format("an update names the rank's first stage, {}", my_stages.front()));
+        if (in.op == Op::REDUCE_GRADS) {
+          reduced = true;
+          continue;
+        }
+        if (!reduced) fail("OPT_STEP without a REDUCE_GRADS before it");
+        reduced = false;
+        if (tied_stage >= 0 && tied_reductions != ++opt_steps)
+          fail("OPT_STEP without a REDUCE_TIED before it on a rank with a tied stage");
+        const int s0 = my_stages.front();
+        if (in.weight_version != latest[s0] + 1)
+          fail(fmt::format("OPT_STEP must produce version {}", latest[s0] + 1));
+        for (int s : my_stages) {
+          latest[s] = in.weight_version;
+          ++updates[s];
+          if (flush && !in_flight[s].empty())
+            fail(fmt::format("optimizer step with {} microbatches of stage {} in flight: a flush "
+                             "schedule updates only after the flush",
+                             in_flight[s].size(), s));
+          if (two_bw && live_versions(s) > 2)
+            fail(fmt::format("2bw keeps at most two weight versions, {} live here", live_versions(s)));
+        }
         continue;
       }
       if (in.microbatch < 0 || in.microbatch >= N) {
@@ -142,9 +161,15 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
       };
 
       switch (in.op) {
+        case Op::LOAD:
+          if (in.stage != 0 && in.stage != S - 1) fail("only the first and the last stage load data");
+          if (st.load || st.fwd) fail("LOAD must come once, before the FWD");
+          take_slot();
+          st.load = true;
+          break;
         case Op::RECV_ACT:
           if (in.stage == 0) fail("the first stage receives no activations");
-          if (st.recv_act || st.fwd) fail("RECV_ACT must come once, before the FWD");
+          if (st.recv_act || st.fwd || st.load) fail("RECV_ACT must come once, before the LOAD and FWD");
           take_slot();
           check_peer(in.stage - 1);
           recvs[{0, in.stage, in.microbatch}] = {r, in.peer};
@@ -153,6 +178,7 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
         case Op::FWD: {
           if (st.fwd) fail("second FWD of this microbatch");
           if (p.lowered && in.stage > 0 && !st.recv_act) fail("FWD before its RECV_ACT");
+          if (p.lowered && (in.stage == 0 || in.stage == S - 1) && !st.load) fail("FWD before its LOAD");
           take_slot();
           st.fwd = true;
           st.version = in.weight_version;
@@ -235,6 +261,8 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
       }
     }
 
+    if (p.lowered && tied_stage >= 0)
+      tied_counts[r - p.first_rank(my_stages.front())].push_back({r, tied_reductions});
     if (p.lowered) {
       for (int s : my_stages) {
         int want = flush || two_bw ? spec.steps : 0;
@@ -247,6 +275,13 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
     }
   }
 
+  // REDUCE_TIED is a collective of the ranks holding tied stages (replica j with replica j).
+  for (const auto& [replica, counts] : tied_counts)
+    for (const auto& [rank, n] : counts)
+      if (n != counts.front().second)
+        bad(-1, -1, nullptr,
+            fmt::format("rank {} reduces tied gradients {} times, rank {} {} times", rank, n,
+                        counts.front().first, counts.front().second));
   for (int s = 0; s < S; ++s)
     for (int k = 0; k < N; ++k) {
       auto it = mbs.find({s, k});
@@ -254,6 +289,8 @@ std::vector<std::string> validate(const Program& p, size_t max_problems) {
       if (!st.fwd || !(st.bwd || (st.bwd_input && st.bwd_weight)))
         bad(-1, -1, nullptr,
             fmt::format("stage {} microbatch {}: forward or backward missing", s, k));
+      else if (p.lowered && st.load != (s == 0 || s == S - 1))
+        bad(-1, -1, nullptr, fmt::format("stage {} microbatch {}: a LOAD is missing or misplaced", s, k));
       else if (p.lowered && (st.recv_act != (s > 0) || st.send_act != (s < S - 1) ||
                              st.recv_grad != (s < S - 1) || st.send_grad != (s > 0)))
         bad(-1, -1, nullptr,

@@ -12,7 +12,11 @@
 //   by its SEND_ACT (likewise RECV_GRAD / SEND_GRAD around BWD / BWD_INPUT), and every send is
 //   matched by exactly one receive on its peer for the same (kind, microbatch, neighbouring
 //   stage) — which fixes the tensor's shape — naming the sender as its peer;
-// - OPT_STEP n of a stage produces version n, after a REDUCE_GRADS of that stage;
+// - each FWD of the first and the last stage is preceded by its LOAD (after the RECV_ACT);
+// - REDUCE_GRADS / OPT_STEP name the rank's first stage and update all its stages: OPT_STEP n
+//   produces version n, after a REDUCE_GRADS and, on a rank holding one of Program::tied_stages,
+//   after a REDUCE_TIED naming its first tied stage; the ranks that reduce tied gradients together
+//   (same replica index) do so equally often;
 // - forwards read an existing version: flush kinds the latest with nothing in flight at an update;
 //   pipedream the latest (vertical sync: the one the input stage read for that microbatch);
 //   2bw max(⌊k/m⌋ − 1, 0) for 0-based microbatch k, with at most two versions live per stage;

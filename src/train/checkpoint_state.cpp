@@ -2,26 +2,45 @@
 
 #include <algorithm>
 #include <map>
+#include <vector>
 
 #include "core/timer.h"
 #include "train/checkpoint_checksum.h"
 
 namespace baton {
 
+namespace {
+// The boxes of one tensor this rank holds (or writes) over its host copy `local`.
+void add_shards(std::vector<TensorShard>& out, const ParamSpec& spec, float* local,
+                const std::string& group, const ShardLayout& layout, bool writing) {
+  if (writing && spec.tp_dim < 0 && layout.tp_rank != 0) return;  // one writer per replica
+  const std::vector<int64_t> full = full_shape(spec, layout.tp_size);
+  for (const ShardBox& box : shard_boxes(spec, layout.tp_rank, layout.tp_size))
+    out.push_back({.name = group + spec.name, .full_shape = full, .offset = box.offset,
+                   .extent = box.extent, .host_data = local + box.local_offset});
+}
+}  // namespace
+
 std::vector<TensorShard> table_shards(const ParamTable& table, float* flat, const std::string& group,
                                       const ShardLayout& layout, bool writing) {
   std::vector<TensorShard> out;
   out.reserve(table.size());
   for (int i = 0; i < table.size(); ++i) {
-    const ParamSpec& spec = table.spec(i);
-    if (writing && spec.tp_dim < 0 && layout.tp_rank != 0) continue;  // one writer per replica
-    if (writing && layout.skip_tied_copy && !spec.tied.empty()) continue;  // first stage writes wte
-    const std::vector<int64_t> full = full_shape(spec, layout.tp_size);
-    for (const ShardBox& box : shard_boxes(spec, layout.tp_rank, layout.tp_size))
-      out.push_back({.name = group + spec.name, .full_shape = full, .offset = box.offset,
-                     .extent = box.extent, .host_data = table.at(flat, i) + box.local_offset});
+    if (writing && std::count(layout.copies.begin(), layout.copies.end(), i)) continue;  // the owner writes
+    add_shards(out, table.spec(i), table.at(flat, i), group, layout, writing);
   }
   return out;
+}
+
+ShardLayout shard_layout(const dist::Layout& layout, int rank, const SequentialModel& model,
+                         MPI_Comm comm, DataParallelGrads* dp, dist::Comm* tp) {
+  const dist::RankPlace& me = layout.place(rank);
+  ShardLayout s{.tp_rank = me.tp_rank, .tp_size = layout.tp(),
+                .writes = me.group == 0 && me.replica == 0, .comm = comm, .dp = dp,
+                .tp = layout.tp() > 1 ? tp : nullptr};
+  for (int i : model.shared_params())
+    if (!model.owns_param(i)) s.copies.push_back(i);
+  return s;
 }
 
 HostTrainState::HostTrainState(const ParamTable& table, size_t flat_size) {
@@ -29,6 +48,7 @@ HostTrainState::HostTrainState(const ParamTable& table, size_t flat_size) {
   params.assign(n, 0.0f);
   m.assign(n, 0.0f);
   v.assign(n, 0.0f);
+  buffers.assign(table.buffers_total(), 0.0f);
 }
 
 std::vector<TensorShard> HostTrainState::shards(const ParamTable& table, const ShardLayout& layout,
@@ -38,6 +58,8 @@ std::vector<TensorShard> HostTrainState::shards(const ParamTable& table, const S
     std::vector<TensorShard> s = table_shards(table, flat->data(), group, layout, writing);
     all.insert(all.end(), std::make_move_iterator(s.begin()), std::make_move_iterator(s.end()));
   }
+  for (int i = 0; i < table.num_buffers(); ++i)
+    add_shards(all, table.buffer_spec(i), table.buffer_at(buffers.data(), i), kBuffersGroup, layout, writing);
   return all;
 }
 
@@ -84,11 +106,13 @@ void host_flat_to_state(Backend& be, float* state, size_t state_size, std::vecto
 }
 }  // namespace
 
-SaveResult save_train_state(const Config& cfg, GptModel& model, AdamW& opt, HostTrainState& host,
+SaveResult save_train_state(const Config& cfg, SequentialModel& model, AdamW& opt, HostTrainState& host,
                             int64_t step, double last_lr, const ShardLayout& layout) {
   Timer t;
   Backend& be = model.backend();
   be.to_host(host.params.data(), model.params(), model.table().total() * sizeof(float));
+  if (!host.buffers.empty())
+    be.to_host(host.buffers.data(), model.buffers(), host.buffers.size() * sizeof(float));
   state_to_host_flat(be, opt.m(), opt.state_size(), host.state, host.m, layout);
   state_to_host_flat(be, opt.v(), opt.state_size(), host.state, host.v, layout);
   const std::vector<TensorShard> shards =
@@ -140,10 +164,12 @@ CheckpointMeta read_train_state(const std::string& path, const ParamTable& table
   return reader.meta();
 }
 
-void restore_train_state(HostTrainState& host, GptModel& model, AdamW& opt,
+void restore_train_state(HostTrainState& host, SequentialModel& model, AdamW& opt,
                          const ShardLayout& layout) {
   Backend& be = model.backend();
   be.to_device(model.params(), host.params.data(), model.table().total() * sizeof(float));
+  if (!host.buffers.empty())
+    be.to_device(model.buffers(), host.buffers.data(), host.buffers.size() * sizeof(float));
   model.refresh_compute_params();
   host_flat_to_state(be, opt.m(), opt.state_size(), host.state, host.m, layout);
   host_flat_to_state(be, opt.v(), opt.state_size(), host.state, host.v, layout);

@@ -1,7 +1,7 @@
 // The training state of one process as checkpoint shards: the parameters and AdamW moments of a
 // model laid out by a ParamTable, as host copies of the flat buffers, under the dataset names
-// "params/<name>", "optim/m/<name>", "optim/v/<name>"; and the checkpoint metadata of a config at a
-// step. Under tensor parallelism each rank's shards are the boxes of the full tensors it holds
+// "params/<name>", "optim/m/<name>", "optim/v/<name>", and its non-trainable buffers (batch-norm
+// statistics) as "buffers/<name>"; and the checkpoint metadata of a config at a step. Under tensor parallelism each rank's shards are the boxes of the full tensors it holds
 // (shard_boxes()); under data parallelism replica 0 writes and every replica reads; with ZeRO-1
 // the optimizer state is gathered over data-parallel ranks for the save and each rank keeps its
 // pieces on load. A checkpoint therefore loads under any other layout.
@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "model/gpt_model.h"
+#include "dist/layout.h"
+#include "model/sequential_model.h"
 #include "model/param_table.h"
 #include "optim/adamw.h"
 #include "optim/data_parallel.h"
@@ -22,6 +23,7 @@ namespace baton {
 inline constexpr const char* kParamsGroup = "params/";
 inline constexpr const char* kAdamMGroup = "optim/m/";
 inline constexpr const char* kAdamVGroup = "optim/v/";
+inline constexpr const char* kBuffersGroup = "buffers/";
 
 // This rank's place in the parallel layout, as checkpoints see it. The default is one process.
 struct ShardLayout {
@@ -30,10 +32,16 @@ struct ShardLayout {
   MPI_Comm comm = MPI_COMM_NULL;  // every rank of the job, when it has several
   DataParallelGrads* dp = nullptr;  // optimizer-state layout (ZeRO-1); null: laid out like params
   dist::Comm* tp = nullptr;  // tensor-parallel group: partial reads are verified together
-  // This rank holds the pipeline's second copy of a tied parameter (the last stage's wte): it
-  // reads it but does not write it (the first stage does; Megatron's embedding group).
-  bool skip_tied_copy = false;
+  // Parameters whose copy another rank writes (a tied parameter on the stage that does not own
+  // it, e.g. the last stage's wte: the first stage writes it, both read it).
+  std::vector<int> copies;
 };
+
+// This rank's ShardLayout, from the Layout: tensor-parallel boxes; data-parallel group 0 and
+// replica 0 of a stage write; tied copies are read, not written. `comm`: the job's MPI
+// communicator (MPI_COMM_NULL for one process).
+ShardLayout shard_layout(const dist::Layout& layout, int rank, const SequentialModel& model,
+                         MPI_Comm comm, DataParallelGrads* dp, dist::Comm* tp);
 
 // Shards of every parameter of `table` over the flat host buffer `flat`, named group + name: the
 // boxes of the full tensors this tensor-parallel rank holds. `writing`: replicated parameters are
@@ -46,8 +54,9 @@ struct HostTrainState {
   // `flat_size`: length of the flat buffers (>= table.total(); 0 = table.total()).
   explicit HostTrainState(const ParamTable& table, size_t flat_size = 0);
   std::vector<float> params, m, v;  // flat, laid out by the table
+  std::vector<float> buffers;       // the non-trainable buffers, laid out by the table
   std::vector<float> state;         // staging of the optimizer's own (ZeRO-1) layout
-  // Shards of all three groups over the buffers above.
+  // Shards of all four groups over the buffers above.
   std::vector<TensorShard> shards(const ParamTable& table, const ShardLayout& layout = {},
                                   bool writing = false);
 };
@@ -58,7 +67,7 @@ CheckpointMeta make_checkpoint_meta(const Config& cfg, int64_t step, double last
 // Copies the parameters and AdamW moments to `host` and saves them into cfg.checkpoint_dir().
 // SaveResult::seconds covers the copies too: it is how long training is blocked.
 // Collective over layout.comm when it is set.
-SaveResult save_train_state(const Config& cfg, GptModel& model, AdamW& opt, HostTrainState& host,
+SaveResult save_train_state(const Config& cfg, SequentialModel& model, AdamW& opt, HostTrainState& host,
                             int64_t step, double last_lr, const ShardLayout& layout = {});
 // Reads and verifies the whole state of checkpoint `path` into `host`; the model is not touched,
 // so a damaged file leaves training state as it was. Tensors split over tensor-parallel ranks are
@@ -67,7 +76,7 @@ SaveResult save_train_state(const Config& cfg, GptModel& model, AdamW& opt, Host
 CheckpointMeta read_train_state(const std::string& path, const ParamTable& table, HostTrainState& host,
                                 const ShardLayout& layout = {});
 // Copies `host` into the model's parameters and the optimizer's moments (this rank's pieces).
-void restore_train_state(HostTrainState& host, GptModel& model, AdamW& opt,
+void restore_train_state(HostTrainState& host, SequentialModel& model, AdamW& opt,
                          const ShardLayout& layout = {});
 
 }  // namespace baton

@@ -7,16 +7,6 @@
 
 namespace baton {
 
-double gpt_model_flops_per_step(int64_t B, int s, int l, int h, int V) {
-  const double hd = h;
-  return 72.0 * B * s * l * hd * hd * (1.0 + s / (6.0 * hd) + V / (12.0 * l * hd));
-}
-
-double gpt_hardware_flops_full_recompute(int64_t B, int s, int l, int h, int V) {
-  const double hd = h;
-  return 96.0 * B * s * l * hd * hd * (1.0 + s / (6.0 * hd) + V / (16.0 * l * hd));
-}
-
 MetricsWriter::MetricsWriter(const std::string& dir, bool append) {
   if (dir.empty()) return;
   std::filesystem::create_directories(dir);

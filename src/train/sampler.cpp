@@ -6,13 +6,14 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/gpt.h"
 
 namespace baton {
 
-std::vector<int32_t> sample_tokens(GptModel& model, const std::vector<int32_t>& prompt,
+std::vector<int32_t> sample_tokens(SequentialModel& model, const std::vector<int32_t>& prompt,
                                    const SampleOptions& opts) {
   BATON_REQUIRE(!prompt.empty(), "the prompt encodes to no tokens", "give a non-empty --prompt");
-  const GptDims& d = model.dims();
+  const GptDims& d = gpt_dims_of(model);
   model.reserve(1, d.seq_len, 1);
   Rng rng(opts.seed);
   std::vector<int32_t> ctx = prompt, out;
@@ -22,8 +23,8 @@ std::vector<int32_t> sample_tokens(GptModel& model, const std::vector<int32_t>& 
   for (int n = 0; n < opts.tokens; ++n) {
     const int T = static_cast<int>(std::min<size_t>(ctx.size(), d.seq_len));
     const int32_t* window = ctx.data() + (ctx.size() - T);
-    model.forward(0, window, nullptr, 1, T, false, 0.0f);
-    model.logits_row_to_host(0, T - 1, row.data());
+    model.forward(0, MicroBatch{.B = 1, .T = T, .tokens = window}, false, 0.0f);
+    gpt_logits_row_to_host(model, 0, T - 1, row.data());
     int32_t next;
     if (opts.temperature <= 0) {
       next = static_cast<int32_t>(std::max_element(row.begin(), row.begin() + d.vocab) - row.begin());

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/gpt_model.h"
+#include "model/sequential_model.h"
 
 namespace baton {
 
@@ -16,8 +16,9 @@ struct SampleOptions {
   int32_t stop_token = -1;   // stop early when sampled (e.g. end of text); -1 = never
 };
 
-// Returns the generated continuation (without the prompt). `prompt` must not be empty.
-std::vector<int32_t> sample_tokens(GptModel& model, const std::vector<int32_t>& prompt,
+// Returns the generated continuation (without the prompt). `prompt` must not be empty. `model`: a
+// whole GPT (model/gpt.h) without tensor parallelism.
+std::vector<int32_t> sample_tokens(SequentialModel& model, const std::vector<int32_t>& prompt,
                                    const SampleOptions& opts);
 
 }  // namespace baton

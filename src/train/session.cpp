@@ -10,10 +10,11 @@
 #include "core/stop_signal.h"
 #include "core/timer.h"
 #include "dist/device_comm.h"
-#include "dist/node_local.h"
 #include "dist/mpi_comm.h"
+#include "dist/node_local.h"
+#include "model/gpt.h"
+#include "pipeline/schedules.h"
 #include "train/checkpoint_resume.h"
-#include "train/pipeline_step.h"
 
 namespace baton {
 namespace {
@@ -25,25 +26,6 @@ std::string human_count(double x) {
   return fmt::format("{:.0f}", x);
 }
 
-// Mean loss over `batches` validation batches of `rows` sequences. Data-parallel rank d evaluates
-// its slice of each batch; the sums meet in one all-reduce. Every tensor-parallel rank runs the
-// forward (the model's collectives need all of them) and gets the same losses.
-double evaluate_rows(GptModel& model, const BatchRows& rows_fn, int T, int batches, int rows,
-                     int micro, dist::Comm* dp) {
-  const int dp_size = dp ? dp->size() : 1, dp_rank = dp ? dp->rank() : 0;
-  const int mine = rows / dp_size;
-  std::vector<int32_t> x(size_t(micro) * T), y(size_t(micro) * T);
-  double sum = 0;
-  for (int b = 0; b < batches; ++b) {
-    for (int r = 0; r < mine; r += micro) {
-      rows_fn(b, dp_rank * mine + r, micro, x.data(), y.data());
-      sum += model.forward(0, x.data(), y.data(), micro, T, false, 0.0f);
-    }
-  }
-  if (dp) sum = dp->all_reduce_scalar(sum);
-  return sum / (double(batches) * rows * T);
-}
-
 uint64_t splitmix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -53,21 +35,25 @@ uint64_t splitmix64(uint64_t z) {
 
 }  // namespace
 
-void TokenSource::valid_rows(int, int, int, int, int32_t*, int32_t*) const {
-  throw Error("this token source has no validation set", "");
+void BatchSource::valid_rows(int, int, int, int, HostBatch&) const {
+  throw Error("this data source has no validation set", "");
 }
 
-void SyntheticTokens::train_rows(int64_t step, int row, int n, int32_t* x, int32_t* y) const {
+void SyntheticTokens::train_rows(int64_t step, int row, int n, HostBatch& out) const {
   // Row r of step s is the sequence t_0..t_T of splitmix64(seed, s, r, i) mod vocab; x = t_0..t_{T-1},
   // y = t_1..t_T, as a loader's rows are.
+  out.B = n;
+  out.T = T_;
+  out.tokens.resize(size_t(n) * T_);
+  out.targets.resize(size_t(n) * T_);
   for (int r = 0; r < n; ++r) {
     const uint64_t base = splitmix64(splitmix64(splitmix64(seed_) ^ uint64_t(step)) ^ uint64_t(row + r));
     auto tok = [&](int i) { return static_cast<int32_t>(splitmix64(base ^ uint64_t(i)) % uint64_t(vocab_)); };
     int32_t prev = tok(0);
     for (int i = 0; i < T_; ++i) {
       const int32_t next = tok(i + 1);
-      x[size_t(r) * T_ + i] = prev;
-      y[size_t(r) * T_ + i] = next;
+      out.tokens[size_t(r) * T_ + i] = prev;
+      out.targets[size_t(r) * T_ + i] = next;
       prev = next;
     }
   }
@@ -77,202 +63,141 @@ std::string SyntheticTokens::describe() const {
   return fmt::format("synthetic uniform random ids in [0, {}) from seed {}", vocab_, seed_);
 }
 
-void check_trainable(const Config& cfg, int world_size, bool needs_dataset) {
-  BATON_REQUIRE(cfg.model.kind == "gpt",
-                fmt::format("model.kind = \"{}\" is not trainable yet", cfg.model.kind),
-                "only GPT models train today; CNNs arrive with the HetPipe/CNN issue");
-  BATON_REQUIRE(cfg.optim.kind == "adamw",
-                fmt::format("optim.kind = \"{}\" is not implemented yet", cfg.optim.kind),
-                "use optim.kind = \"adamw\"");
-  BATON_REQUIRE(cfg.model.dropout == 0.0, "model.dropout > 0 is not implemented yet",
-                "set model.dropout = 0");
-  // Weight stashing keeps fp32 weight versions and reads them directly; a bf16 copy per version
-  // is not built yet.
-  BATON_REQUIRE(parse_compute_dtype(cfg.precision.compute) == DType::F32 ||
-                    !is_async_schedule(cfg.parallel.schedule),
-                fmt::format("parallel.schedule = \"{}\" (weight stashing) with precision.compute = "
-                            "\"bf16\" is not implemented yet", cfg.parallel.schedule),
-                "use precision.compute = \"fp32\" with pipedream/2bw, or a flush schedule "
-                "(1f1b, interleaved, zb-h1, gpipe) with bf16");
-  if (needs_dataset)
-    BATON_REQUIRE(!cfg.data.train.empty(), "data.train is not set",
-                  "set data.train to a dataset prefix built with `baton data build`");
-  // PTD-P scatter/gather (notes-dissertation §3) splits what crosses a stage boundary over tp;
-  // with sequence parallelism it is split already (Megatron disables scatter/gather there).
-  BATON_REQUIRE(!cfg.parallel.scatter_gather ||
-                    (cfg.parallel.pp > 1 && cfg.parallel.tp > 1 && !cfg.parallel.sequence_parallel),
-                "parallel.scatter_gather = true needs pp > 1 and tp > 1 without sequence parallelism",
-                "scatter/gather splits the activations sent between pipeline stages over the "
-                "tensor-parallel ranks; under sequence parallelism they are split already: set "
-                "parallel.scatter_gather = false");
-  // The asynchronous schedules change the update rule (stale weights); with one stage there is no
-  // pipeline to run them on, and silently training with the flush rule would be a lie.
-  BATON_REQUIRE(!is_async_schedule(cfg.parallel.schedule) || cfg.parallel.pp > 1,
-                fmt::format("parallel.schedule = \"{}\" needs parallel.pp > 1", cfg.parallel.schedule),
-                "set parallel.pp > 1, or use a flush schedule (e.g. \"1f1b\") with pp = 1");
-  // pp_size: ranks of a pipeline — the sum of replicas under pipedream's replicated stages
-  // (1F1B-RR, parallel.replicas), else the stages.
-  const std::vector<int>& replicas = cfg.parallel.replicas;
-  const int pp_size = replicas.empty() ? cfg.parallel.pp
-                                       : std::accumulate(replicas.begin(), replicas.end(), 0);
-  // Megatron's split of the blocks over pp·vp model stages; the same error on every rank, before
-  // any collective.
-  pipeline_chunks(cfg.model.n_layer, cfg.parallel.pp, cfg.parallel.vp, 0);
-  BATON_REQUIRE(cfg.parallel.tp * cfg.dp * pp_size == world_size,
-                fmt::format("layout tp={} x dp={} x pp={} does not match {} ranks", cfg.parallel.tp,
-                            cfg.dp, pp_size, world_size),
-                "launch tp*pp*dp ranks (dp comes from the world size; with parallel.replicas, pp "
-                "counts every replica)");
-}
-
-GptDims session_dims(const Config& cfg, int tokenizer_vocab) {
+std::shared_ptr<const ModelBuilder> model_builder(const Config& cfg, int tokenizer_vocab) {
+  check_trainable(cfg);
   const GptDims dims = gpt_dims(cfg.model, tokenizer_vocab);
   BATON_REQUIRE(dims.vocab_padded % cfg.parallel.tp == 0,
                 fmt::format("parallel.tp = {} does not divide the padded vocabulary ({} = {} rounded up "
                             "to a multiple of 128)", cfg.parallel.tp, dims.vocab_padded, dims.vocab),
                 "use a power-of-two tp (the vocabulary is split evenly across tensor-parallel ranks)");
-  return dims;
+  return make_gpt(dims);
 }
 
-TrainSession::TrainSession(const Config& cfg, dist::Comm* world, int tokenizer_vocab,
-                           std::unique_ptr<TokenSource> data)
-    : cfg_(cfg), world_(world), data_(std::move(data)) {
-  world_size_ = world ? world->size() : 1;
-  check_trainable(cfg_, world_size_, false);
-  const std::vector<int>& replicas = cfg_.parallel.replicas;
-  tp_size_ = cfg_.parallel.tp;
-  dp_size_ = cfg_.dp;
-  pp_stages_ = cfg_.parallel.pp;
-  pp_size_ = replicas.empty() ? pp_stages_ : std::accumulate(replicas.begin(), replicas.end(), 0);
-  const int vp = cfg_.parallel.vp;
-  dims_ = session_dims(cfg_, tokenizer_vocab);
-  const int T = cfg_.model.seq_len;
+dist::Layout layout_from_config(const Config& cfg, int world_size, const ModelBuilder& model) {
+  const ParallelConfig& p = cfg.parallel;
+  dist::PipelineSpec pipe{.pp = p.pp, .vp = p.vp, .replicas = p.replicas};
+  if (std::all_of(pipe.replicas.begin(), pipe.replicas.end(), [](int r) { return r == 1; }))
+    pipe.replicas.clear();  // canonical form: no replication
+  if (p.stages.empty()) {
+    pipe.stages = model.default_stages(p.pp * p.vp);
+  } else {
+    for (const std::vector<int>& r : p.stages) pipe.stages.push_back({r[0], r[1]});
+  }
+  dist::check_pipeline(pipe, model.num_layers());
+  const int per_pipeline = p.tp * pipe.ranks();
+  BATON_REQUIRE(world_size % per_pipeline == 0,
+                fmt::format("{} ranks do not split into pipelines of tp {} x {} ranks", world_size,
+                            p.tp, pipe.ranks()),
+                "launch a multiple of tp × pp ranks (with parallel.replicas, pp counts every replica)");
+  return dist::Layout::grid(p.tp, world_size / per_pipeline, pipe);
+}
+
+TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
+                           std::shared_ptr<const ModelBuilder> builder, std::unique_ptr<BatchSource> data,
+                           SessionOptions options)
+    : cfg_(cfg), world_(world), builder_(std::move(builder)),
+      layout_(layout_from_config(cfg_, world.size(), *builder_)), data_(std::move(data)) {
+  const int rank = world.rank();
+  const dist::RankPlace& me = layout_.place(rank);
+  const int T = builder_->max_positions();
 
   // ---- device, communicators ----
   // Each rank of a node takes its own GPU (local rank % visible GPUs).
   choice_ = choose_backend(cfg_.precision.device, parse_compute_dtype(cfg_.precision.compute),
-                           world_size_ > 1 ? dist::node_local().local_rank : 0);
+                           world.size() > 1 ? dist::node_local().local_rank : 0);
   Backend& be = *choice_.backend;
-  if (world_size_ > 1 && choice_.device == "cuda") {
+  // The layers sharing parameters across stages (a GPT's tied wte): one tied group.
+  std::vector<int> tied_layers;
+  for (const TiedLayers& t : builder_->tied_layers())
+    tied_layers.insert(tied_layers.end(), t.layers.begin(), t.layers.end());
+  if (world.size() > 1 && choice_.device == "cuda") {
     // GPU buffers travel over NCCL (collectives, on its own stream ordered against the backend's
     // by events) and host statistics over MPI: one communicator that routes by pointer
     // (dist/device_comm.h), split into the groups like the MPI world.
-    device_world_ = dist::make_device_comm(world->split(0, world->rank()), choice_.cuda_device,
-                                           be.native_stream());
-    groups_ = dist::make_process_groups(*device_world_, {tp_size_, dp_size_, pp_size_});
-  } else if (world_size_ > 1) {
-    groups_ = dist::make_process_groups(*world, {tp_size_, dp_size_, pp_size_});
+    device_world_ = dist::make_device_comm(world.split(0, rank), choice_.cuda_device, be.native_stream());
+    groups_ = dist::make_process_groups(*device_world_, layout_, tied_layers);
+  } else {
+    groups_ = dist::make_process_groups(world, layout_, tied_layers);
   }
+  // Every homogeneous layout's update rule synchronises the whole job each step.
+  lockstep_ = &world_;
 
   // ---- model, optimizer ----
-  if (tp_size_ > 1)
-    tpc_ = {.rank = groups_.coord.tp, .size = tp_size_,
-            .sequence_parallel = cfg_.parallel.sequence_parallel, .comm = groups_.tp.get()};
-  BATON_REQUIRE(!tpc_.sp() || (cfg_.train.micro_batch * T) % tp_size_ == 0,
-                fmt::format("sequence parallelism needs micro_batch x seq_len ({}) divisible by tp = {}",
-                            cfg_.train.micro_batch * T, tp_size_),
-                "change train.micro_batch or model.seq_len, or turn sequence_parallel off");
-  dp_comm_ = dp_size_ > 1 ? groups_.dp.get() : nullptr;
-  model_ = std::make_unique<GptModel>(
-      dims_, be, tpc_, 16 * size_t(dp_size_),
-      pipeline_chunks(dims_.n_layer, pp_stages_, vp, stage_of_rank(replicas, groups_.coord.pp)),
-      parse_recompute(cfg_.parallel.recompute));
-  GptModel& model = *model_;
+  const int tp = layout_.tp();
+  if (tp > 1)
+    tpc_ = {.rank = me.tp_rank, .size = tp, .sequence_parallel = cfg_.parallel.sequence_parallel,
+            .comm = groups_.tp.get()};
+  const int dp = layout_.dp();
+  model_ = std::make_unique<SequentialModel>(builder_, be, tpc_, me.chunks,
+                                             parse_recompute(cfg_.parallel.recompute), 16 * size_t(dp));
+  SequentialModel& model = *model_;
   model.init_weights(cfg_.train.seed);
-  const int micro = cfg_.train.micro_batch;
-  model.reserve(micro, T, 1);
-  dpg_ = std::make_unique<DataParallelGrads>(be, model.table(), model.layer_of_param(), dp_comm_,
-                                             cfg_.parallel.zero1,
+  dpg_ = std::make_unique<DataParallelGrads>(be, model.table(), model.layer_of_param(),
+                                             dp > 1 ? groups_.dp.get() : nullptr, cfg_.parallel.zero1,
                                              static_cast<size_t>(cfg_.parallel.bucket_mb * 1048576.0),
-                                             tpc_.rank == 0);
-  // The last pipeline stage's copy of the tied wte: counted in the norm on the first stage only,
-  // written to checkpoints by the first stage only (both stages read it).
-  wte_copy_ = pp_stages_ > 1 && model.has_head() && !model.has_embedding();
-  // 1F1B-RR: the replicas of a stage hold identical weights and optimizer state; replica 0 writes.
-  const bool replica0 =
-      replicas.empty() || !world ||
-      groups_.coord.pp == stage_first_rank(replicas, stage_of_rank(replicas, groups_.coord.pp));
-  if (wte_copy_) dpg_->exclude_from_norm(model.table(), model.tied_wte_param());
+                                             me.tp_rank == 0);
+  auto* mpi = dynamic_cast<dist::MpiComm*>(&world_);
+  shard_layout_ = shard_layout(layout_, rank, model, world.size() > 1 && mpi ? mpi->handle() : MPI_COMM_NULL,
+                               dpg_.get(), groups_.tp.get());
   opt_ = std::make_unique<AdamW>(be, dpg_->segments(), dpg_->state_size(), cfg_.optim);
-  shard_layout_ = ShardLayout{.tp_rank = tpc_.rank, .tp_size = tpc_.size,
-                              .writes = (!world || groups_.coord.dp == 0) && replica0,
-                              .comm = world_size_ > 1 ? dynamic_cast<dist::MpiComm&>(*world).handle()
-                                                      : MPI_COMM_NULL,
-                              .dp = dpg_.get(),
-                              .tp = tp_size_ > 1 ? groups_.tp.get() : nullptr,
-                              .skip_tied_copy = wte_copy_};
-  setup_ = StepSetup{.model = &model, .optimizer = opt_.get(), .grads = dpg_.get(),
-                     .tp = tp_size_ > 1 ? groups_.tp.get() : nullptr, .dp = dp_comm_,
-                     .dp_rank = dp_size_ > 1 ? groups_.coord.dp : 0,
-                     .global_batch = cfg_.train.global_batch, .micro_batch = micro,
-                     .seq_len = T, .grad_clip = cfg_.optim.grad_clip};
-  TokenSource* src = data_.get();
-  batch_ = [src](int64_t step, int row, int n, int32_t* x, int32_t* y) {
-    src->train_rows(step, row, n, x, y);
-  };
-  // Pipeline parallelism: the schedule run by the executor (train/pipeline_step.h).
-  if (pp_size_ > 1) {
-    embedding_group_ = make_embedding_group(*groups_.pp, replicas);
-    pipe_ = std::make_unique<PipelineStep>(PipelineSetup{.step = setup_, .pp = groups_.pp.get(),
-                                                         .embedding = embedding_group_.get(),
-                                                         .vp = vp, .schedule = cfg_.parallel.schedule,
-                                                         .scatter_gather = cfg_.parallel.scatter_gather,
-                                                         .vertical_sync = cfg_.parallel.vertical_sync,
-                                                         .replicas = replicas,
-                                                         .total_steps = cfg_.train.steps,
-                                                         .drain_every = cfg_.checkpoint.every});
-  }
-  // Asynchronous schedules (pipedream, 2bw) run without flushes between checkpoints; the pipeline
-  // drains at checkpoint.every and at the end, where checkpoints are consistent.
-  async_pipe_ = pipe_ && is_async_schedule(cfg_.parallel.schedule);
-  flops_ = gpt_model_flops_per_step(cfg_.train.global_batch, T, dims_.n_layer, dims_.d_model,
-                                    dims_.vocab_padded);
+  runner_ = std::make_unique<StepRunner>(StepRunnerSetup{
+      .model = &model, .optimizer = opt_.get(), .grads = dpg_.get(), .layout = &layout_, .rank = rank,
+      .groups = &groups_, .schedule = cfg_.parallel.schedule,
+      .scatter_gather = cfg_.parallel.scatter_gather, .vertical_sync = cfg_.parallel.vertical_sync,
+      .global_batch = cfg_.train.global_batch, .micro_batch = cfg_.train.micro_batch, .T = T,
+      .grad_clip = cfg_.optim.grad_clip, .total_steps = cfg_.train.steps,
+      .drain_every = cfg_.checkpoint.every, .record = options.record_instructions});
+  BatchSource* src = data_.get();
+  batch_ = [src](int64_t step, int row, int n, HostBatch& out) { src->train_rows(step, row, n, out); };
+  flops_ = builder_->flops_per_step(cfg_.train.global_batch);
   peak_ = peak_tflops_for(choice_.device_name);
 }
 
 TrainSession::~TrainSession() = default;
 
 void TrainSession::log_header() {
-  const std::vector<int>& replicas = cfg_.parallel.replicas;
   const int vp = cfg_.parallel.vp;
-  const int T = dims_.seq_len;
-  GptModel& model = *model_;
-  log::info("baton {} | device {} ({}) | compute {} | {} rank{}: tp {} x dp {} x pp {}{}{}{}",
-            build::version, choice_.device, choice_.device_name,
-            model.act_dtype() == DType::F32 ? "fp32" : "bf16 (fp32 master weights)", world_size_,
-            world_size_ > 1 ? "s" : "", tp_size_,
-            dp_size_, pp_size_,
-            replicas.empty() ? std::string()
-                             : fmt::format(" ({} stages, replicas {})", pp_stages_, fmt::join(replicas, ",")),
-            tpc_.sp() ? " | sequence parallel" : "", dpg_->zero1() ? " | ZeRO-1" : "");
-  if (pipe_)
+  const dist::RankPlace& me = layout_.place(world_.rank());
+  const dist::PipelineSpec& pipe = layout_.pipeline(me.group);
+  SequentialModel& model = *model_;
+  log::info("baton {} | device {} ({}) | compute {} | {} rank{}: {}{}{}", build::version,
+            choice_.device, choice_.device_name,
+            model.act_dtype() == DType::F32 ? "fp32" : "bf16 (fp32 master weights)", world_size(),
+            world_size() > 1 ? "s" : "", layout_.describe(), tpc_.sp() ? " | sequence parallel" : "",
+            dpg_->zero1() ? " | ZeRO-1" : "");
+  if (pipe.ranks() > 1) {
+    const pipeline::ScheduleTraits& t = runner_->traits();
+    std::string stages;
+    for (const LayerRange& r : pipe.stages) stages += fmt::format(" [{},{})", r.begin, r.end);
+    std::string update;
+    if (!t.synchronous())
+      update = fmt::format(" | {}, drained every {}",
+                           t.update == pipeline::UpdateRule::PER_MICROBATCH
+                               ? pipe.replicas.empty()
+                                     ? "one update per micro-batch"
+                                     : "1F1B-RR: one update per round of a stage's replicas (their gradients summed)"
+                               : "one update per batch on W(t-1)",
+                           cfg_.checkpoint.every > 0 ? fmt::format("{} steps", cfg_.checkpoint.every)
+                                                     : std::string("run (at its end)"));
     log::info("pipeline: schedule {}{} | {} micro-batches per step | {} activation slots on this "
-              "rank (the schedule's simulated peak{}) | {} blocks per model stage{}{}",
+              "rank (the schedule's simulated peak{}) | model stages (global layers){}{}{}",
               cfg_.parallel.schedule, vp > 1 ? fmt::format(", {} chunks per rank", vp) : std::string(),
-              pipe_->microbatches(), pipe_->slots(), async_pipe_ ? " + 1 for evaluation" : "",
-              dims_.n_layer / (pp_stages_ * vp),
-              cfg_.parallel.scatter_gather ? " | scatter/gather" : "",
-              async_pipe_ ? fmt::format(" | {}, drained every {}", cfg_.parallel.schedule == "pipedream"
-                                                                      ? replicas.empty() ? "one update per micro-batch"
-                                                                      : "1F1B-RR: one update per round of a stage's replicas (their gradients summed)"
-                                                                      : "one update per batch on W(t-1)",
-                                        cfg_.checkpoint.every > 0
-                                            ? fmt::format("{} steps", cfg_.checkpoint.every)
-                                            : std::string("run (at its end)"))
-                          : std::string());
+              runner_->microbatches(), runner_->slots(), t.synchronous() ? "" : " + 1 for evaluation",
+              stages, cfg_.parallel.scatter_gather ? " | scatter/gather" : "", update);
+  }
   if (!choice_.note.empty()) log::info("note: {}", choice_.note);
   // Parameters of the whole model: each rank's tensor-parallel shards, replicated tensors on tp
-  // rank 0, the tied wte once (first stage), summed over the job and divided by the replicas.
+  // rank 0, tied parameters once (on the stage that owns them), summed over the job and divided by
+  // the data-parallel groups and stage replicas.
   double n_params = 0;
   for (int i = 0; i < model.table().size(); ++i)
-    if ((model.table().spec(i).tp_dim >= 0 || tpc_.rank == 0) && !(wte_copy_ && i == model.tied_wte_param()))
+    if ((model.table().spec(i).tp_dim >= 0 || tpc_.rank == 0) && model.owns_param(i) && me.replica == 0)
       n_params += static_cast<double>(model.table().numel(i));
-  if (world_size_ > 1) n_params = world_->all_reduce_scalar(n_params) / dp_size_;
-  log::info("model: GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {} (padded {}) | {} parameters",
-            dims_.n_layer, dims_.d_model, dims_.n_head, T, dims_.vocab, dims_.vocab_padded,
-            human_count(n_params));
+  if (world_size() > 1) n_params = world_.all_reduce_scalar(n_params) / layout_.dp();
+  log::info("model: {} | {} parameters", builder_->describe(), human_count(n_params));
   log::info("data: {} | {} tokens/step = {} x {} micro-batches x {} seq", data_->describe(),
-            tokens_per_step(), cfg_.micro_batches_per_step() * dp_size_, cfg_.train.micro_batch, T);
+            tokens_per_step(), runner_->microbatches() * layout_.dp(), cfg_.train.micro_batch,
+            builder_->max_positions());
   const std::string baseline = data_->baseline();
   if (!baseline.empty()) log::info("baseline: {}", baseline);
   log::info("memory per rank: params+grads {:.1f} MiB, adam {:.1f} MiB, activations {:.1f} MiB "
@@ -280,9 +205,9 @@ void TrainSession::log_header() {
             2.0 * model.flat_size() * sizeof(float) / 1048576.0,
             2.0 * opt_->state_size() * sizeof(float) / 1048576.0, model.activation_bytes() / 1048576.0,
             model.num_slots(), model.num_slots() > 1 ? "s" : "", cfg_.parallel.recompute);
-  log::info("flops: 72*B*s*l*h^2*(1 + s/6h + V/12lh) = {:.3g} per step; peak {}",
-            flops_, peak_ > 0 ? fmt::format("{:.0f} TFLOP/s (MFU reported)", peak_)
-                              : std::string("unknown for this device (MFU not reported)"));
+  log::info("flops: {} = {:.3g} per step; peak {}", builder_->flops_formula(), flops_,
+            peak_ > 0 ? fmt::format("{:.0f} TFLOP/s (MFU reported)", peak_)
+                      : std::string("unknown for this device (MFU not reported)"));
 }
 
 HostTrainState& TrainSession::host() {
@@ -313,7 +238,7 @@ TimedStep TrainSession::step(int64_t step, double lr) {
   Timer step_timer;
   const double blocked_before = dist::blocked_seconds();
   TimedStep t;
-  t.result = pipe_ ? pipe_->step(batch_, step, lr) : train_step(setup_, batch_, step, lr);
+  t.result = runner_->step(batch_, step, lr);
   choice_.backend->synchronize();
   t.seconds = step_timer.seconds();
   t.comm_seconds = dist::blocked_seconds() - blocked_before;
@@ -328,13 +253,11 @@ TimedStep TrainSession::step(int64_t step, double lr) {
 std::optional<double> TrainSession::evaluate() {
   if (!data_->has_valid()) return std::nullopt;
   const int rows = cfg_.train.global_batch;
-  const TokenSource* src = data_.get();
-  const BatchRows rows_fn = [src, rows](int64_t b, int row, int n, int32_t* x, int32_t* y) {
-    src->valid_rows(static_cast<int>(b), rows, row, n, x, y);
+  const BatchSource* src = data_.get();
+  const BatchFn rows_fn = [src, rows](int64_t b, int row, int n, HostBatch& out) {
+    src->valid_rows(static_cast<int>(b), rows, row, n, out);
   };
-  if (pipe_) return pipe_->evaluate(rows_fn, cfg_.train.eval_steps, rows);
-  return evaluate_rows(*model_, rows_fn, dims_.seq_len, cfg_.train.eval_steps, rows,
-                       cfg_.train.micro_batch, dp_comm_);
+  return runner_->evaluate(rows_fn, cfg_.train.eval_steps, rows);
 }
 
 std::string TrainSession::save(int64_t step, double lr) {
@@ -344,7 +267,7 @@ std::string TrainSession::save(int64_t step, double lr) {
   return r.path;
 }
 
-bool TrainSession::checkpointable() const { return !async_pipe_ || pipe_->drained(); }
+bool TrainSession::checkpointable() const { return runner_->drained(); }
 
 StepMetrics TrainSession::metrics(int64_t step, double lr, const TimedStep& t) const {
   StepMetrics m;
@@ -354,15 +277,15 @@ StepMetrics TrainSession::metrics(int64_t step, double lr, const TimedStep& t) c
   m.grad_norm = t.result.grad_norm;
   m.step_ms = t.seconds * 1e3;
   m.tokens_per_s = tokens_per_step() / t.seconds;
-  // Per device (DESIGN §6): the job's model FLOPs shared by its world_size ranks.
-  m.tflops_per_gpu = flops_ / t.seconds / 1e12 / world_size_;
+  // Per device (DESIGN §6): the job's model FLOPs shared by its ranks.
+  m.tflops_per_gpu = flops_ / t.seconds / 1e12 / world_size();
   if (peak_ > 0) m.mfu = m.tflops_per_gpu / peak_;
   return m;
 }
 
 bool TrainSession::stop_requested_anywhere() const {
-  return world_size_ > 1 ? world_->all_reduce_scalar(stop_requested() ? 1.0 : 0.0) > 0
-                         : stop_requested();
+  return lockstep_->size() > 1 ? lockstep_->all_reduce_scalar(stop_requested() ? 1.0 : 0.0) > 0
+                               : stop_requested();
 }
 
 }  // namespace baton

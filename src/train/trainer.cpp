@@ -17,6 +17,8 @@
 #include "optim/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/sampler.h"
+#include "dist/self_comm.h"
+#include "model/gpt.h"
 #include "train/session.h"
 
 namespace baton {
@@ -62,9 +64,9 @@ double unigram_entropy(const IndexedDataset& ds, int vocab, int64_t limit = int6
 
 // The configured Megatron datasets (data.train, optional data.valid), checked against the
 // vocabulary; rows come from their TokenLoaders.
-class DatasetTokens final : public TokenSource {
+class DatasetTokens final : public BatchSource {
  public:
-  DatasetTokens(const Config& cfg, const GptDims& dims) : cfg_(cfg), vocab_(dims.vocab) {
+  DatasetTokens(const Config& cfg, const GptDims& dims) : cfg_(cfg), vocab_(dims.vocab), T_(dims.seq_len) {
     const std::string vocab_source =
         cfg.model.vocab_size > 0 ? "model.vocab_size" : "tokenizer '" + cfg.data.tokenizer + "'";
     train_ds_ = open_dataset(cfg.data.train, dims.vocab, vocab_source);
@@ -72,12 +74,14 @@ class DatasetTokens final : public TokenSource {
     train_ = std::make_unique<TokenLoader>(*train_ds_, dims.seq_len, cfg.train.seed);
     if (valid_ds_) valid_ = std::make_unique<TokenLoader>(*valid_ds_, dims.seq_len, cfg.train.seed);
   }
-  void train_rows(int64_t step, int row, int n, int32_t* x, int32_t* y) const override {
-    train_->train_rows(step, row, n, x, y);
+  void train_rows(int64_t step, int row, int n, HostBatch& out) const override {
+    shape(out, n);
+    train_->train_rows(step, row, n, out.tokens.data(), out.targets.data());
   }
   bool has_valid() const override { return valid_ != nullptr; }
-  void valid_rows(int batch, int rows, int row, int n, int32_t* x, int32_t* y) const override {
-    valid_->eval_rows(batch, rows, row, n, x, y);
+  void valid_rows(int batch, int rows, int row, int n, HostBatch& out) const override {
+    shape(out, n);
+    valid_->eval_rows(batch, rows, row, n, out.tokens.data(), out.targets.data());
   }
   std::string describe() const override {
     return fmt::format("train {} ({} tokens){}", cfg_.data.train,
@@ -92,8 +96,14 @@ class DatasetTokens final : public TokenSource {
   }
 
  private:
+  void shape(HostBatch& out, int n) const {
+    out.B = n;
+    out.T = T_;
+    out.tokens.resize(size_t(n) * T_);
+    out.targets.resize(size_t(n) * T_);
+  }
   const Config& cfg_;
-  int vocab_;
+  int vocab_, T_;
   std::unique_ptr<IndexedDataset> train_ds_, valid_ds_;
   std::unique_ptr<TokenLoader> train_, valid_;
 };
@@ -135,12 +145,16 @@ void log_sample(TrainSession& session, const Tokenizer& tokenizer) {
 }  // namespace
 
 TrainSummary train(const Config& cfg, dist::Comm* world) {
-  check_trainable(cfg, world ? world->size() : 1, /*needs_dataset=*/true);
+  check_trainable(cfg);
+  BATON_REQUIRE(!cfg.data.train.empty(), "data.train is not set",
+                "set data.train to a dataset prefix built with `baton data build`");
   std::unique_ptr<Tokenizer> tokenizer;
   if (!cfg.data.tokenizer.empty()) tokenizer = Tokenizer::load(cfg.data.tokenizer);
   const int tokenizer_vocab = tokenizer ? tokenizer->vocab_size() : 0;
-  auto data = std::make_unique<DatasetTokens>(cfg, session_dims(cfg, tokenizer_vocab));
-  TrainSession session(cfg, world, tokenizer_vocab, std::move(data));
+  std::shared_ptr<const ModelBuilder> builder = model_builder(cfg, tokenizer_vocab);
+  auto data = std::make_unique<DatasetTokens>(cfg, gpt_dims_of(*builder));
+  dist::SelfComm alone;
+  TrainSession session(cfg, world ? *world : alone, std::move(builder), std::move(data));
   const bool rank0 = session.rank0();
   session.log_header();
 
@@ -223,7 +237,8 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     summary.checkpoint_path = session.save(summary.last_step, lr);
   else if (start_step >= cfg.train.steps)
     log::info("nothing to train: the checkpoint is at step {}, train.steps = {}", start_step, cfg.train.steps);
-  if (tokenizer && !summary.stopped_by_signal && session.tp_size() == 1 && session.pp_size() == 1 && rank0)
+  if (tokenizer && !summary.stopped_by_signal && session.model().is_whole_model() &&
+      session.layout().tp() == 1 && rank0)
     log_sample(session, *tokenizer);
   return summary;
 }

@@ -12,15 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
 #include "core/rng.h"
 #include "dist/comm.h"
 #include "dist/guard.h"
-#include "dist/rank_grid.h"
 #include "pipeline/lower.h"
 #include "pipeline/schedules.h"
 #include "pipeline/simulate.h"
-#include "train/pipeline_step.h"
+#include "../dist/test_session.h"
 
 using namespace baton;
 
@@ -39,31 +37,23 @@ void batch_rows(int64_t step, int row, int rows, int32_t* x, int32_t* y) {
 
 void measure(dist::Comm& world, const std::string& kind, int vp, int m) {
   const int pp = world.size(), rank = world.rank();
-  auto be = make_cpu_backend();
   const char* d_env = std::getenv("BATON_BENCH_D_MODEL");
   GptDims d{.n_layer = kLayers, .n_head = 4, .d_model = d_env ? std::atoi(d_env) : 256, .seq_len = kSeq, .vocab = kVocab,
             .vocab_padded = kVocab};
-  auto groups = dist::make_process_groups(world, {1, 1, pp});
-  GptModel model(d, *be, {}, 16, pipeline_chunks(kLayers, pp, vp, rank));
-  model.init_weights(1);
-  DataParallelGrads grads(*be, model.table(), model.layer_of_param(), nullptr, false, 1 << 22, true);
-  if (model.has_head() && !model.has_embedding()) grads.exclude_from_norm(model.table(), model.tied_wte_param());
-  OptimConfig oc;
-  AdamW opt(*be, grads.segments(), grads.state_size(), oc);
-  StepSetup s{.model = &model, .optimizer = &opt, .grads = &grads, .global_batch = m,
-              .micro_batch = 1, .seq_len = kSeq, .grad_clip = 1.0};
-  auto emb = make_embedding_group(*groups.pp);
-  PipelineStep pipe({.step = s, .pp = groups.pp.get(), .embedding = emb.get(), .vp = vp, .schedule = kind});
+  const test::TestRun run{.dims = d, .global_batch = m, .micro_batch = 1, .steps = kWarm + kTimed,
+                          .init_seed = 1, .bucket_mb = 4.0};
+  auto session = test::test_session({.pp = pp, .vp = vp, .schedule = kind}, run, &world, batch_rows);
+  dist::Comm& pp_comm = *session->groups().pp;
   // Per-rank sums over the timed steps: compute, makespan, per-chunk fwd/bwd.
   double busy = 0, span = 0;
   std::vector<double> f(vp, 0), b(vp, 0), w(vp, 0);
   for (int step = 0; step < kWarm + kTimed; ++step) {
-    groups.pp->barrier();
-    pipe.step(batch_rows, step, 1e-4);
+    pp_comm.barrier();
+    session->step(step, 1e-4);
     if (step < kWarm) continue;
-    const pipeline::ExecStats& st = pipe.last_stats();
+    const pipeline::ExecStats& st = session->runner().last_stats();
     busy += st.compute;
-    span += groups.pp->all_reduce_scalar(st.last_compute_end, dist::ReduceOp::MAX);
+    span += pp_comm.all_reduce_scalar(st.last_compute_end, dist::ReduceOp::MAX);
     for (int c = 0; c < vp; ++c) {
       f[c] += st.fwd[c] / st.fwd_count[c];
       b[c] += st.bwd[c] / st.bwd_count[c];
@@ -78,13 +68,13 @@ void measure(dist::Comm& world, const std::string& kind, int vp, int m) {
     ws[c * pp + rank] = w[c] / kTimed;
   }
   busy_all[rank] = busy / kTimed;
-  groups.pp->all_reduce(fs.data(), fs.size(), dist::DType::F64, dist::ReduceOp::SUM);
-  groups.pp->all_reduce(bs.data(), bs.size(), dist::DType::F64, dist::ReduceOp::SUM);
-  groups.pp->all_reduce(ws.data(), ws.size(), dist::DType::F64, dist::ReduceOp::SUM);
-  groups.pp->all_reduce(busy_all.data(), busy_all.size(), dist::DType::F64, dist::ReduceOp::SUM);
+  pp_comm.all_reduce(fs.data(), fs.size(), dist::DType::F64, dist::ReduceOp::SUM);
+  pp_comm.all_reduce(bs.data(), bs.size(), dist::DType::F64, dist::ReduceOp::SUM);
+  pp_comm.all_reduce(ws.data(), ws.size(), dist::DType::F64, dist::ReduceOp::SUM);
+  pp_comm.all_reduce(busy_all.data(), busy_all.size(), dist::DType::F64, dist::ReduceOp::SUM);
   if (rank != 0) return;
   const double makespan = span / kTimed;
-  pipeline::Program prog = pipeline::lower(pipeline::generate({.kind = kind, .pp = pp, .vp = vp, .microbatches = m}));
+  const pipeline::Program& prog = session->runner().executor().program();
   pipeline::Costs costs;
   // Flush kinds: BWD costs b + w with w = 0 (b measured whole); zb-h1: I = b, W = w as measured.
   for (int s2 = 0; s2 < pp * vp; ++s2) costs.stage.push_back({.f = fs[s2], .b = bs[s2], .w = ws[s2]});

@@ -9,22 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
 #include "core/error.h"
-#include "core/rng.h"
 #include "dist/comm.h"
 #include "dist/guard.h"
-#include "dist/rank_grid.h"
-#include "tiny_gpt.h"
-#include "train/train_step.h"
+#include "test_session.h"
 
 using namespace baton;
 
 namespace {
 
 constexpr int kSteps = 12, kGlobalBatch = 8, kMicro = 2, kSeq = 8, kVocab = 37;
-
-GptDims tiny_dims() { return test::tiny_gpt_dims(2, kSeq, kVocab); }
 
 // The same global batch for every layout (tiny_gpt.h).
 void batch_rows(int64_t step, int row, int rows, int32_t* x, int32_t* y) {
@@ -35,31 +29,16 @@ struct Trace {
   std::vector<double> loss, norm;
 };
 
+// The trainer's session (pp = 1: a one-stage program through the executor) for tp × dp.
 Trace run(int tp, int dp, bool sp, bool zero1, dist::Comm* world) {
-  auto be = make_cpu_backend();
-  dist::ProcessGroups groups;
-  TensorParallel tpc;
-  if (world) {
-    groups = dist::make_process_groups(*world, {tp, dp, 1});
-    tpc = {.rank = groups.coord.tp, .size = tp, .sequence_parallel = sp, .comm = groups.tp.get()};
-  }
-  GptModel model(tiny_dims(), *be, tpc, 16 * size_t(dp));
-  model.init_weights(5);
-  model.reserve(kMicro, kSeq, 1);
-  DataParallelGrads grads(*be, model.table(), model.layer_of_param(), world ? groups.dp.get() : nullptr,
-                          zero1, 4096, tpc.rank == 0);
-  OptimConfig oc;
-  oc.weight_decay = 0.1;
-  AdamW opt(*be, grads.segments(), grads.state_size(), oc);
-  StepSetup s{.model = &model, .optimizer = &opt, .grads = &grads,
-              .tp = tp > 1 ? groups.tp.get() : nullptr, .dp = dp > 1 ? groups.dp.get() : nullptr,
-              .dp_rank = world ? groups.coord.dp : 0, .global_batch = kGlobalBatch,
-              .micro_batch = kMicro, .seq_len = kSeq, .grad_clip = 1.0};
+  const test::TestRun r{.dims = test::tiny_gpt_dims(2, kSeq, kVocab), .global_batch = kGlobalBatch,
+                        .micro_batch = kMicro, .steps = kSteps};
+  auto session = test::test_session({.tp = tp, .dp = dp, .sp = sp, .zero1 = zero1}, r, world, batch_rows);
   Trace t;
   for (int step = 0; step < kSteps; ++step) {
-    StepResult r = train_step(s, batch_rows, step, 3e-3);
-    t.loss.push_back(r.loss);
-    t.norm.push_back(r.grad_norm);
+    const TimedStep s = session->step(step, 3e-3);
+    t.loss.push_back(s.result.loss);
+    t.norm.push_back(s.result.grad_norm);
   }
   return t;
 }

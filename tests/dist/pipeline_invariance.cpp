@@ -1,25 +1,22 @@
 // Layout invariance with pipeline parallelism (issue 5): a tiny 8-block GPT trained for a few steps
-// under pipeline layouts — pp ∈ {2, 4}, vp ∈ {1, 2}, combined with tp = 2 (with and without
+// under pipeline layouts — pp ∈ {2, 3, 4}, vp ∈ {1, 2}, combined with tp = 2 (with and without
 // sequence parallelism) or dp = 2 (with and without ZeRO-1), for gpipe, 1f1b, interleaved and
-// zb-h1 — must give the single-process losses and grad norms within 1e-4 relative. Activation
+// zb-h1, with Megatron's even split or explicit uneven stage boundaries (issue 11) — must give the
+// single-process losses and grad norms within 1e-4 relative. Every run is a TrainSession built
+// from a Config, as `baton train` builds it. Activation
 // recomputation ("full", "selective") must give the same losses, single-process and pipelined.
 // Run under mpirun; rank 0 computes the single-process reference itself before the parallel runs.
-//   mpirun -np N pipeline_invariance      (N = 4 or 8: every listed layout of that world size)
+//   mpirun -np N pipeline_invariance      (N = 4, 6 or 8: every listed layout of that world size)
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
 #include "core/error.h"
-#include "core/rng.h"
 #include "dist/comm.h"
 #include "dist/guard.h"
-#include "dist/rank_grid.h"
-#include "tiny_gpt.h"
-#include "train/pipeline_step.h"
-#include "train/train_step.h"
+#include "test_session.h"
 
 using namespace baton;
 
@@ -27,63 +24,26 @@ namespace {
 
 constexpr int kSteps = 10, kGlobalBatch = 16, kMicro = 1, kSeq = 8, kLayers = 8, kVocab = 37;
 
-GptDims tiny_dims() { return test::tiny_gpt_dims(kLayers, kSeq, kVocab); }
-
 // The same global batch for every layout (tiny_gpt.h).
 void batch_rows(int64_t step, int row, int rows, int32_t* x, int32_t* y) {
   test::synthetic_rows(99, kSeq, kVocab, step, row, rows, x, y);
 }
 
-struct Layout {
-  int tp = 1, dp = 1, pp = 1, vp = 1;
-  std::string schedule = "1f1b";
-  bool sp = false, zero1 = false;
-  std::string recompute = "none";
-};
+using Layout = test::TestLayout;
 
 struct Trace {
   std::vector<double> loss, norm;
 };
 
 Trace run(const Layout& L, dist::Comm* world) {
-  auto be = make_cpu_backend();
-  dist::ProcessGroups groups;
-  TensorParallel tpc;
-  if (world) {
-    groups = dist::make_process_groups(*world, {L.tp, L.dp, L.pp});
-    if (L.tp > 1)
-      tpc = {.rank = groups.coord.tp, .size = L.tp, .sequence_parallel = L.sp, .comm = groups.tp.get()};
-  }
-  const int pp_rank = world ? groups.coord.pp : 0;
-  GptModel model(tiny_dims(), *be, tpc, 16 * size_t(L.dp),
-                 pipeline_chunks(kLayers, L.pp, L.vp, pp_rank), parse_recompute(L.recompute));
-  model.init_weights(5);
-  model.reserve(kMicro, kSeq, 1);
-  DataParallelGrads grads(*be, model.table(), model.layer_of_param(),
-                          L.dp > 1 ? groups.dp.get() : nullptr, L.zero1, 4096, tpc.rank == 0);
-  if (L.pp > 1 && model.has_head() && !model.has_embedding())
-    grads.exclude_from_norm(model.table(), model.tied_wte_param());
-  OptimConfig oc;
-  oc.weight_decay = 0.1;
-  AdamW opt(*be, grads.segments(), grads.state_size(), oc);
-  StepSetup s{.model = &model, .optimizer = &opt, .grads = &grads,
-              .tp = L.tp > 1 ? groups.tp.get() : nullptr, .dp = L.dp > 1 ? groups.dp.get() : nullptr,
-              .dp_rank = world ? groups.coord.dp : 0, .global_batch = kGlobalBatch,
-              .micro_batch = kMicro, .seq_len = kSeq, .grad_clip = 1.0};
-  std::unique_ptr<dist::Comm> embedding;
-  std::unique_ptr<PipelineStep> pipe;
-  if (L.pp > 1) {
-    embedding = make_embedding_group(*groups.pp);
-    pipe = std::make_unique<PipelineStep>(PipelineSetup{.step = s, .pp = groups.pp.get(),
-                                                        .embedding = embedding.get(), .vp = L.vp,
-                                                        .schedule = L.schedule});
-  }
+  const test::TestRun r{.dims = test::tiny_gpt_dims(kLayers, kSeq, kVocab),
+                        .global_batch = kGlobalBatch, .micro_batch = kMicro, .steps = kSteps};
+  auto session = test::test_session(L, r, world, batch_rows);
   Trace t;
   for (int step = 0; step < kSteps; ++step) {
-    const double lr = 3e-3;
-    StepResult r = pipe ? pipe->step(batch_rows, step, lr) : train_step(s, batch_rows, step, lr);
-    t.loss.push_back(r.loss);
-    t.norm.push_back(r.grad_norm);
+    const TimedStep s = session->step(step, 3e-3);
+    t.loss.push_back(s.result.loss);
+    t.norm.push_back(s.result.grad_norm);
   }
   return t;
 }
@@ -124,6 +84,15 @@ std::vector<Layout> layouts_for(int world) {
   // collectives all in the input part) and selective recomputation.
   add({.tp = 2, .pp = 2, .schedule = "zb-h1", .sp = true});
   add({.tp = 2, .pp = 4, .schedule = "zb-h1", .recompute = "selective"});
+  // Explicit, uneven stage boundaries (parallel.stages; issue 11) over the 10 global layers
+  // (embedding, 8 blocks, head): pp 2 and 3 with tp 2, with dp, interleaved, zb-h1.
+  add({.tp = 2, .pp = 2, .stages = {{0, 3}, {3, 10}}});
+  add({.dp = 2, .pp = 2, .schedule = "zb-h1", .zero1 = true, .stages = {{0, 7}, {7, 10}}});
+  add({.dp = 2, .pp = 2, .vp = 2, .schedule = "interleaved", .stages = {{0, 2}, {2, 5}, {5, 6}, {6, 10}}});
+  add({.tp = 2, .pp = 3, .stages = {{0, 2}, {2, 8}, {8, 10}}});
+  add({.tp = 2, .pp = 3, .schedule = "gpipe", .sp = true, .stages = {{0, 5}, {5, 6}, {6, 10}}});
+  add({.dp = 2, .pp = 3, .recompute = "full", .stages = {{0, 4}, {4, 7}, {7, 10}}});
+  add({.tp = 2, .pp = 4, .stages = {{0, 1}, {1, 2}, {2, 9}, {9, 10}}});
   return out;
 }
 
@@ -141,9 +110,12 @@ std::vector<Layout> bitexact_for(int world) {
 }
 
 std::string describe(const Layout& l) {
-  return fmt::format("tp={} dp={} pp={} vp={} {}{}{}{}", l.tp, l.dp, l.pp, l.vp, l.schedule,
+  std::string stages;
+  for (const auto& r : l.stages) stages += fmt::format("[{},{})", r[0], r[1]);
+  return fmt::format("tp={} dp={} pp={} vp={} {}{}{}{}{}", l.tp, l.dp, l.pp, l.vp, l.schedule,
                      l.sp ? " sp" : "", l.zero1 ? " zero1" : "",
-                     l.recompute != "none" ? " recompute=" + l.recompute : "");
+                     l.recompute != "none" ? " recompute=" + l.recompute : "",
+                     stages.empty() ? "" : " stages=" + stages);
 }
 
 }  // namespace

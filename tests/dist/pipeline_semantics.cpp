@@ -6,7 +6,7 @@
 //    executor sent (ExecStats::bytes_sent) must drop by exactly tp. Under sequence parallelism it
 //    is refused (the boundary is split over tp already; Megatron disables it there).
 // 2. Asynchronous schedules against single-process references that apply the papers' update rules
-//    explicitly, over per-stage chunks of the same GptModel (the reference keeps every weight
+//    explicitly, over per-stage chunks of the same GPT (the reference keeps every weight
 //    version of every stage and picks the one the rule names):
 //    - 2bw (PipeDream-2BW, notes-dissertation §1.4): batch n is computed on W(max(n − 1, 0)),
 //      W(n+1) = W(n) − lr·∇f(W(n − 1));
@@ -39,10 +39,8 @@
 #include "core/rng.h"
 #include "dist/comm.h"
 #include "dist/guard.h"
-#include "dist/rank_grid.h"
-#include "tiny_gpt.h"
-#include "train/pipeline_step.h"
-#include "train/train_step.h"
+#include "model/gpt.h"
+#include "test_session.h"
 
 using namespace baton;
 
@@ -92,54 +90,30 @@ double worst_difference(const Trace& got, const Trace& ref) {
 // ---------------------------------------------------------------------------------------------
 // The pipelined run (what the trainer does).
 
-struct Layout {
-  int tp = 1, dp = 1, pp = 2;
-  std::string schedule = "1f1b";
-  bool sp = false, zero1 = false, scatter_gather = false, vertical_sync = false;
-  int drain_every = 0;
-  std::vector<int> replicas;  // 1F1B-RR (pipedream); pp = their sum
-};
+using Layout = test::TestLayout;
 
 Trace run_pipelined(const Layout& L, dist::Comm& world) {
-  auto be = make_cpu_backend();
-  dist::ProcessGroups groups = dist::make_process_groups(world, {L.tp, L.dp, L.pp});
-  TensorParallel tpc;
-  if (L.tp > 1)
-    tpc = {.rank = groups.coord.tp, .size = L.tp, .sequence_parallel = L.sp, .comm = groups.tp.get()};
-  const int stages = L.replicas.empty() ? L.pp : static_cast<int>(L.replicas.size());
-  GptModel model(tiny_dims(), *be, tpc, 16 * size_t(L.dp),
-                 pipeline_chunks(kLayers, stages, 1, stage_of_rank(L.replicas, groups.coord.pp)));
-  model.init_weights(5);
-  DataParallelGrads grads(*be, model.table(), model.layer_of_param(),
-                          L.dp > 1 ? groups.dp.get() : nullptr, L.zero1, 4096, tpc.rank == 0);
-  if (model.has_head() && !model.has_embedding()) grads.exclude_from_norm(model.table(), model.tied_wte_param());
-  AdamW opt(*be, grads.segments(), grads.state_size(), optim_config());
-  StepSetup s{.model = &model, .optimizer = &opt, .grads = &grads,
-              .tp = L.tp > 1 ? groups.tp.get() : nullptr, .dp = L.dp > 1 ? groups.dp.get() : nullptr,
-              .dp_rank = groups.coord.dp, .global_batch = kGlobalBatch, .micro_batch = kMicro,
-              .seq_len = kSeq, .grad_clip = kClip};
-  std::unique_ptr<dist::Comm> embedding = make_embedding_group(*groups.pp, L.replicas);
-  PipelineStep pipe(PipelineSetup{.step = s, .pp = groups.pp.get(), .embedding = embedding.get(),
-                                  .schedule = L.schedule, .scatter_gather = L.scatter_gather,
-                                  .vertical_sync = L.vertical_sync, .replicas = L.replicas,
-                                  .total_steps = kSteps, .drain_every = L.drain_every});
+  const test::TestRun r{.dims = tiny_dims(), .global_batch = kGlobalBatch, .micro_batch = kMicro,
+                        .steps = kSteps, .eps = optim_config().eps, .grad_clip = kClip};
+  auto session = test::test_session(L, r, &world, batch_rows);
   Trace t;
   for (int step = 0; step < kSteps; ++step) {
-    StepResult r = pipe.step(batch_rows, step, lr_at(step));
-    t.loss.push_back(r.loss);
-    t.norm.push_back(r.grad_norm);
-    t.bytes.push_back(pipe.last_stats().bytes_sent);
-    t.weight_versions = std::max(t.weight_versions, pipe.weight_versions());
+    const TimedStep s = session->step(step, lr_at(step));
+    t.loss.push_back(s.result.loss);
+    t.norm.push_back(s.result.grad_norm);
+    t.bytes.push_back(session->runner().last_stats().bytes_sent);
+    t.weight_versions = std::max(t.weight_versions, session->runner().weight_versions());
   }
-  BATON_ASSERT(pipe.drained(), "the pipeline is not drained after the last step");
-  // The tied wte: elementwise MIN == MAX over the embedding group (its copies are bit-identical).
-  if (embedding) {
-    const int w = model.tied_wte_param();
+  BATON_ASSERT(session->checkpointable(), "the pipeline is not drained after the last step");
+  // The tied wte: elementwise MIN == MAX over the tied group (its copies are bit-identical).
+  if (dist::Comm* tied = session->groups().tied.get()) {
+    SequentialModel& model = session->model();
+    const int w = model.table().find("wte");
     std::vector<float> lo(model.table().numel(w)), hi;
-    be->to_host(lo.data(), model.table().at(model.params(), w), lo.size() * sizeof(float));
+    session->backend().to_host(lo.data(), model.table().at(model.params(), w), lo.size() * sizeof(float));
     hi = lo;
-    embedding->all_reduce(lo.data(), lo.size(), dist::DType::F32, dist::ReduceOp::MIN);
-    embedding->all_reduce(hi.data(), hi.size(), dist::DType::F32, dist::ReduceOp::MAX);
+    tied->all_reduce(lo.data(), lo.size(), dist::DType::F32, dist::ReduceOp::MIN);
+    tied->all_reduce(hi.data(), hi.size(), dist::DType::F32, dist::ReduceOp::MAX);
     t.tied_identical = lo == hi;
   }
   t.tied_identical = world.all_reduce_scalar(t.tied_identical ? 0.0 : 1.0) == 0.0;
@@ -152,7 +126,7 @@ Trace run_pipelined(const Layout& L, dist::Comm& world) {
 enum class Rule { TWO_BW, PIPEDREAM, PIPEDREAM_VSYNC, FRESH };
 
 struct RefStage {
-  std::unique_ptr<GptModel> model;
+  std::unique_ptr<SequentialModel> model;
   std::unique_ptr<DataParallelGrads> grads;
   std::unique_ptr<AdamW> opt;
   std::vector<std::vector<float>> versions;  // versions[n] = W_s(n)
@@ -164,13 +138,13 @@ Trace run_reference(int p, Rule rule, int dp, int drain_every) {
   std::vector<RefStage> st(p);
   for (int s = 0; s < p; ++s) {
     auto& r = st[s];
-    r.model = std::make_unique<GptModel>(tiny_dims(), *be, TensorParallel{}, 16,
-                                         pipeline_chunks(kLayers, p, 1, s));
+    r.model = std::make_unique<SequentialModel>(make_gpt(tiny_dims()), *be, TensorParallel{},
+                                                pipeline_chunks(kLayers, p, 1, s));
     r.model->init_weights(5);
     r.model->reserve(kMicro, kSeq, 1);
     r.grads = std::make_unique<DataParallelGrads>(*be, r.model->table(), r.model->layer_of_param(),
                                                   nullptr, false, 4096, true);
-    if (s == p - 1) r.grads->exclude_from_norm(r.model->table(), r.model->tied_wte_param());
+    if (s == p - 1) r.grads->exclude_from_norm(r.model->table(), r.model->table().find("wte"));
     r.opt = std::make_unique<AdamW>(*be, r.grads->segments(), r.grads->state_size(), optim_config());
     r.versions.emplace_back(r.model->params(), r.model->params() + r.model->flat_size());
     r.model->zero_grads();
@@ -184,19 +158,19 @@ Trace run_reference(int p, Rule rule, int dp, int drain_every) {
     batch_rows(step, row, kMicro, x.data(), y.data());
     double loss = 0;
     for (int s = 0; s < p; ++s) {
-      GptModel& g = *st[s].model;
+      SequentialModel& g = *st[s].model;
       g.use_params(st[s].versions.at(ver[s]).data());
-      g.set_batch(0, s == 0 ? x.data() : nullptr, s == p - 1 ? y.data() : nullptr, kMicro, kSeq);
+      g.load(0, MicroBatch{.B = kMicro, .T = kSeq, .tokens = x.data(), .targets = y.data()}, s == 0, s == p - 1);
       if (s > 0)
-        be->copy_act(g.slot_input(0), st[s - 1].model->chunk_output(0, 0), g.boundary_count(kMicro, kSeq));
+        be->copy_act(g.slot_input(0), st[s - 1].model->chunk_output(0, 0), g.chunk_input_count(0, kMicro, kSeq));
       g.forward_chunk(0, 0, true, dloss);
       loss += g.take_loss_sum();
     }
     for (int s = p - 1; s >= 0; --s) {
-      GptModel& g = *st[s].model;
+      SequentialModel& g = *st[s].model;
       g.use_params(st[s].versions.at(ver[s]).data());
       if (s < p - 1)
-        be->copy_act(g.slot_output_grad(0), st[s + 1].model->slot_input_grad(0), g.boundary_count(kMicro, kSeq));
+        be->copy_act(g.slot_output_grad(0), st[s + 1].model->slot_input_grad(0), g.chunk_output_count(0, kMicro, kSeq));
       g.backward_chunk(0, 0);
     }
     return loss;
@@ -204,7 +178,7 @@ Trace run_reference(int p, Rule rule, int dp, int drain_every) {
   // One optimizer update of every stage: tied wte sum, global norm, clipping, AdamW on the
   // latest version into a new one (t = the update's 1-based count).
   auto update = [&](double lr, int64_t t) {
-    const int w0 = st[0].model->tied_wte_param(), wl = st[p - 1].model->tied_wte_param();
+    const int w0 = st[0].model->table().find("wte"), wl = st[p - 1].model->table().find("wte");
     float* g0 = st[0].model->table().at(st[0].model->grads(), w0);
     float* gl = st[p - 1].model->table().at(st[p - 1].model->grads(), wl);
     for (size_t i = 0; i < st[0].model->table().numel(w0); ++i) g0[i] = gl[i] = g0[i] + gl[i];
@@ -269,12 +243,13 @@ Trace run_reference_rr(const std::vector<int>& r, const std::vector<int>& lag, i
   std::vector<RefStage> st(p);
   for (int s = 0; s < p; ++s) {
     auto& x = st[s];
-    x.model = std::make_unique<GptModel>(tiny_dims(), *be, TensorParallel{}, 16, pipeline_chunks(kLayers, p, 1, s));
+    x.model = std::make_unique<SequentialModel>(make_gpt(tiny_dims()), *be, TensorParallel{},
+                                                pipeline_chunks(kLayers, p, 1, s));
     x.model->init_weights(5);
     x.model->reserve(kMicro, kSeq, 1);
     x.grads = std::make_unique<DataParallelGrads>(*be, x.model->table(), x.model->layer_of_param(),
                                                   nullptr, false, 4096, true);
-    if (s == p - 1 && p > 1) x.grads->exclude_from_norm(x.model->table(), x.model->tied_wte_param());
+    if (s == p - 1 && p > 1) x.grads->exclude_from_norm(x.model->table(), x.model->table().find("wte"));
     x.opt = std::make_unique<AdamW>(*be, x.grads->segments(), x.grads->state_size(), optim_config());
     x.versions.emplace_back(x.model->params(), x.model->params() + x.model->flat_size());
     x.model->zero_grads();
@@ -292,27 +267,28 @@ Trace run_reference_rr(const std::vector<int>& r, const std::vector<int>& lag, i
       batch_rows(step, i * kMicro, kMicro, xs.data(), ys.data());
       const float dloss = 1.0f / float(kMicro * kSeq);
       for (int s = 0; s < p; ++s) {  // forward, stage s on W_s(base + max(⌊(k − k0)/r_s⌋ − a_s + 1, 0))
-        GptModel& g = *st[s].model;
+        SequentialModel& g = *st[s].model;
         g.use_params(st[s].versions.at(k0 / r[s] + std::max((k - k0) / r[s] - lag[s] + 1, 0)).data());
-        g.set_batch(0, s == 0 ? xs.data() : nullptr, s == p - 1 ? ys.data() : nullptr, kMicro, kSeq);
-        if (s > 0) be->copy_act(g.slot_input(0), st[s - 1].model->chunk_output(0, 0), g.boundary_count(kMicro, kSeq));
+        g.load(0, MicroBatch{.B = kMicro, .T = kSeq, .tokens = xs.data(), .targets = ys.data()}, s == 0, s == p - 1);
+        if (s > 0) be->copy_act(g.slot_input(0), st[s - 1].model->chunk_output(0, 0), g.chunk_input_count(0, kMicro, kSeq));
         g.forward_chunk(0, 0, true, dloss);
         loss += g.take_loss_sum();
       }
       for (int s = p - 1; s >= 0; --s) {  // backward on the same (stashed) versions
-        GptModel& g = *st[s].model;
+        SequentialModel& g = *st[s].model;
         g.use_params(st[s].versions.at(k0 / r[s] + std::max((k - k0) / r[s] - lag[s] + 1, 0)).data());
         if (s < p - 1)
-          be->copy_act(g.slot_output_grad(0), st[s + 1].model->slot_input_grad(0), g.boundary_count(kMicro, kSeq));
+          be->copy_act(g.slot_output_grad(0), st[s + 1].model->slot_input_grad(0), g.chunk_output_count(0, kMicro, kSeq));
         g.backward_chunk(0, 0);
       }
       // Updates: stage s after every r_s micro-batches of the segment; the tied wte's copies
       // (r_0 = r_{p−1}: the first and last stage update together) sum first.
       if ((k - k0 + 1) % r[0] == 0 && p > 1) {
-        GptModel &a = *st[0].model, &b = *st[p - 1].model;
-        float* ga = a.table().at(a.grads(), a.tied_wte_param());
-        float* gb = b.table().at(b.grads(), b.tied_wte_param());
-        for (size_t j = 0; j < a.table().numel(a.tied_wte_param()); ++j) ga[j] = gb[j] = ga[j] + gb[j];
+        SequentialModel &a = *st[0].model, &b = *st[p - 1].model;
+        const int wa = a.table().find("wte"), wb = b.table().find("wte");
+        float* ga = a.table().at(a.grads(), wa);
+        float* gb = b.table().at(b.grads(), wb);
+        for (size_t j = 0; j < a.table().numel(wa); ++j) ga[j] = gb[j] = ga[j] + gb[j];
       }
       std::vector<double> own(p);
       for (int s = 0; s < p; ++s) own[s] = st[s].grads->grad_sumsq(st[s].model->grads());

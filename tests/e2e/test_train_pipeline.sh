@@ -112,7 +112,7 @@ PY
 # Layouts that cannot work: one clear error each, non-zero exit, quickly.
 expect_error "does not split evenly into parallel.pp" timeout 60 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml \
   --set parallel.pp=3 --set run.dir=bad
-expect_error "to be a multiple of parallel.pp = 2" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml \
+expect_error "microbatches a multiple of pp: 3 is not a multiple of 2" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml \
   --set parallel.pp=2 --set parallel.vp=2 --set parallel.schedule=interleaved --set train.global_batch=6 \
   --set run.dir=bad
 expect_error "without sequence parallelism" timeout 60 "${MPIRUN[@]}" 4 "$BATON" train tiny.toml \

@@ -21,7 +21,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/rng.h"
-#include "model/gpt_model.h"
+#include "model/gpt.h"
 #include "optim/adamw.h"
 #include "../support/markov_tokens.h"
 
@@ -51,7 +51,7 @@ struct TrainRun {
 };
 
 TrainRun train(Backend& be, const GptDims& d, int steps, bool cuda) {
-  GptModel m(d, be);
+  SequentialModel m(make_gpt(d), be);
   m.init_weights(5);
   const int B = 4, T = d.seq_len;
   m.reserve(B, T, 1);
@@ -62,7 +62,7 @@ TrainRun train(Backend& be, const GptDims& d, int steps, bool cuda) {
   for (int step = 1; step <= steps; ++step) {
     test::markov_batch(step, B, T, d.vocab, x, y);
     m.zero_grads();
-    r.losses.push_back(m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T)) / (B * T));
+    r.losses.push_back(m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (B * T)) / (B * T));
     m.backward(0);
     if (step == 1) {
       r.grads.resize(m.flat_size());
@@ -90,7 +90,7 @@ TEST_P(CudaBf16, MatchesCpuEmulation) {
   const TrainRun c = train(*cpu, d, 3, false), g = train(*gpu, d, 3, true);
   for (size_t i = 0; i < c.losses.size(); ++i)
     EXPECT_NEAR(g.losses[i], c.losses[i], 1e-2 * c.losses[i]) << "step " << i + 1;
-  GptModel layout(d, *cpu);
+  SequentialModel layout(make_gpt(d), *cpu);
   for (int i = 0; i < layout.table().size(); ++i) {
     const float* a = layout.table().at(c.grads.data(), i);
     const float* b = layout.table().at(g.grads.data(), i);

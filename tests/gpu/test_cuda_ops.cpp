@@ -30,7 +30,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/rng.h"
-#include "model/gpt_model.h"
+#include "model/gpt.h"
 
 namespace baton {
 namespace {
@@ -512,13 +512,13 @@ struct StepResult {
 
 StepResult run_step(Backend& be, const GptDims& d, int B, int T, const std::vector<int32_t>& x,
                     const std::vector<int32_t>& y, int steps = 1) {
-  GptModel m(d, be);
+  SequentialModel m(make_gpt(d), be);
   m.init_weights(7);
   m.reserve(B, T, 1);
   StepResult r{};
   for (int s = 0; s < steps; s++) {
     m.zero_grads();
-    r.loss = m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T));
+    r.loss = m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (B * T));
     m.backward(0);
   }
   r.grads.resize(m.flat_size());
@@ -536,7 +536,7 @@ TEST_F(CudaOps, TinyGptLossAndGradientsMatchCpu) {
   y[5] = -1;  // an ignored target
   const StepResult c = run_step(*cpu_, d, B, T, x, y), g = run_step(*gpu_, d, B, T, x, y);
   EXPECT_NEAR(g.loss, c.loss, 1e-5 * std::fabs(c.loss));
-  GptModel layout(d, *cpu_);
+  SequentialModel layout(make_gpt(d), *cpu_);
   const ParamTable& table = layout.table();
   for (int i = 0; i < table.size(); i++) {
     const size_t n = table.numel(i);
@@ -560,12 +560,12 @@ TEST_F(CudaOps, TinyGptIsDeterministicAndStopsAllocating) {
   EXPECT_EQ(0, std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(float)));
 
   // After a warm-up step, further steps make no cudaMalloc.
-  GptModel m(d, *gpu_);
+  SequentialModel m(make_gpt(d), *gpu_);
   m.init_weights(7);
   m.reserve(B, T, 1);
   auto step = [&] {
     m.zero_grads();
-    m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T));
+    m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (B * T));
     m.backward(0);
     gpu_->sum_squares(m.grads(), m.flat_size());
   };

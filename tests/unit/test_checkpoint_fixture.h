@@ -7,7 +7,7 @@
 #include <string>
 
 #include "backend/device.h"
-#include "model/gpt_model.h"
+#include "model/gpt.h"
 #include "train/checkpoint_state.h"
 
 namespace baton::testing {
@@ -39,7 +39,7 @@ inline ModelConfig small_gpt_config(int d_model = 32) {
 // A small GPT's state on the host; `variant` changes every value (a "later step").
 struct SmallState {
   explicit SmallState(int d_model = 32, float variant = 0)
-      : backend(choose_backend("cpu")), model(gpt_dims(small_gpt_config(d_model), 0), *backend.backend),
+      : backend(choose_backend("cpu")), model(make_gpt(gpt_dims(small_gpt_config(d_model), 0)), *backend.backend),
         host(model.table()) {
     model.init_weights(7);
     backend.backend->to_host(host.params.data(), model.params(), host.params.size() * sizeof(float));
@@ -53,7 +53,7 @@ struct SmallState {
   const ParamTable& table() const { return model.table(); }
 
   BackendChoice backend;
-  GptModel model;
+  SequentialModel model;
   HostTrainState host;
 };
 

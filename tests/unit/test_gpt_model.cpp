@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "model/gpt_model.h"
+#include "model/gpt.h"
 #include "optim/adamw.h"
 
 namespace baton {
@@ -31,8 +31,8 @@ std::vector<int32_t> random_tokens(size_t n, int vocab, uint64_t seed) {
 }
 
 // Mean loss of one micro-batch (no gradient).
-double mean_loss(GptModel& m, const std::vector<int32_t>& x, const std::vector<int32_t>& y, int B, int T) {
-  return m.forward(0, x.data(), y.data(), B, T, false, 0.0f) / (double(B) * T);
+double mean_loss(SequentialModel& m, const std::vector<int32_t>& x, const std::vector<int32_t>& y, int B, int T) {
+  return m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, false, 0.0f) / (double(B) * T);
 }
 
 // Directional derivative check, one parameter tensor at a time: for a random direction u supported
@@ -44,7 +44,7 @@ double mean_loss(GptModel& m, const std::vector<int32_t>& x, const std::vector<i
 TEST(GptModel, GradientMatchesFiniteDifferencesPerTensor) {
   const GptDims d = tiny_dims(2, 37);
   auto be = make_cpu_backend();
-  GptModel m(d, *be);
+  SequentialModel m(make_gpt(d), *be);
   m.init_weights(7);
   // Larger-than-default weights so every path carries signal (norm gains, biases nonzero).
   {
@@ -56,7 +56,7 @@ TEST(GptModel, GradientMatchesFiniteDifferencesPerTensor) {
   m.reserve(B, T, 1);
   auto x = random_tokens(size_t(B) * T, d.vocab, 1), y = random_tokens(size_t(B) * T, d.vocab, 2);
   m.zero_grads();
-  m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T));
+  m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (B * T));
   m.backward(0);
   std::vector<float> grad(m.grads(), m.grads() + m.table().total());
 
@@ -84,13 +84,13 @@ TEST(GptModel, GradientMatchesFiniteDifferencesPerTensor) {
 TEST(GptModel, PaddedVocabularyRowsGetNoGradient) {
   const GptDims d = tiny_dims(1, 37);
   auto be = make_cpu_backend();
-  GptModel m(d, *be);
+  SequentialModel m(make_gpt(d), *be);
   m.init_weights(3);
   const int B = 2, T = 8;
   m.reserve(B, T, 1);
   auto x = random_tokens(B * T, d.vocab, 1), y = random_tokens(B * T, d.vocab, 2);
   m.zero_grads();
-  m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T));
+  m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (B * T));
   m.backward(0);
   const int wte = m.table().find("wte");
   const float* g = m.table().at(m.grads(), wte);
@@ -106,7 +106,7 @@ TEST(GptModel, LossAtInitialisationIsLogVocab) {
     GptDims d = tiny_dims(2, vocab);
     d.d_model = 32;
     auto be = make_cpu_backend();
-    GptModel m(d, *be);
+    SequentialModel m(make_gpt(d), *be);
     m.init_weights(11);
     const int B = 4, T = 8;
     m.reserve(B, T, 1);
@@ -118,7 +118,7 @@ TEST(GptModel, LossAtInitialisationIsLogVocab) {
 TEST(GptModel, OverfitsOneRepeatedBatch) {
   const GptDims d = tiny_dims(2, 50);
   auto be = make_cpu_backend();
-  GptModel m(d, *be);
+  SequentialModel m(make_gpt(d), *be);
   m.init_weights(1);
   const int B = 4, T = 8;
   m.reserve(B, T, 1);
@@ -130,7 +130,7 @@ TEST(GptModel, OverfitsOneRepeatedBatch) {
   double loss = first;
   for (int step = 1; step <= 300; ++step) {
     m.zero_grads();
-    loss = m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T)) / (B * T);
+    loss = m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (B * T)) / (B * T);
     m.backward(0);
     opt.step(m.params(), m.grads(), 3e-3, 1.0f, step);
   }
@@ -141,7 +141,7 @@ TEST(GptModel, OverfitsOneRepeatedBatch) {
 TEST(GptModel, InitialisationDependsOnlyOnSeedAndName) {
   const GptDims d = tiny_dims(2, 40);
   auto be = make_cpu_backend();
-  GptModel a(d, *be), b(d, *be), c(d, *be);
+  SequentialModel a(make_gpt(d), *be), b(make_gpt(d), *be), c(make_gpt(d), *be);
   a.init_weights(5);
   b.init_weights(5);
   c.init_weights(6);

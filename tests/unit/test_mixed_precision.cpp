@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "model/gpt_model.h"
+#include "model/gpt.h"
 #include "optim/adamw.h"
 #include "../support/markov_tokens.h"
 
@@ -75,7 +75,7 @@ GptDims small_dims() {
 std::vector<double> train_curve(DType act, int steps) {
   const GptDims d = small_dims();
   auto be = make_cpu_backend(act);
-  GptModel m(d, *be);
+  SequentialModel m(make_gpt(d), *be);
   m.init_weights(5);
   const int B = 4, T = d.seq_len;
   m.reserve(B, T, 1);
@@ -86,7 +86,7 @@ std::vector<double> train_curve(DType act, int steps) {
   for (int step = 1; step <= steps; ++step) {
     test::markov_batch(step, B, T, d.vocab, x, y);
     m.zero_grads();
-    losses.push_back(m.forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T)) / (B * T));
+    losses.push_back(m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (B * T)) / (B * T));
     m.backward(0);
     opt.step(m.params(), m.grads(), 3e-3, 1.0f, step);
     m.refresh_compute_params();
@@ -124,14 +124,14 @@ TEST(Bf16, SameSeedGivesIdenticalLosses) {
 TEST(Bf16, ComputeWeightsAreTheRoundedMasters) {
   const GptDims d = small_dims();
   auto be = make_cpu_backend(DType::BF16);
-  GptModel m(d, *be);
+  SequentialModel m(make_gpt(d), *be);
   m.init_weights(7);
   ASSERT_NE(m.compute_params(), static_cast<void*>(m.params()));
   const auto* c = static_cast<const uint16_t*>(m.compute_params());
   for (size_t i = 0; i < m.table().total(); ++i) ASSERT_EQ(c[i], f32_to_bf16(m.params()[i])) << i;
   // fp32: the masters are the compute weights.
   auto be32 = make_cpu_backend();
-  GptModel m32(d, *be32);
+  SequentialModel m32(make_gpt(d), *be32);
   EXPECT_EQ(m32.compute_params(), static_cast<void*>(m32.params()));
 }
 
@@ -141,7 +141,7 @@ TEST(Bf16, ActivationMemoryNearlyHalves) {
   GptDims d = small_dims();
   d.seq_len = 16;
   auto be32 = make_cpu_backend(), be16 = make_cpu_backend(DType::BF16);
-  GptModel m32(d, *be32), m16(d, *be16);
+  SequentialModel m32(make_gpt(d), *be32), m16(make_gpt(d), *be16);
   m32.reserve(4, 16, 2);
   m16.reserve(4, 16, 2);
   const double ratio = double(m16.activation_bytes()) / double(m32.activation_bytes());
@@ -157,7 +157,7 @@ TEST(Bf16, ActivationMemoryNearlyHalves) {
 TEST(Bf16, GradientsCloseToFp32) {
   const GptDims d = small_dims();
   auto be32 = make_cpu_backend(), be16 = make_cpu_backend(DType::BF16);
-  GptModel m32(d, *be32), m16(d, *be16);
+  SequentialModel m32(make_gpt(d), *be32), m16(make_gpt(d), *be16);
   m32.init_weights(11);
   m16.init_weights(11);
   const int B = 2, T = d.seq_len;
@@ -165,9 +165,9 @@ TEST(Bf16, GradientsCloseToFp32) {
   m16.reserve(B, T, 1);
   std::vector<int32_t> x, y;
   test::markov_batch(0, B, T, d.vocab, x, y);
-  for (GptModel* m : {&m32, &m16}) {
+  for (SequentialModel* m : {&m32, &m16}) {
     m->zero_grads();
-    m->forward(0, x.data(), y.data(), B, T, true, 1.0f / (B * T));
+    m->forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (B * T));
     m->backward(0);
   }
   for (int i = 0; i < m32.table().size(); ++i) {

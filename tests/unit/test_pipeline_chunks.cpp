@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/gpt_model.h"
+#include "model/gpt.h"
 
 namespace baton {
 namespace {
@@ -44,7 +44,7 @@ GptDims dims() {
   return d;
 }
 
-std::vector<float> grad_of(GptModel& m, const std::string& name) {
+std::vector<float> grad_of(SequentialModel& m, const std::string& name) {
   const int i = m.table().find(name);
   if (i < 0) return {};
   const float* g = m.table().at(m.grads(), i);
@@ -55,13 +55,16 @@ TEST(PipelineChunks, TwoStagesByHandMatchTheWholeModel) {
   for (Recompute rc : {Recompute::NONE, Recompute::FULL, Recompute::SELECTIVE}) {
     auto be = make_cpu_backend();
     const int B = 2, T = 8;
-    GptModel whole(dims(), *be);
-    GptModel s0(dims(), *be, {}, 16, pipeline_chunks(4, 2, 1, 0), rc);
-    GptModel s1(dims(), *be, {}, 16, pipeline_chunks(4, 2, 1, 1), rc);
-    EXPECT_EQ(s0.tied_wte_param(), s0.table().find("wte"));
-    EXPECT_GE(s1.tied_wte_param(), 0);  // the head's copy
-    EXPECT_EQ(whole.tied_wte_param(), -1);
-    for (GptModel* m : {&whole, &s0, &s1}) {
+    SequentialModel whole(make_gpt(dims()), *be);
+    SequentialModel s0(make_gpt(dims()), *be, {}, pipeline_chunks(4, 2, 1, 0), rc);
+    SequentialModel s1(make_gpt(dims()), *be, {}, pipeline_chunks(4, 2, 1, 1), rc);
+    // The tied wte: shared by both stages, owned by the embedding's.
+    EXPECT_EQ(s0.shared_params(), std::vector<int>{s0.table().find("wte")});
+    EXPECT_TRUE(s0.owns_param(s0.table().find("wte")));
+    EXPECT_EQ(s1.shared_params(), std::vector<int>{s1.table().find("wte")});  // the head's copy
+    EXPECT_FALSE(s1.owns_param(s1.table().find("wte")));
+    EXPECT_TRUE(whole.shared_params().empty());
+    for (SequentialModel* m : {&whole, &s0, &s1}) {
       m->init_weights(3);
       m->reserve(B, T, 1);
       m->zero_grads();
@@ -71,15 +74,16 @@ TEST(PipelineChunks, TwoStagesByHandMatchTheWholeModel) {
     for (auto& t : x) t = static_cast<int32_t>(rng.below(37));
     for (auto& t : y) t = static_cast<int32_t>(rng.below(37));
     const float dloss = 1.0f / (B * T);
-    const double ref = whole.forward(0, x.data(), y.data(), B, T, true, dloss);
+    const double ref = whole.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, dloss);
     whole.backward(0);
 
-    const size_t n = s0.boundary_count(B, T);
-    s0.set_batch(0, x.data(), nullptr, B, T);
+    const size_t n = s0.chunk_output_count(0, B, T);
+    EXPECT_EQ(n, s1.chunk_input_count(0, B, T));
+    s0.load(0, MicroBatch{.B = B, .T = T, .tokens = x.data()}, true, false);
     s0.forward_chunk(0, 0, true, dloss);
     EXPECT_EQ(s0.take_loss_sum(), 0.0);  // no head, no loss
     std::copy_n(F(s0.chunk_output(0, 0)), n, F(s1.slot_input(0)));  // SEND_ACT / RECV_ACT
-    s1.set_batch(0, nullptr, y.data(), B, T);
+    s1.load(0, MicroBatch{.B = B, .T = T, .targets = y.data()}, false, true);
     s1.forward_chunk(0, 0, true, dloss);
     const double loss = s1.take_loss_sum();
     s1.backward_chunk(0, 0);
@@ -116,8 +120,8 @@ TEST(PipelineChunks, SplitBackwardEqualsFusedBitExact) {
     for (int rank = 0; rank < 2; ++rank) {
       auto be = make_cpu_backend();
       const int B = 2, T = 8;
-      GptModel fused(dims(), *be, {}, 16, pipeline_chunks(4, 2, 1, rank), rc);
-      GptModel split(dims(), *be, {}, 16, pipeline_chunks(4, 2, 1, rank), rc);
+      SequentialModel fused(make_gpt(dims()), *be, {}, pipeline_chunks(4, 2, 1, rank), rc);
+      SequentialModel split(make_gpt(dims()), *be, {}, pipeline_chunks(4, 2, 1, rank), rc);
       fused.init_weights(5);
       split.init_weights(5);
       fused.reserve(B, T, 2);
@@ -125,7 +129,7 @@ TEST(PipelineChunks, SplitBackwardEqualsFusedBitExact) {
       EXPECT_GT(split.activation_bytes(), fused.activation_bytes());
       fused.zero_grads();
       split.zero_grads();
-      const size_t n = fused.boundary_count(B, T);
+      const size_t n = rank == 0 ? fused.chunk_output_count(0, B, T) : fused.chunk_input_count(0, B, T);
       Rng rng(17);
       std::vector<std::vector<float>> din(2);
       for (int slot = 0; slot < 2; ++slot) {
@@ -135,8 +139,9 @@ TEST(PipelineChunks, SplitBackwardEqualsFusedBitExact) {
         std::vector<float> input(n), dout(n);
         for (auto& v : input) v = rng.normal();
         for (auto& v : dout) v = 0.01f * rng.normal();
-        for (GptModel* m : {&fused, &split}) {
-          m->set_batch(slot, rank == 0 ? x.data() : nullptr, rank == 1 ? y.data() : nullptr, B, T);
+        for (SequentialModel* m : {&fused, &split}) {
+          m->load(slot, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, rank == 0,
+                  rank == 1);
           std::copy(input.begin(), input.end(), F(m->slot_input(slot)));
           std::copy(dout.begin(), dout.end(), F(m->slot_output_grad(slot)));
           m->forward_chunk(0, slot, true, 1.0f / (B * T));

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "pipeline/lower.h"
 #include "pipeline/schedules.h"
+#include "pipeline/simulate.h"
 #include "pipeline/text.h"
 #include "pipeline/validate.h"
 
@@ -137,6 +138,42 @@ std::string read_file(const std::string& path) {
 
 // The golden files are hand-derived (each explains its derivation in its comments). The program
 // the generator builds for the golden's header must print exactly as the golden's non-comment lines.
+// Lowering emits exactly what runs (issue 11): one update per rank covering all its stages
+// (interleaving: both chunks), REDUCE_TIED before it on the ranks holding the tied first and last
+// stage, LOAD before every forward of the first and the last stage. The simulator treats the tied
+// reductions as one collective of those ranks, and validation refuses a rank that skips its own.
+TEST(PipelineLower, UpdatesPerRankTiedReductionsAndLoads) {
+  const Program p = lower(generate({.kind = "interleaved", .pp = 2, .vp = 2, .microbatches = 2}),
+                          {.tied_stages = {0, 3}});
+  ASSERT_EQ(joined(validate(p)), "");
+  auto tail = [&](int r) {
+    const auto& l = p.ranks[r];
+    return to_text(l[l.size() - 3]) + " " + to_text(l[l.size() - 2]) + " " + to_text(l.back());
+  };
+  EXPECT_EQ(tail(0), "0REDUCE_TIED 0REDUCE_GRADS 0OPT_STEPv1");  // stages 0 and 2
+  EXPECT_EQ(tail(1), "3REDUCE_TIED 1REDUCE_GRADS 1OPT_STEPv1");  // stages 1 and 3
+  for (const auto& rank : p.ranks) {
+    int loads = 0, updates = 0;
+    for (size_t i = 0; i < rank.size(); ++i) {
+      loads += rank[i].op == Op::LOAD;
+      updates += rank[i].op == Op::OPT_STEP;
+      if (rank[i].op == Op::LOAD) EXPECT_EQ(rank[i + 1].op, Op::FWD);
+    }
+    EXPECT_EQ(loads, 2);  // stage 0 (rank 0) and stage 3 (rank 1), two microbatches each
+    EXPECT_EQ(updates, 1);
+  }
+  EXPECT_NO_THROW(simulate(p, Costs::uniform(p, 1, 1)));
+  Program q = p;
+  q.ranks[1].erase(q.ranks[1].end() - 3);  // rank 1 skips its tied reduction
+  EXPECT_NE(joined(validate(q)).find("reduces tied gradients"), std::string::npos) << joined(validate(q));
+  EXPECT_THROW(simulate(q, Costs::uniform(q, 1, 1)), Error);  // rank 0 waits for it forever
+  // A one-stage program (pp = 1: what the trainer runs without pipelining) holds every piece.
+  const Program one = lower(generate({.kind = "1f1b", .pp = 1, .microbatches = 3}));
+  EXPECT_EQ(to_text(one).substr(to_text(one).find("rank 0:")),
+            "rank 0: 0LOAD0s0 0F0s0 0B0s0 0LOAD1s0 0F1s0 0B1s0 0LOAD2s0 0F2s0 0B2s0 0REDUCE_GRADS "
+            "0OPT_STEPv1\n");
+}
+
 TEST(PipelineSchedules, GoldenTextFiles) {
   const std::string dir = std::string(BATON_SOURCE_DIR) + "/tests/unit/golden/pipeline/";
   for (const std::string name :

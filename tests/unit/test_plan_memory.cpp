@@ -1,10 +1,10 @@
 // The planner's memory prediction for a tiny GPT (fp32, baton's own activation layout) matches
 // what the CPU trainer actually allocates — parameters, gradients, AdamW moments and the model's
-// activation arena (GptModel::reserve(micro_batch, T, 1), as in train/trainer.cpp) — within 10%.
+// activation arena (SequentialModel::reserve(micro_batch, T, 1), as in train/trainer.cpp) — within 10%.
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
-#include "model/gpt_model.h"
+#include "model/gpt.h"
 #include "plan/ptdp.h"
 
 namespace baton::plan {
@@ -15,7 +15,7 @@ TEST(PlanMemory, TinyGptMatchesCpuTrainer) {
   for (Case c : {Case{4, 4, 64, 32, 256, 4}, {2, 2, 128, 64, 512, 2}, {4, 4, 256, 128, 8192, 8}}) {
     GptDims dims{c.layers, c.heads, c.d, c.T, c.vocab, c.vocab};
     auto be = make_cpu_backend();
-    GptModel model(dims, *be);
+    SequentialModel model(make_gpt(dims), *be);
     model.reserve(c.micro, c.T, 1);
     // params + grads + AdamW m, v: four flat fp32 buffers of table().total() floats.
     const double actual = 4.0 * 4 * model.table().total() + model.activation_bytes();

@@ -1,5 +1,5 @@
 // Planner inputs (issue 7, deliverables 1–2): the device table, cluster files and model
-// descriptions. FLOPs are checked against PTD-P's formulas (src/train/metrics.h), parameter counts
+// descriptions. FLOPs are checked against PTD-P's formulas (src/model/gpt.h), parameter counts
 // against the published sizes, activation sizes against Korthikanti et al. and baton's layers.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include "plan/cluster.h"
 #include "plan/device.h"
 #include "plan/model_desc.h"
-#include "train/metrics.h"
+#include "model/gpt.h"
 
 namespace baton::plan {
 namespace {
@@ -79,7 +79,7 @@ TEST(PlanCluster, ErrorsNameFileAndLine) {
   EXPECT_THROW(load_cluster("/nonexistent.toml"), Error);
 }
 
-// Σ over layers of (forward + backward) FLOPs × micro-batches = PTD-P's count (metrics.h), for
+// Σ over layers of (forward + backward) FLOPs × micro-batches = PTD-P's count (model/gpt.h), for
 // any tensor-parallel degree (each device computes 1/t), and with full recomputation Eq. 4.2.
 TEST(PlanGpt, FlopsMatchPtdpFormula) {
   const GptShape g{12, 12, 768, 1024, 51200};

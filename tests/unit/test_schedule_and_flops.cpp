@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "model/gpt.h"
 #include "train/metrics.h"
 
 namespace baton {

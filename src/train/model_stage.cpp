@@ -1,0 +1,87 @@
+// ModelStage; see model_stage.h.
+#include "train/model_stage.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace baton {
+
+ModelStage::ModelStage(SequentialModel& model, std::vector<int> model_stages, GradSync& sync,
+                       WeightVersions* versions, UpdateFn on_update)
+    : m_(model), stages_(std::move(model_stages)), sync_(sync), versions_(versions),
+      on_update_(std::move(on_update)) {
+  BATON_ASSERT(static_cast<int>(stages_.size()) == m_.num_chunks(), "{} model stages for {} chunks",
+               stages_.size(), m_.num_chunks());
+}
+
+int ModelStage::chunk(int stage) const {
+  const auto it = std::find(stages_.begin(), stages_.end(), stage);
+  return it == stages_.end() ? -1 : static_cast<int>(it - stages_.begin());
+}
+
+void ModelStage::set_program(const std::vector<pipeline::Instr>& list) {
+  using pipeline::Op;
+  last_before_update_.clear();
+  std::set<int> seen;  // stages whose last backward before the next update was found
+  for (size_t i = list.size(); i-- > 0;) {
+    const pipeline::Instr& in = list[i];
+    if (in.op == Op::REDUCE_GRADS) seen.clear();
+    if ((in.op == Op::BWD || in.op == Op::BWD_WEIGHT) && seen.insert(in.stage).second)
+      last_before_update_.insert({in.stage, in.microbatch});
+  }
+}
+
+size_t ModelStage::boundary_count(int boundary) const {
+  // The boundary after model stage `boundary`: its output on the sender, the next stage's input on
+  // the receiver.
+  if (const int c = chunk(boundary); c >= 0) return m_.chunk_output_count(c, w_.micro, w_.T);
+  const int c = chunk(boundary + 1);
+  BATON_ASSERT(c >= 0, "boundary {} is not next to a stage of this rank", boundary);
+  return m_.chunk_input_count(c, w_.micro, w_.T);
+}
+
+void ModelStage::load(int stage, int microbatch, int slot) {
+  const int c = chunk(stage);
+  BATON_ASSERT(c >= 0 && w_.batch, "LOAD of stage {} without work or stage", stage);
+  const bool first = m_.chunks()[c].begin == 0, last = m_.chunks()[c].end == m_.builder().num_layers();
+  (*w_.batch)(w_.first_batch + microbatch / w_.per_batch,
+              w_.row0 + (microbatch % w_.per_batch) * w_.micro, w_.micro, batch_);
+  m_.load(slot, batch_.view(), first, last);
+}
+
+void ModelStage::forward(int stage, int, int slot) {
+  m_.set_shape(slot, w_.micro, w_.T);  // a middle stage loads nothing
+  m_.forward_chunk(chunk(stage), slot, w_.training, w_.loss_scale);
+}
+
+// BWD: the chunk's whole backward. Zero bubble (zb-h1, Qi et al. §2–3): BWD_INPUT only the input
+// gradient (sent upstream right after), keeping each matmul's and layernorm's output gradient in
+// the slot; BWD_WEIGHT, later in the list, the parameter gradients from them (where the layers'
+// gradients become final).
+void ModelStage::backward(int stage, int microbatch, int slot, pipeline::BackwardPart part) {
+  using pipeline::BackwardPart;
+  const BackwardPass pass = part == BackwardPart::FULL    ? BackwardPass::FULL
+                            : part == BackwardPart::INPUT ? BackwardPass::INPUT
+                                                          : BackwardPass::WEIGHT;
+  const bool last = part != BackwardPart::INPUT && last_before_update_.count({stage, microbatch});
+  m_.backward_chunk(chunk(stage), slot,
+                    last ? std::function<void(int)>([this](int l) { sync_.layer_done(l); })
+                         : std::function<void(int)>(),
+                    pass);
+}
+
+void ModelStage::reduce_tied(int) { sync_.reduce_tied(); }
+
+void ModelStage::reduce_grads(int) {
+  pending_ = sync_.reduce(held_loss_ + m_.take_loss_sum(), step_label_);
+  held_loss_ = 0;
+}
+
+void ModelStage::optimizer_step(int, int weight_version) { on_update_(weight_version, pending_); }
+
+void ModelStage::select_version(int, int weight_version) {
+  if (versions_) versions_->select(weight_version);  // flush kinds: the current weights
+}
+
+}  // namespace baton
