@@ -1,8 +1,11 @@
 // PTD-P layout search (issue 7): the closed forms agree with the pipeline simulator, predictions
-// behave as the papers say, the paper check on PTD-P Table 1, and the search speed requirement.
+// behave as the papers say, the paper check on PTD-P Table 1, the search's options (schedule kinds read from the
+// registry's traits, recompute modes, errors), and the search speed requirement.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <random>
 
@@ -29,14 +32,13 @@ pipeline::Program program(const std::string& kind, int pp, int vp, int m) {
 
 // peak_stashes is the closed form of pipeline::memory_peaks for every kind the search costs.
 TEST(PlanPtdp, PeakStashesMatchSchedules) {
-  for (const char* kind : {"gpipe", "1f1b", "interleaved", "2bw"})
+  for (const std::string& k : costed_schedules())
     for (int pp = 1; pp <= 6; ++pp)
       for (int vp : {1, 2, 3})
         for (int m = 1; m <= 13; ++m) {
-          const std::string k = kind;
-          if ((vp > 1) != (k == "interleaved" && pp > 1) && !(vp == 1 && k != "interleaved")) continue;
-          if (k == "interleaved" && (m % pp || vp == 1)) continue;
-          if (k == "2bw" && m < pp) continue;
+          const auto& t = pipeline::schedule_traits(k);
+          if (t.interleaving ? (vp == 1 || pp == 1 || m % pp) : vp > 1) continue;
+          if (t.min_microbatches_pp && m < pp) continue;
           const auto peaks = pipeline::memory_peaks(program(k, pp, vp, m));
           for (int r = 0; r < pp; ++r)
             EXPECT_EQ(peak_stashes(k, pp, vp, m, r), peaks.activations[r])
@@ -50,12 +52,11 @@ TEST(PlanPtdp, PeakStashesMatchSchedules) {
 TEST(PlanPtdp, ClosedFormAgreesWithSimulator) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> u(1.0, 1.2), uc(0.0, 0.1);
-  for (const char* kind : {"gpipe", "1f1b", "interleaved"})
+  for (const std::string& k : synchronous_schedules())
     for (int pp : {1, 2, 4, 8})
       for (int vp : {1, 2, 4})
         for (int m : {8, 16, 32}) {
-          const std::string k = kind;
-          if ((k == "interleaved") != (vp > 1) || (vp > 1 && pp == 1)) continue;
+          if (pipeline::schedule_traits(k).interleaving != (vp > 1) || (vp > 1 && pp == 1)) continue;
           const auto prog = program(k, pp, vp, m);
           const int S = pp * vp;
           for (int trial = 0; trial < 3; ++trial) {
@@ -155,6 +156,76 @@ TEST(PlanPtdp, PredictionsBehaveAsThePapersSay) {
   EXPECT_GT(flat.memory_gb[0], flat.memory_gb[4]);
   l.tp = 3;
   EXPECT_THROW(evaluate(pb, l, true), Error);
+}
+
+bool contains(const std::vector<std::string>& v, std::string_view x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// What an Error says (what and hint), for matching.
+std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_FALSE(e.hint().empty()) << e.what();
+    return std::string(e.what()) + " | " + e.hint();
+  }
+  ADD_FAILURE() << "no Error thrown";
+  return "";
+}
+
+// The search's schedule kinds come from the registry: the default is exactly the costed kinds the
+// registry calls synchronous; a registered kind the planner cannot cost, an unknown kind or
+// recompute mode, or an empty list is an error with a hint.
+TEST(PlanPtdp, SearchOptionsFromTheRegistry) {
+  const auto costed = costed_schedules(), sync = synchronous_schedules();
+  ASSERT_FALSE(sync.empty());
+  for (const auto& t : pipeline::schedule_registry()) {
+    EXPECT_EQ(contains(sync, t.name), contains(costed, t.name) && t.synchronous()) << t.name;
+    if (!contains(costed, t.name)) {
+      EXPECT_NE(error_text([&] { parse_schedule_list(std::string(t.name)); }).find("no cost model"),
+                std::string::npos)
+          << t.name;
+    }
+  }
+  EXPECT_EQ(SearchOptions{}.schedules, sync);
+  EXPECT_EQ(SearchOptions{}.recompute, recompute_modes());
+  EXPECT_TRUE(contains(costed, "2bw"));  // asynchronous: searched only when named
+  EXPECT_EQ(parse_schedule_list(" 1f1b,interleaved ,1f1b"), (std::vector<std::string>{"1f1b", "interleaved"}));
+  EXPECT_EQ(parse_schedule_list("all"), costed);
+  EXPECT_EQ(parse_recompute_list("full,none"), (std::vector<std::string>{"full", "none"}));
+  EXPECT_NE(error_text([] { parse_schedule_list("1f1b,nope"); }).find("unknown schedule kind 'nope'"),
+            std::string::npos);
+  EXPECT_NE(error_text([] { parse_schedule_list(","); }).find("no schedule kinds"), std::string::npos);
+  EXPECT_NE(error_text([] { parse_recompute_list("full,some"); }).find("unknown recompute mode 'some'"),
+            std::string::npos);
+  EXPECT_NE(error_text([] { parse_recompute_list(""); }).find("no recompute modes"), std::string::npos);
+}
+
+// The search stays within its options: by default only synchronous kinds; a named asynchronous
+// kind only where it can run (pp >= 2); one recompute mode only that mode. The unrestricted space
+// is a superset, so its best is never predicted slower.
+TEST(PlanPtdp, SearchStaysInItsSpace) {
+  const auto pb = problem_from("configs/ptdp/gpt-39.1b.toml", 512);
+  SearchOptions so;
+  so.top_k = 30;
+  const auto sync = search(pb, so);
+  ASSERT_FALSE(sync.empty());
+  for (const auto& p : sync) EXPECT_TRUE(pipeline::schedule_traits(p.layout.schedule).synchronous());
+  so.schedules = {"2bw"};
+  so.recompute = {"selective"};
+  const auto async = search(pb, so);
+  ASSERT_FALSE(async.empty());
+  for (const auto& p : async) {
+    EXPECT_EQ(p.layout.schedule, "2bw");
+    EXPECT_GE(p.layout.pp, 2);
+    EXPECT_EQ(p.layout.recompute, "selective");
+  }
+  so.schedules = parse_schedule_list("all");
+  so.recompute = recompute_modes();
+  EXPECT_LE(search(pb, so)[0].step_time_s, sync[0].step_time_s);
+  so.schedules = {"zb-h1"};
+  EXPECT_THROW(search(pb, so), Error);
 }
 
 // Speed requirement: a 128-layer GPT on 3072 GPUs plans in under 10 s; the best layout fits and
