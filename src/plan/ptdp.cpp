@@ -265,13 +265,25 @@ Prediction evaluate(const PtdpProblem& pb, const Layout& l, bool simulate, long 
 
   Prediction p;
   p.layout = l;
-  std::vector<double> fb(S);
-  for (int s = 0; s < S; ++s) fb[s] = st[s].f + st[s].b;
   {
     std::vector<double> rank_fb(l.pp, 0.0);
-    for (int s = 0; s < S; ++s) rank_fb[s % l.pp] += fb[s];
+    for (int s = 0; s < S; ++s) rank_fb[s % l.pp] += st[s].f + st[s].b;
     p.compute_s = m * *std::max_element(rank_fb.begin(), rank_fb.end());
   }
+  // The transfers are on the critical path of every micro-batch, not only of the pipeline's fill:
+  // PTD-P's implementation exchanges activations and gradients with blocking sends and receives,
+  // and the paper measures what follows from that — the pipeline's point-to-point traffic grows
+  // with the batch size, so the non-interleaved schedule catches up with the interleaved one (v
+  // times the traffic) at larger batches, and without scatter/gather overtakes it; scatter/gather
+  // gains most (up to 11%) at large batches with interleaving (notes-dissertation §1.6, §2.5;
+  // dissertation §4.5.3, §4.5.7, Figs. 4.12, 4.18). So a stage spends one hop after each forward
+  // it passes on and after each backward it passes back, and the message has then arrived.
+  for (int s = 0; s < S; ++s) {
+    if (s + 1 < S) st[s].f += hop;
+    if (s > 0) st[s].b += hop;
+  }
+  std::vector<double> fb(S);
+  for (int s = 0; s < S; ++s) fb[s] = st[s].f + st[s].b;
   const long instrs = long(S) * m * 6;
   // Synchronous kinds flush every step; the asynchronous ones the planner costs (costed_traits)
   // update once per batch without a flush (2BW), so one batch's time is the steady state's.
@@ -287,15 +299,13 @@ Prediction evaluate(const PtdpProblem& pb, const Layout& l, bool simulate, long 
     const auto prog = pipeline::lower(pipeline::generate(spec));
     pipeline::Costs c;
     for (int s = 0; s < S; ++s) c.stage.push_back({st[s].f, st[s].b, 0});
-    c.send_act.assign(S, hop);
-    c.send_grad.assign(S, hop);
-    const auto r = pipeline::simulate(prog, c);
+    const auto r = pipeline::simulate(prog, c);  // sends arrive when their stage's op ends
     // No flush: the steady-state time of one batch, a third of three back-to-back batches.
     p.pipeline_s = flush ? r.makespan : r.makespan / 3;
     p.bubble_fraction = flush ? r.bubble_fraction : std::max(0.0, p.pipeline_s / (r.ideal / 3) - 1);
     p.simulated = true;
   } else {
-    p.pipeline_s = closed_form_makespan(l.schedule, l.pp, l.vp, m, fb, hop);
+    p.pipeline_s = closed_form_makespan(l.schedule, l.pp, l.vp, m, fb, 0);  // hops are in fb
     std::vector<double> rank(l.pp, 0.0);
     for (int s = 0; s < S; ++s) rank[s % l.pp] += fb[s];
     const double ideal = m * *std::max_element(rank.begin(), rank.end());

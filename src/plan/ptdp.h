@@ -6,6 +6,8 @@
 // equal stages, dp identical replicas — and scores each with a throughput and a memory model:
 // - stage costs: the layers of the stage (cost_model.h) plus Megatron's tensor-parallel
 //   all-reduces (two per layer forward, two backward, two more when recomputing) on the node's bus;
+// - point-to-point transfers between stages are blocking, as in PTD-P's implementation: each
+//   stage's forward and backward include sending its output on, in every micro-batch (ptdp.cpp);
 // - the pipeline: synchronous (flush) kinds take the pipeline simulator's makespan of one step (or
 //   its closed form, the same for uniform stages, as a fast path), then the data-parallel
 //   all-reduce of the gradients, then the optimizer step; a kind that updates once per batch

@@ -1,5 +1,6 @@
 // PTD-P layout search (issue 7): the closed forms agree with the pipeline simulator, predictions
-// behave as the papers say, the paper check on PTD-P Table 1, the search's options (schedule kinds read from the
+// behave as the papers say, the paper check on PTD-P Table 1 (--evaluate of the paper's layouts, and
+// the search within the paper's space), the search's options (schedule kinds read from the
 // registry's traits, recompute modes, errors), and the search speed requirement.
 #include <gtest/gtest.h>
 
@@ -98,27 +99,78 @@ Layout layout_of(const Config& c) {
           c.parallel.zero1};
 }
 
-// Paper check (PTD-P Table 1, shared/papers/README.md): the ten A100 configurations predicted
-// from one set of assumptions land within ±15% of the published TFLOP/s per GPU for at least 8.
-// The published figures count FLOPs with PTD-P's Eq. 4.2 (full recomputation), our hw_tflops.
+// PTD-P Table 1 (shared/papers/README.md; configs/ptdp/): the published TFLOP/s per GPU (Eq. 4.2
+// count: full recomputation), and whether the search within the paper's space agrees with the
+// paper's layout, as README's "Planner" section and docs/planner.md claim (the tables there are
+// launch/plan-paper-table.sh's output).
+struct Table1Row {
+  const char* name;
+  int gpus;
+  double published;
+  bool search_agrees;
+};
+const Table1Row kTable1[] = {
+    {"1.7b", 32, 137, true},       {"3.6b", 64, 138, false},     {"7.5b", 128, 142, false},
+    {"18.4b", 256, 135, false},    {"39.1b", 512, 138, false},   {"76.1b", 1024, 140, true},
+    {"145.6b", 1536, 148, false},  {"310.1b", 1920, 155, true},  {"529.6b", 2520, 163, true},
+    {"1008b", 3072, 163, true}};
+
+std::string table1_config(const Table1Row& r) { return std::string("configs/ptdp/gpt-") + r.name + ".toml"; }
+
+// The paper's layout of a row (the config's: the paper's tp × pp; vp and micro-batch 1 are our
+// assumptions, docs/planner.md), predicted.
+Prediction paper_layout(const Table1Row& r) {
+  const Config cfg = load_config(kSrc + "/" + table1_config(r), {}, r.gpus);
+  return evaluate(problem_from(table1_config(r), r.gpus), layout_of(cfg), true);
+}
+
+// Paper check: the ten A100 configurations predicted from one set of assumptions each land within
+// ±7% of the published TFLOP/s per GPU (what the README claims; measured: −6.9% … +5.3%).
 TEST(PlanPtdp, PaperCheckTable1) {
-  struct Row { const char* name; int gpus; double published; };
-  const Row rows[] = {{"1.7b", 32, 137},     {"3.6b", 64, 138},     {"7.5b", 128, 142},
-                      {"18.4b", 256, 135},   {"39.1b", 512, 138},   {"76.1b", 1024, 140},
-                      {"145.6b", 1536, 148}, {"310.1b", 1920, 155}, {"529.6b", 2520, 163},
-                      {"1008b", 3072, 163}};
-  int within = 0;
-  for (const Row& r : rows) {
-    const std::string path = std::string("configs/ptdp/gpt-") + r.name + ".toml";
-    const Config cfg = load_config(kSrc + "/" + path, {}, r.gpus);
-    const Prediction p = evaluate(problem_from(path, r.gpus), layout_of(cfg), true);
+  for (const Table1Row& r : kTable1) {
+    const Prediction p = paper_layout(r);
     EXPECT_TRUE(p.fits) << r.name;
     const double err = p.hw_tflops_per_gpu / r.published - 1;
-    within += std::abs(err) <= 0.15;
+    EXPECT_LE(std::abs(err), 0.07) << r.name << ": predicted " << p.hw_tflops_per_gpu
+                                   << " TFLOP/s, published " << r.published;
     std::printf("%-7s %5d GPUs  published %5.0f  predicted %6.1f  (%+.1f%%)\n", r.name, r.gpus,
                 r.published, p.hw_tflops_per_gpu, 100 * err);
   }
-  EXPECT_GE(within, 8);
+}
+
+// The search within the paper's space — PTD-P's schedules (1f1b, interleaved; synchronous), full
+// recomputation only (the paper's, 2021), micro-batch free (Table 1 does not fix it) — against the
+// paper's layout. A row agrees when the search picks the paper's tp × pp, or predicts the paper's
+// layout within 3% of its pick. The test holds each row to what the README claims: a cost-model
+// change that flips a row, either way, fails here until the docs say so. The rows that disagree
+// are a disagreement of the model with the paper's heuristic choice (tensor parallelism up to a
+// node first, §4.3 takeaway #1), not a tolerance question: docs/planner.md. The paper's layout is
+// in the space, so the pick is never predicted slower than it.
+TEST(PlanPtdp, PaperSpaceSearchTable1) {
+  SearchOptions so;
+  so.top_k = 1;
+  so.schedules = {"1f1b", "interleaved"};
+  so.recompute = {"full"};
+  for (const Table1Row& r : kTable1) {
+    const auto best = search(problem_from(table1_config(r), r.gpus), so);
+    ASSERT_EQ(best.size(), 1u) << r.name;
+    const Prediction& pick = best[0];
+    const Prediction paper = paper_layout(r);
+    EXPECT_TRUE(pipeline::schedule_traits(pick.layout.schedule).synchronous()) << r.name;
+    EXPECT_EQ(pick.layout.recompute, "full") << r.name;
+    const double gap = paper.step_time_s / pick.step_time_s - 1;
+    EXPECT_GE(gap, 0.0) << r.name << ": the search missed the paper's layout";
+    const bool same = pick.layout.tp == paper.layout.tp && pick.layout.pp == paper.layout.pp;
+    const bool agrees = same || gap <= 0.03;
+    EXPECT_EQ(agrees, r.search_agrees)
+        << r.name << ": search picks tp " << pick.layout.tp << " x pp " << pick.layout.pp << " vp "
+        << pick.layout.vp << " mb " << pick.layout.micro_batch << ", the paper's tp "
+        << paper.layout.tp << " x pp " << paper.layout.pp << " is predicted " << 100 * gap
+        << "% slower; README / docs/planner.md say it " << (r.search_agrees ? "agrees" : "does not");
+    std::printf("%-7s paper %d x %d  pick %d x %d vp %d mb %d  paper's layout %+.1f%%  %s\n", r.name,
+                paper.layout.tp, paper.layout.pp, pick.layout.tp, pick.layout.pp, pick.layout.vp,
+                pick.layout.micro_batch, 100 * gap, agrees ? "agrees" : "disagrees");
+  }
 }
 
 // The simulator and the closed form give the same prediction for a PTD-P layout (stages differ
