@@ -227,7 +227,7 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm* world, int tokenizer_v
   async_pipe_ = pipe_ && is_async_schedule(cfg_.parallel.schedule);
   flops_ = gpt_model_flops_per_step(cfg_.train.global_batch, T, dims_.n_layer, dims_.d_model,
                                     dims_.vocab_padded);
-  peak_ = peak_tflops_for(choice_.device_name);
+  peak_ = dense_peak_tflops(choice_.device_name, parse_compute_dtype(cfg_.precision.compute));
 }
 
 TrainSession::~TrainSession() = default;
