@@ -68,7 +68,8 @@ struct Prediction {
   bool fits = true;               // every rank within the device memory
   bool simulated = false;         // pipeline time from the simulator (else the closed form)
   double pipeline_s = 0, dp_comm_s = 0, optimizer_s = 0;  // parts of the step time
-  double compute_s = 0;  // m × the busiest rank's f + b per micro-batch (tp all-reduces included)
+  double compute_s = 0;  // m × the busiest rank's f + b per micro-batch (tp all-reduces included,
+                         // pipeline transfers not)
 };
 
 // Checks the divisibility rules; returns "" or what is violated.
