@@ -55,7 +55,6 @@ import json, sys
 tmp, which = sys.argv[1], sys.argv[2]
 rows = [line.split() for line in open(f"{tmp}/rows.txt")]
 load = lambda name, kind: json.load(open(f"{tmp}/{name}.{kind}.json"))["candidates"][0]
-name_of = lambda n: n.upper().replace("B", "B")
 label = lambda n: n[:-1] + "B"  # 1.7b -> 1.7B
 def layout(c, full=True):
     s = f"{c['tp']} × {c['pp']}"
