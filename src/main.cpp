@@ -102,6 +102,11 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--policy", plan.policy, "hetpipe: virtual workers by np, ed or hd (default hd)");
   plan_cmd->add_option("--nm", plan.nm, "hetpipe: concurrent minibatches per virtual worker (default: its GPUs)");
   plan_cmd->add_option("--vw-size", plan.vw_size, "hetpipe: GPUs per virtual worker (default: GPUs of the first node)");
+  plan_cmd->add_option("--schedules", plan.schedules,
+                       "ptdp search: schedule kinds to consider, comma-separated, or all (default: the "
+                       "synchronous ones; asynchronous kinds such as 2bw only when named)");
+  plan_cmd->add_option("--recompute", plan.recompute,
+                       "ptdp search: recomputation modes to consider, a subset of none,selective,full (default: all)");
 
   ProfileOptions prof;
   auto* prof_cmd = cli.add_subcommand("profile", "measure per-layer forward/backward time and memory on this device");

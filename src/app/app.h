@@ -96,6 +96,8 @@ struct PlanOptions {
   std::string policy;                  // hetpipe: np | ed | hd ("" = hd)
   int nm = 0;                          // hetpipe: concurrent minibatches (0 = GPUs per VW)
   int vw_size = 0;                     // hetpipe: GPUs per virtual worker (0 = GPUs of node 0)
+  std::string schedules;               // ptdp search: kinds, comma-separated ("" = the synchronous ones)
+  std::string recompute;               // ptdp search: subset of none,selective,full ("" = all)
 };
 int run_plan(const PlanOptions& opts);
 

@@ -87,12 +87,13 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   log::info("throughput: {} tokens/s | {:.3f} TFLOP/s per device ({} device{}, {:.3f} TFLOP/s in all; "
             "model FLOPs by the PTD-P formula)",
             human_rate(tokens_per_s), tflops_device, ranks, ranks > 1 ? "s" : "", tflops_job);
+  // The peak of the run's compute dtype (core/device_table.h: fp32 is the plain, non-TF32 rate).
   if (peak > 0)
-    log::info("mfu: {:.1f}% of the {:.0f} TFLOP/s peak of {}", 100 * tflops_device / peak, peak,
-              session.device().device_name);
+    log::info("mfu: {:.1f}% of the {:.0f} TFLOP/s dense {} peak of {}", 100 * tflops_device / peak, peak,
+              cfg.precision.compute, session.device().device_name);
   else
-    log::info("mfu: not reported: the peak of {} is unknown (measured {:.3f} TFLOP/s per device)",
-              session.device().device_name, tflops_device);
+    log::info("mfu: not reported: the {} peak of {} is unknown (measured {:.3f} TFLOP/s per device)",
+              cfg.precision.compute, session.device().device_name, tflops_device);
   if (ranks > 1)
     log::info("comm: {:.1f}% of step time blocked in communication (mean over {} ranks; max {:.1f}%)",
               100 * comm_share_mean, ranks, 100 * comm_share_max);

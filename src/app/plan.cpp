@@ -1,7 +1,9 @@
 // `baton plan CONFIG --cluster FILE [--algorithm ptdp|pipedream|hetpipe|madpipe] [--gpus N] [--top K]
-// [--evaluate] [--format table|json] [--output FILE] [--profile PROFILE.json]`.
+// [--evaluate] [--format table|json] [--output FILE] [--profile PROFILE.json]
+// [--schedules KINDS] [--recompute MODES]`.
 // ptdp (default): the PTD-P layout search (src/plan/ptdp.h) for the config's GPT on a cluster
-// file, or, with --evaluate, the prediction for the layout the config already has. Prints the
+// file — over the synchronous schedule kinds unless --schedules names others, and over the
+// --recompute modes — or, with --evaluate, the prediction for the layout the config already has. Prints the
 // candidates and the best one as a TOML snippet that `baton train` accepts (also written to
 // --output). --profile uses `baton profile`'s measured per-layer times and memory (plan/profile.h).
 // The partitioners, for the config's model (GPT, or a CNN: model.kind = "vgg"/"resnet" with
@@ -356,6 +358,16 @@ int run_plan(const PlanOptions& o) {
                 "drop them, or use --algorithm ptdp");
   if (o.nm < 0 || o.vw_size < 0)
     throw Error("--nm and --vw-size must be positive", "e.g. --nm 4 --vw-size 4");
+  const bool restricted = !o.schedules.empty() || !o.recompute.empty();
+  if (restricted && (alg != "ptdp" || o.evaluate))
+    throw Error(fmt::format("--schedules and --recompute restrict the PTD-P layout search, not {}",
+                            o.evaluate ? "--evaluate (the config's own layout)" : alg + "'s partitions"),
+                o.evaluate ? "drop them, or drop --evaluate to search"
+                           : "drop them, or use --algorithm ptdp");
+  plan::SearchOptions so;
+  so.top_k = o.top_k;
+  if (!o.schedules.empty()) so.schedules = plan::parse_schedule_list(o.schedules);
+  if (!o.recompute.empty()) so.recompute = plan::parse_recompute_list(o.recompute);
   plan::Cluster cluster = plan::load_cluster(o.cluster);
   if (o.gpus > 0) cluster = cluster.first_gpus(o.gpus);
   const int N = cluster.total_gpus();
@@ -397,8 +409,6 @@ int run_plan(const PlanOptions& o) {
                   "partitions over mixed GPUs");
     cands.push_back(plan::evaluate(pb, layout_of(cfg), true));
   } else {
-    plan::SearchOptions so;
-    so.top_k = o.top_k;
     so.sequence_parallel = cfg.parallel.sequence_parallel;
     so.zero1 = cfg.parallel.zero1;
     cands = plan::search(pb, so);
@@ -438,6 +448,7 @@ int run_plan(const PlanOptions& o) {
     }
     j["gpus"] = N;
     j["cluster"] = cluster.name;
+    if (!o.evaluate) j["searched"] = {{"schedules", so.schedules}, {"recompute", so.recompute}};
     j["toml"] = snippet;
     j["profile"] = o.profile;
     std::puts(j.dump(2).c_str());
@@ -452,6 +463,9 @@ int run_plan(const PlanOptions& o) {
              "{} ({})\n",
              pb.shape.n_layer, pb.shape.d_model, pb.shape.n_head, pb.shape.seq_len, pb.shape.vocab,
              pb.global_batch, N, cluster.nodes[0].device.name, cluster.name);
+  if (!o.evaluate)
+    fmt::print("searched: schedules {} | recompute {}\n", fmt::join(so.schedules, ","),
+               fmt::join(so.recompute, ","));
   fmt::print("{:>2} {:>3} {:>3} {:>4} {:>2} {:>3} {:<11} {:<9} {:>9} {:>11} {:>8} {:>8} {:>6} {:>10}\n",
              "#", "tp", "pp", "dp", "vp", "mb", "schedule", "recompute", "step s", "tokens/s",
              "TFLOP/s", "HW TF/s", "bubble", "mem GB max");

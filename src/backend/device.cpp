@@ -77,10 +77,4 @@ BackendChoice choose_backend(const std::string& device, DType compute, int local
   return c;
 }
 
-double peak_tflops_for(const std::string& name) {
-  if (name.find("A100") != std::string::npos) return 312.0;
-  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 989.0;
-  return 0.0;
-}
-
 }  // namespace baton

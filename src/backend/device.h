@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "core/device_table.h"  // dense_peak_tflops(device_name, compute): the MFU peak
 
 namespace baton {
 
@@ -34,8 +35,5 @@ BackendChoice choose_backend(const std::string& device, DType compute = DType::F
                              int local_rank = 0);
 // precision.compute: "fp32" | "bf16" (Error with a hint otherwise).
 DType parse_compute_dtype(const std::string& compute);
-
-// Dense bf16 peak TFLOP/s by device name (A100 312, H100/H200 989); 0 if unknown. CPUs: 0.
-double peak_tflops_for(const std::string& device_name);
 
 }  // namespace baton

@@ -150,7 +150,7 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
   BatchSource* src = data_.get();
   batch_ = [src](int64_t step, int row, int n, HostBatch& out) { src->train_rows(step, row, n, out); };
   flops_ = builder_->flops_per_step(cfg_.train.global_batch);
-  peak_ = peak_tflops_for(choice_.device_name);
+  peak_ = dense_peak_tflops(choice_.device_name, parse_compute_dtype(cfg_.precision.compute));
 }
 
 TrainSession::~TrainSession() = default;
@@ -206,8 +206,8 @@ void TrainSession::log_header() {
             2.0 * opt_->state_size() * sizeof(float) / 1048576.0, model.activation_bytes() / 1048576.0,
             model.num_slots(), model.num_slots() > 1 ? "s" : "", cfg_.parallel.recompute);
   log::info("flops: {} = {:.3g} per step; peak {}", builder_->flops_formula(), flops_,
-            peak_ > 0 ? fmt::format("{:.0f} TFLOP/s (MFU reported)", peak_)
-                      : std::string("unknown for this device (MFU not reported)"));
+            peak_ > 0 ? fmt::format("{:.0f} TFLOP/s dense {} (MFU reported)", peak_, cfg_.precision.compute)
+                      : fmt::format("unknown for this device and {} (MFU not reported)", cfg_.precision.compute));
 }
 
 HostTrainState& TrainSession::host() {
