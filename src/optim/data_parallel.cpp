@@ -111,8 +111,11 @@ void DataParallelGrads::late_done(float* grads) {
 }
 
 void DataParallelGrads::finish(float* grads) {
-  for (Bucket& b : buckets_)
-    if (!b.launched) launch(b, grads);
+  early_ = 0;
+  for (Bucket& b : buckets_) {
+    if (b.launched) ++early_;
+    else launch(b, grads);
+  }
   std::fill(layer_done_.begin(), layer_done_.end(), false);
   late_done_ = false;
   const size_t r = dp_ ? static_cast<size_t>(dp_->rank()) : 0;

@@ -59,6 +59,8 @@ class DataParallelGrads {
   // Launches what is left and waits for every bucket; afterwards the gradients this rank updates
   // hold the sum over data-parallel ranks.
   void finish(float* grads);
+  // Buckets the last finish() found launched already (overlapped with the backward).
+  int launched_early() const { return early_; }
   // Sum of squares of this rank's reduced gradients (its segments with in_norm). Summed over the
   // data-parallel (ZeRO-1) and tensor-parallel groups it gives the squared global norm.
   double grad_sumsq(const float* grads) const;
@@ -96,6 +98,7 @@ class DataParallelGrads {
   std::vector<int> layer_of_param_;
   std::vector<bool> layer_done_;
   bool late_done_ = false;
+  int early_ = 0;
   std::vector<UpdateSegment> segments_;
   size_t state_size_ = 0;
   std::vector<float> scratch_;  // reduce-scatter needs a separate receive buffer per bucket

@@ -142,74 +142,74 @@ ExecStats Executor::run_until_update(Stage& stage, int updates) {
   return st;
 }
 
+void Executor::receive(Stage& stage, size_t i) {
+  const Instr& in = instructions()[i];
+  recv_[i]->wait();
+  recv_[i].reset();
+  if (!opt_.scatter_gather) return;
+  // PTD-P scatter/gather: rebuild the whole tensor over tp.
+  const bool grad = in.op == Op::RECV_GRAD;
+  auto* buf = static_cast<char*>(grad ? stage.output_grad(in.stage, in.slot) : stage.input(in.stage, in.slot));
+  const DType t = stage.boundary_dtype();
+  const auto [off, n] = payload(stage.boundary_count(grad ? in.stage : in.stage - 1));
+  opt_.scatter_gather->all_gather(buf + off * dtype_size(t), buf, n, t);
+}
+
+size_t Executor::send(Stage& stage, const Instr& in) {
+  const bool grad = in.op == Op::SEND_GRAD;
+  const auto* buf = static_cast<const char*>(grad ? stage.input_grad(in.stage, in.slot)
+                                                  : stage.output(in.stage, in.slot));
+  const DType t = stage.boundary_dtype();
+  const auto [off, n] = payload(stage.boundary_count(grad ? in.stage - 1 : in.stage));
+  sends_[in.slot].push_back(comm_.send(buf + off * dtype_size(t), n, t, in.peer,
+                                       tag(grad, in.stage, in.microbatch, program_.num_stages())));
+  return n * dtype_size(t);
+}
+
+void Executor::compute(Stage& stage, const Instr& in, ExecStats& st, double start) {
+  wait_sends(in.slot);  // the slot's previous output may still be on its way
+  stage.select_version(in.stage, in.weight_version);
+  const int c = in.stage / program_.spec.pp;  // chunk c of rank r is model stage c·pp + r
+  if (in.op == Op::FWD) {
+    stage.forward(in.stage, in.microbatch, in.slot);
+    st.fwd[c] += now() - start;
+    st.fwd_count[c]++;
+    return;
+  }
+  stage.backward(in.stage, in.microbatch, in.slot,
+                 in.op == Op::BWD         ? BackwardPart::FULL
+                 : in.op == Op::BWD_INPUT ? BackwardPart::INPUT
+                                          : BackwardPart::WEIGHT);
+  const bool weight = in.op == Op::BWD_WEIGHT;
+  (weight ? st.wgt : st.bwd)[c] += now() - start;
+  (weight ? st.wgt_count : st.bwd_count)[c]++;
+}
+
 void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
   const std::vector<Instr>& list = instructions();
-  const int S = program_.num_stages();
-  const int pp = program_.spec.pp;
-  st.fwd.assign(program_.spec.vp, 0);
-  st.bwd.assign(program_.spec.vp, 0);
-  st.wgt.assign(program_.spec.vp, 0);
-  st.fwd_count.assign(program_.spec.vp, 0);
-  st.bwd_count.assign(program_.spec.vp, 0);
-  st.wgt_count.assign(program_.spec.vp, 0);
+  const int vp = program_.spec.vp;
+  for (auto* v : {&st.fwd, &st.bwd, &st.wgt}) v->assign(vp, 0);
+  for (auto* v : {&st.fwd_count, &st.bwd_count, &st.wgt_count}) v->assign(vp, 0);
   const double t0 = now();
-  auto chunk = [&](int s) { return s / pp; };
-
   while (pc_ < list.size() && updates_done_ < stop_after_updates) {
     const size_t i = pc_;
     const Instr& in = list[i];
     const double start = now();
     switch (in.op) {
       case Op::RECV_ACT:
-      case Op::RECV_GRAD: {
-        recv_[i]->wait();
-        recv_[i].reset();
-        if (opt_.scatter_gather) {  // PTD-P scatter/gather: rebuild the whole tensor over tp
-          const bool grad = in.op == Op::RECV_GRAD;
-          auto* buf = static_cast<char*>(grad ? stage.output_grad(in.stage, in.slot)
-                                              : stage.input(in.stage, in.slot));
-          const DType t = stage.boundary_dtype();
-          const auto [off, n] = payload(stage.boundary_count(grad ? in.stage : in.stage - 1));
-          opt_.scatter_gather->all_gather(buf + off * dtype_size(t), buf, n, t);
-        }
+      case Op::RECV_GRAD:
+        receive(stage, i);
         st.recv_wait += now() - start;
         break;
-      }
       case Op::SEND_ACT:
-      case Op::SEND_GRAD: {
-        const bool grad = in.op == Op::SEND_GRAD;
-        const auto* buf = static_cast<const char*>(grad ? stage.input_grad(in.stage, in.slot)
-                                                        : stage.output(in.stage, in.slot));
-        const DType t = stage.boundary_dtype();
-        const auto [off, n] = payload(stage.boundary_count(grad ? in.stage - 1 : in.stage));
-        sends_[in.slot].push_back(comm_.send(buf + off * dtype_size(t), n, t, in.peer,
-                                             tag(grad, in.stage, in.microbatch, S)));
-        st.bytes_sent += n * dtype_size(t);
-        break;
-      }
+      case Op::SEND_GRAD: st.bytes_sent += send(stage, in); break;
       case Op::FWD:
-        wait_sends(in.slot);  // the slot's previous output may still be on its way
-        stage.select_version(in.stage, in.weight_version);
-        stage.forward(in.stage, in.microbatch, in.slot);
-        st.fwd[chunk(in.stage)] += now() - start;
-        st.fwd_count[chunk(in.stage)]++;
-        break;
       case Op::BWD:
       case Op::BWD_INPUT:
       case Op::BWD_WEIGHT:
-        wait_sends(in.slot);
-        stage.select_version(in.stage, in.weight_version);
-        stage.backward(in.stage, in.microbatch, in.slot,
-                       in.op == Op::BWD ? BackwardPart::FULL
-                                        : in.op == Op::BWD_INPUT ? BackwardPart::INPUT
-                                                                 : BackwardPart::WEIGHT);
-        if (in.op == Op::BWD_WEIGHT) {
-          st.wgt[chunk(in.stage)] += now() - start;
-          st.wgt_count[chunk(in.stage)]++;
-        } else {
-          st.bwd[chunk(in.stage)] += now() - start;
-          st.bwd_count[chunk(in.stage)]++;
-        }
+        compute(stage, in, st, start);
+        st.compute += now() - start;
+        st.last_compute_end = now() - t0;
         break;
       case Op::LOAD:  // the slot's data buffers; its pending sends read other buffers
         stage.load(in.stage, in.microbatch, in.slot);
@@ -231,10 +231,6 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
         ++updates_done_;
         ++st.updates;
         break;
-    }
-    if (is_compute(in.op)) {
-      st.compute += now() - start;
-      st.last_compute_end = now() - t0;
     }
     if (opt_.record) st.trace.push_back(in);
     ++pc_;

@@ -145,6 +145,11 @@ class Executor {
 
   void start(Stage& stage);
   void advance(Stage& stage, ExecStats& st, int stop_after_updates);
+  // The pieces of advance: a receive's wait (and scatter/gather), a send (returns its bytes), a
+  // compute op (timed into st).
+  void receive(Stage& stage, size_t i);
+  size_t send(Stage& stage, const Instr& in);
+  void compute(Stage& stage, const Instr& in, ExecStats& st, double start);
   void post(Stage& stage, int i);
   void wait_sends(int slot);
   void wait_all_sends();

@@ -43,6 +43,7 @@ UpdateStats GradSync::reduce(double loss_sum, int64_t update) {
     s_.replica->all_reduce(m.grads(), m.flat_size(), DType::F32, dist::ReduceOp::SUM);
   s_.grads->finish(m.grads());
   UpdateStats r;
+  r.buckets_early = s_.grads->launched_early();
   double stats[2] = {s_.grads->grad_sumsq(m.grads()), loss_sum};
   r.own_sumsq = stats[0];
   if (per_stage_norm()) {

@@ -41,6 +41,7 @@ struct UpdateStats {
   double grad_norm = 0;  // before clipping
   float clip_scale = 1;
   double own_sumsq = 0;  // 1F1B-RR: this stage's own squared norm (the step's statistics)
+  int buckets_early = 0;  // data-parallel buckets launched while the backward still ran
 };
 
 class GradSync {

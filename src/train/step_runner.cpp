@@ -116,6 +116,7 @@ void StepRunner::on_update(int version, const UpdateStats& u) {
   sum_norm_ += u.grad_norm;
   sum_own_sumsq_ += u.own_sumsq;
   loss_sum_ += u.loss_sum;
+  buckets_early_ = u.buckets_early;
   if (traits_->synchronous()) {  // one update per step on the current weights
     s_.optimizer->step(model.params(), model.grads(), lr_, u.clip_scale, step_ + 1);
     s_.grads->gather_params(model.params());
@@ -153,7 +154,7 @@ StepResult StepRunner::step(const BatchFn& batch, int64_t step, double lr) {
                       .training = true, .loss_scale = static_cast<float>(1.0 / global_terms)});
     stats_ = executor_->run(*stage_);
     BATON_ASSERT(updates_ == 1, "the schedule ran {} optimizer steps on this rank", updates_);
-    return {.loss = loss_sum_ / global_terms, .grad_norm = sum_norm_};
+    return {.loss = loss_sum_ / global_terms, .grad_norm = sum_norm_, .buckets_early = buckets_early_};
   }
   if (drained()) start_segment(step);
   BATON_ASSERT(step == next_step_, "asynchronous pipeline: step {} after step {}", step + 1, next_step_);
@@ -169,7 +170,8 @@ StepResult StepRunner::step(const BatchFn& batch, int64_t step, double lr) {
   BATON_ASSERT(updates_ > 0, "the schedule ran no optimizer step on this rank");
   versions_->publish_latest();
   next_step_ = step + 1;
-  if (pipe_->replicas.empty()) return {.loss = sum_loss_ / updates_, .grad_norm = sum_norm_ / updates_};
+  if (pipe_->replicas.empty())
+    return {.loss = sum_loss_ / updates_, .grad_norm = sum_norm_ / updates_, .buckets_early = buckets_early_};
   // 1F1B-RR: the step's statistics, once per step (every rank's portion of the step depends only
   // on the other ranks' portions of the same step, so this collective cannot block the pipeline):
   // loss per term of the global batch (the last stage's replicas hold it), grad norm

@@ -68,6 +68,7 @@ struct StepRunnerSetup {
 struct StepResult {
   double loss = 0;       // mean per loss term over the global batch
   double grad_norm = 0;  // before clipping
+  int buckets_early = 0;  // this rank's data-parallel buckets (last update) overlapped with backward
 };
 
 class StepRunner {
@@ -119,6 +120,7 @@ class StepRunner {
   int64_t step_ = 0, segment_start_ = 0, next_step_ = 0;
   int updates_ = 0;
   double sum_loss_ = 0, sum_norm_ = 0, sum_own_sumsq_ = 0, loss_sum_ = 0;
+  int buckets_early_ = 0;
 };
 
 }  // namespace baton

@@ -142,6 +142,36 @@ void log_sample(TrainSession& session, const Tokenizer& tokenizer) {
   log::info("sample: {}", tokenizer.decode(ids));
 }
 
+// One logged step: loss (mean over the steps since the last line), validation loss, LR, norm,
+// step time, throughput, MFU when known, communication share with several ranks, ETA.
+void log_step(const StepMetrics& m, int64_t steps, double mean_loss, const TimedStep& t, int ranks,
+              double eta_s) {
+  log::info("step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {} tok/s | "
+            "{:.3f} TFLOP/s{}{} | eta {}",
+            m.step, steps, mean_loss, m.val_loss ? fmt::format(" | val {:.4f}", *m.val_loss) : std::string(),
+            m.lr, m.grad_norm, m.step_ms, human_count(m.tokens_per_s), m.tflops_per_gpu,
+            m.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *m.mfu) : std::string(),
+            ranks > 1 ? fmt::format(" | comm {:.0f}%", 100 * t.comm_seconds / t.seconds) : std::string(),
+            human_duration(eta_s));
+}
+
+// The run's final checkpoint, unless the last step's is written already — or the state is not one
+// (an asynchronous pipeline stopped between drain points has micro-batches in flight on older
+// weight versions: it could not be resumed exactly).
+void save_final(TrainSession& session, TrainSummary& summary, int64_t start_step, int64_t saved_step,
+                double lr) {
+  const Config& cfg = session.config();
+  if (!session.checkpointable())
+    log::warn("stopped in the middle of an asynchronous pipeline segment ({} drains at multiples of "
+              "checkpoint.every): no checkpoint written for step {}; the newest is {}",
+              cfg.parallel.schedule, summary.last_step,
+              saved_step >= 0 ? fmt::format("step {}", saved_step) : std::string("none"));
+  else if (saved_step != summary.last_step)
+    summary.checkpoint_path = session.save(summary.last_step, lr);
+  else if (start_step >= cfg.train.steps)
+    log::info("nothing to train: the checkpoint is at step {}, train.steps = {}", start_step, cfg.train.steps);
+}
+
 }  // namespace
 
 TrainSummary train(const Config& cfg, dist::Comm* world) {
@@ -197,19 +227,10 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     }
     const bool evaluated = m.val_loss.has_value();
     const bool log_now = (step + 1) % cfg.train.log_every == 0 || last || step == 0 || evaluated;
-    if (log_now) metrics.write(m);
     if (log_now) {
-      const double elapsed = run_timer.seconds();
-      const double eta = elapsed / (step + 1 - start_step) * (cfg.train.steps - step - 1);
-      log::info("step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {} tok/s | "
-                "{:.3f} TFLOP/s{}{} | eta {}",
-                step + 1, cfg.train.steps, loss_window / window_steps,
-                m.val_loss ? fmt::format(" | val {:.4f}", *m.val_loss) : std::string(), lr,
-                m.grad_norm, m.step_ms, human_count(m.tokens_per_s), m.tflops_per_gpu,
-                m.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *m.mfu) : std::string(),
-                session.world_size() > 1 ? fmt::format(" | comm {:.0f}%", 100 * t.comm_seconds / t.seconds)
-                                         : std::string(),
-                human_duration(eta));
+      metrics.write(m);
+      const double eta = run_timer.seconds() / (step + 1 - start_step) * (cfg.train.steps - step - 1);
+      log_step(m, cfg.train.steps, loss_window / window_steps, t, session.world_size(), eta);
       loss_window = 0;
       window_steps = 0;
     }
@@ -226,17 +247,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   }
 
   // ---- final checkpoint (also when stopped by a signal) and a sample ----
-  if (!session.checkpointable()) {
-    // An asynchronous pipeline stopped between drain points has micro-batches in flight on older
-    // weight versions: its state is not a checkpoint one could resume exactly.
-    log::warn("stopped in the middle of an asynchronous pipeline segment ({} drains at multiples of "
-              "checkpoint.every): no checkpoint written for step {}; the newest is {}",
-              cfg.parallel.schedule, summary.last_step,
-              saved_step >= 0 ? fmt::format("step {}", saved_step) : std::string("none"));
-  } else if (saved_step != summary.last_step)
-    summary.checkpoint_path = session.save(summary.last_step, lr);
-  else if (start_step >= cfg.train.steps)
-    log::info("nothing to train: the checkpoint is at step {}, train.steps = {}", start_step, cfg.train.steps);
+  save_final(session, summary, start_step, saved_step, lr);
   if (tokenizer && !summary.stopped_by_signal && session.model().is_whole_model() &&
       session.layout().tp() == 1 && rank0)
     log_sample(session, *tokenizer);
