@@ -1,5 +1,6 @@
 // `baton train CONFIG [--set k=v]...`: starts MPI (one process, or every rank of an mpirun/srun
-// job), loads and validates the config for the world size on every rank, and runs the trainer.
+// job), loads and validates the config for the world size on every rank, checks that this build
+// can train it and that its layout fits the model (training_preflight), and runs the trainer.
 // Rank 0 logs; an error on any rank ends the whole job with that rank's message (never a hang).
 // run_with_config is that frame, shared with `baton bench`.
 #include <omp.h>
@@ -17,6 +18,7 @@
 #include "dist/comm.h"
 #include "dist/guard.h"
 #include "dist/node_local.h"
+#include "train/session.h"
 #include "train/trainer.h"
 
 namespace baton::app {
@@ -48,6 +50,7 @@ int run_with_config(const std::string& config, const std::vector<std::string>& o
     std::optional<Error> bad;
     try {
       cfg = load_config(config, overrides, world->size());
+      training_preflight(cfg, world->size());
     } catch (const Error& e) {
       bad = e;
     }

@@ -12,6 +12,7 @@
 #include "dist/device_comm.h"
 #include "dist/mpi_comm.h"
 #include "dist/node_local.h"
+#include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "pipeline/schedules.h"
 #include "train/checkpoint_resume.h"
@@ -90,6 +91,14 @@ dist::Layout layout_from_config(const Config& cfg, int world_size, const ModelBu
                             p.tp, pipe.ranks()),
                 "launch a multiple of tp × pp ranks (with parallel.replicas, pp counts every replica)");
   return dist::Layout::grid(p.tp, world_size / per_pipeline, pipe);
+}
+
+void training_preflight(const Config& cfg, int world_size) {
+  check_trainable(cfg);
+  int vocab = 0;
+  if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
+    vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
+  layout_from_config(cfg, world_size, *model_builder(cfg, vocab));
 }
 
 TrainSession::TrainSession(const Config& cfg, dist::Comm& world,

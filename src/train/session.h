@@ -58,6 +58,11 @@ std::shared_ptr<const ModelBuilder> model_builder(const Config& cfg, int tokeniz
 // Throws Error (with a hint) — the same on every rank, before any collective.
 dist::Layout layout_from_config(const Config& cfg, int world_size, const ModelBuilder& model);
 
+// What can be checked of a training config before any collective, the same on every rank: this
+// build trains it (check_trainable), its model exists (the tokenizer's vocabulary when
+// model.vocab_size = 0), and its layout fits the model and `world_size` ranks. Throws Error.
+void training_preflight(const Config& cfg, int world_size);
+
 // One optimizer step as the session ran it: the step's result, its wall time (after the device
 // synchronized) and how much of that this rank spent blocked in communication.
 struct TimedStep {
