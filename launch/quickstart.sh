@@ -2,6 +2,7 @@
 # The README's main job: build baton, fetch the Brown corpus, build the tokenizer and datasets,
 # train the quickstart GPT on the CPU (or GPU when available) and sample from it. Steps whose
 # outputs already exist are skipped; extra arguments go to `baton train` (e.g. --set train.steps=50).
+# RUN_DIR (default runs/quickstart) is where the run writes its config, metrics and checkpoints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -12,6 +13,7 @@ if [ ! -x "$BUILD/baton" ]; then
   cmake --build "$BUILD" -j "$(nproc)" --target baton
 fi
 BATON="$BUILD/baton"
+RUN_DIR=${RUN_DIR:-runs/quickstart}
 
 echo "== corpus"
 bash data/fetch-brown.sh data/corpus
@@ -27,7 +29,7 @@ if [ ! -f data/brown/brown-valid.idx ]; then
 fi
 
 echo "== train"
-"$BATON" train configs/quickstart.toml "$@"
+"$BATON" train configs/quickstart.toml --set run.dir="$RUN_DIR" "$@"
 
 echo "== sample"
-"$BATON" generate --checkpoint runs/quickstart/ckpt --prompt "The jury said" --tokens 60
+"$BATON" generate --checkpoint "$RUN_DIR/ckpt" --prompt "The jury said" --tokens 60

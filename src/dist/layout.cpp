@@ -2,15 +2,10 @@
 #include "dist/layout.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "core/error.h"
 
 namespace baton::dist {
-
-int PipelineSpec::ranks() const {
-  return replicas.empty() ? pp : std::accumulate(replicas.begin(), replicas.end(), 0);
-}
 
 void check_pipeline(const PipelineSpec& p, int num_layers) {
   BATON_REQUIRE(p.pp >= 1 && p.vp >= 1,
@@ -87,9 +82,7 @@ int Layout::pipe_rank_of(int group, int stage, int replica) const {
   const PipelineSpec& p = pipelines_[group];
   BATON_ASSERT(stage >= 0 && stage < p.pp && replica >= 0 && replica < p.replicas_of(stage),
                "stage {} replica {} outside the pipeline", stage, replica);
-  int r = replica;
-  for (int s = 0; s < stage; ++s) r += p.replicas_of(s);
-  return r;
+  return p.ranks_layout().first_rank(stage) + replica;
 }
 
 int Layout::rank_of(int group, int pipe_rank, int tp_rank) const {
@@ -115,10 +108,8 @@ void Layout::place_all() {
           seen[rank] = true;
           RankPlace& pl = places_[rank];
           pl = RankPlace{.group = g, .pipe_rank = pr, .stage = stage, .replica = rep, .tp_rank = t};
-          for (int c = 0; c < p.vp; ++c) {
-            pl.model_stages.push_back(stage + c * p.pp);
-            pl.chunks.push_back(p.stages[stage + c * p.pp]);
-          }
+          pl.model_stages = p.ranks_layout().model_stages(pr);
+          for (int s : pl.model_stages) pl.chunks.push_back(p.stages[s]);
         }
   }
 }

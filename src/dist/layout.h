@@ -1,9 +1,10 @@
 // Layout (DESIGN §3): where every rank of the job sits — its group (a data-parallel replica of the
 // model, or one of HetPipe's virtual workers), its pipeline stage and stage replica, its
 // tensor-parallel rank and the global layers it holds. It is built once (from the config, later
-// from a planner's output) and is the only place that does rank ↔ stage arithmetic: the
-// communicators (make_process_groups), the pipeline executor's peers, the model's chunks and the
-// checkpoint shards all come from it. Pure data: no communicator, no model.
+// from a planner's output) and is where rank ↔ stage arithmetic happens (within one pipeline it
+// is core/pipeline_ranks.h's, which the pipeline IR shares, so the executor's peers agree with
+// it): the communicators (make_process_groups), the model's chunks and the checkpoint shards all
+// come from it. Pure data: no communicator, no model.
 //
 // A group is a pipeline of `pp` stages; each stage is `replicas[s]` consecutive pipeline ranks
 // (PipeDream's 1F1B-RR; 1 each by default), each pipeline rank a tensor-parallel group of `tp`
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "core/layer_range.h"
+#include "core/pipeline_ranks.h"
 
 namespace baton::dist {
 
@@ -31,8 +33,10 @@ struct PipelineSpec {
   std::vector<LayerRange> stages;  // pp · vp model stages, in model-stage order, contiguous from 0
   std::vector<int> replicas;       // ranks per pipeline stage (1F1B-RR); empty = one each
 
-  int replicas_of(int stage) const { return replicas.empty() ? 1 : replicas[stage]; }
-  int ranks() const;  // pipeline ranks: Σ replicas (pp without replication)
+  // The pipeline's rank ↔ stage arithmetic (core/pipeline_ranks.h, shared with the pipeline IR).
+  PipelineRanks ranks_layout() const { return {.pp = pp, .vp = vp, .replicas = replicas}; }
+  int replicas_of(int stage) const { return ranks_layout().replicas_of(stage); }
+  int ranks() const { return ranks_layout().ranks(); }  // Σ replicas (pp without replication)
   int num_layers() const { return stages.empty() ? 0 : stages.back().end; }
   bool operator==(const PipelineSpec&) const = default;
 };

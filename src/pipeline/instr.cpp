@@ -1,7 +1,6 @@
 // Op names and the rank <-> stage layout of a Program (see instr.h for the conventions).
 #include "pipeline/instr.h"
 
-#include <numeric>
 
 #include "core/error.h"
 #include "pipeline/schedules.h"
@@ -33,33 +32,23 @@ bool is_comm(Op op) {
 
 const ScheduleTraits& Program::traits() const { return schedule_traits(spec.kind); }
 
+// One pipeline's rank ↔ stage arithmetic lives in core/pipeline_ranks.h (shared with the Layout).
+PipelineRanks Program::layout() const { return {.pp = spec.pp, .vp = spec.vp, .replicas = spec.replicas}; }
+
 int Program::replicas(int stage) const {
   BATON_ASSERT(stage >= 0 && stage < num_stages(), "stage {} out of range", stage);
-  if (spec.replicas.empty()) return 1;
-  return spec.replicas[stage];
+  return layout().replicas_of(stage % spec.pp);
 }
 
-int Program::num_ranks() const {
-  if (spec.replicas.empty()) return spec.pp;
-  return std::accumulate(spec.replicas.begin(), spec.replicas.end(), 0);
-}
+int Program::num_ranks() const { return layout().ranks(); }
 
 int Program::first_rank(int stage) const {
   BATON_ASSERT(stage >= 0 && stage < num_stages(), "stage {} out of range", stage);
-  if (spec.replicas.empty()) return stage % spec.pp;  // chunk c of rank r is stage c·pp + r
-  return std::accumulate(spec.replicas.begin(), spec.replicas.begin() + stage, 0);
+  return layout().first_rank(stage % spec.pp);  // chunk c of rank r is stage c·pp + r
 }
 
-int Program::rank_of(int stage, int microbatch) const {
-  // 1F1B-RR: deterministic round-robin on the microbatch id (notes-pipedream §1).
-  return first_rank(stage) + (microbatch < 0 ? 0 : microbatch % replicas(stage));
-}
+int Program::rank_of(int stage, int microbatch) const { return layout().rank_of(stage, microbatch); }
 
-std::vector<int> Program::stages_of(int rank) const {
-  std::vector<int> out;
-  for (int s = 0; s < num_stages(); ++s)
-    if (rank >= first_rank(s) && rank < first_rank(s) + replicas(s)) out.push_back(s);
-  return out;
-}
+std::vector<int> Program::stages_of(int rank) const { return layout().model_stages(rank); }
 
 }  // namespace baton::pipeline

@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/pipeline_ranks.h"
+
 namespace baton::pipeline {
 
 enum class Op : uint8_t {
@@ -111,6 +113,7 @@ struct Program {
   int num_stages() const { return spec.pp * spec.vp; }
   int num_ranks() const;
   int total_microbatches() const { return spec.microbatches * spec.steps; }
+  PipelineRanks layout() const;          // the pipeline's rank ↔ stage arithmetic (core)
   int replicas(int stage) const;         // workers running `stage` (1 unless pipedream replicates)
   int first_rank(int stage) const;       // the rank of replica 0 of `stage`
   int rank_of(int stage, int microbatch) const;

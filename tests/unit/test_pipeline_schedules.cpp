@@ -157,7 +157,9 @@ TEST(PipelineLower, UpdatesPerRankTiedReductionsAndLoads) {
     for (size_t i = 0; i < rank.size(); ++i) {
       loads += rank[i].op == Op::LOAD;
       updates += rank[i].op == Op::OPT_STEP;
-      if (rank[i].op == Op::LOAD) EXPECT_EQ(rank[i + 1].op, Op::FWD);
+      if (rank[i].op == Op::LOAD) {
+        EXPECT_EQ(rank[i + 1].op, Op::FWD);
+      }
     }
     EXPECT_EQ(loads, 2);  // stage 0 (rank 0) and stage 3 (rank 1), two microbatches each
     EXPECT_EQ(updates, 1);
