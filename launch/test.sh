@@ -10,4 +10,8 @@ JOBS=${JOBS:-$(nproc)}
 if [ "$(id -u)" -eq 0 ]; then bash launch/install-deps.sh; fi
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD" -j "$JOBS"
+# ctest runs JOBS tests at once on as many cores, each with OpenMP threads of its own: idle threads
+# must sleep rather than spin, or concurrent tests starve each other (a two-thread test beside
+# another ran 10-40x slower with spinning waits).
+if [ "$JOBS" -gt 1 ]; then export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}; fi
 ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" -LE 'gpu|bench' "$@"
