@@ -18,6 +18,10 @@ struct ModelConfig {
   int vocab_size = 0;  // 0 = from the tokenizer
   double dropout = 0.0;
   int image_size = 224;  // CNNs (vgg, resnet): input images are image_size × image_size pixels
+  int in_channels = 3;   // CNNs: channels of an input image (1 for Fashion-MNIST)
+  int classes = 1000;    // CNNs: output classes
+  double width = 1.0;    // CNNs: channel width multiplier (small CPU runs: e.g. 0.25)
+  bool batch_norm = true;  // VGG: with batch norm (torchvision's vgg*_bn); ResNets always have it
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -26,6 +30,13 @@ struct DataConfig {
   std::string train;      // dataset prefix (PREFIX.bin / PREFIX.idx)
   std::string valid;      // dataset prefix, optional
   std::string tokenizer;  // SentencePiece .model
+  // Image datasets (IDX, MNIST's format): data.train / data.valid name the image files, these their
+  // labels.
+  std::string train_labels;
+  std::string valid_labels;
+  bool synthetic = false;        // CNNs: ImageNet-shaped random images (baton bench / profile)
+  std::string augment = "none";  // "none" | "crop_flip": deterministic random crop and flip
+  bool normalize = true;         // per-channel mean/std normalisation from the training images
 
   bool operator==(const DataConfig&) const = default;
 };
@@ -47,12 +58,17 @@ struct OptimConfig {
   double lr = 6e-4;
   double min_lr = 6e-5;
   int64_t warmup_steps = 100;
-  std::string decay = "cosine";  // "cosine" | "linear" | "constant"
+  std::string decay = "cosine";  // "cosine" | "linear" | "constant" | "step"
+  int64_t step_size = 0;         // decay = "step": the LR is multiplied by step_gamma every step_size steps
+  double step_gamma = 0.1;
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double momentum = 0.9;
+  bool nesterov = false;                      // sgd: Nesterov momentum
+  std::string weight_decay_mode = "decoupled";  // "decoupled" (AdamW, SGDW) | "l2" (added to the gradient)
+  bool decay_norm_and_bias = false;           // decay norm gains/biases and biases too (default: not)
   double grad_clip = 1.0;  // 0 = no clipping
 
   bool operator==(const OptimConfig&) const = default;
