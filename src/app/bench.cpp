@@ -46,8 +46,7 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   TrainSession session(cfg, world, std::move(builder),
                        std::make_unique<SyntheticTokens>(dims.vocab, dims.seq_len, cfg.train.seed));
   session.log_header();
-  const LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps,
-                         cfg.optim.decay};
+  const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   std::vector<double> seconds, comm;
   double first_loss = 0, last_loss = 0;
   for (int64_t step = 0; step < cfg.train.steps; ++step) {

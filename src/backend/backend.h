@@ -34,6 +34,17 @@ struct AdamWArgs {
   float grad_scale = 1.0f; // gradients are multiplied by this before use (clipping, averaging)
 };
 
+// SGD with momentum (PyTorch's, dampening 0); weight decay either added to the gradient (`l2`) or
+// applied to the weights (`decoupled`, SGDW), at most one non-zero.
+struct SgdArgs {
+  float lr = 0;
+  float momentum = 0;
+  bool nesterov = false;
+  float l2 = 0;
+  float decoupled = 0;
+  float grad_scale = 1.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -189,6 +200,8 @@ class Backend {
   // ---- optimizer ----
   virtual void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
                           const AdamWArgs& args) = 0;
+  // `buf`: the momentum buffer (may be null when momentum is 0).
+  virtual void sgd_step(float* param, const float* grad, float* buf, size_t n, const SgdArgs& args) = 0;
 };
 
 // The fp32 reference backend (OpenBLAS + OpenMP). With act = BF16 it emulates mixed precision:

@@ -15,9 +15,6 @@ void check_trainable(const Config& cfg) {
                 fmt::format("model.kind = \"{}\" is not trainable yet", cfg.model.kind),
                 "only GPT models train today (CNNs arrive with the CNN issue); `baton plan` "
                 "partitions CNNs already");
-  BATON_REQUIRE(cfg.optim.kind == "adamw",
-                fmt::format("optim.kind = \"{}\" is not implemented yet", cfg.optim.kind),
-                "use optim.kind = \"adamw\"");
   BATON_REQUIRE(cfg.model.dropout == 0.0, "model.dropout > 0 is not implemented yet",
                 "set model.dropout = 0");
   BATON_REQUIRE(cfg.hetero == HeteroConfig{},

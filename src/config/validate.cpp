@@ -86,6 +86,45 @@ void validate(Config& cfg, int world_size) {
                  "the learning rate decays from optim.lr to optim.min_lr: set min_lr <= lr "
                  "(e.g. min_lr = lr / 10)");
 
+  // Keys of one optimizer set for the other, or of image models set for a GPT, would be ignored:
+  // each is an error instead.
+  const OptimConfig defaults_o;
+  if (o.decay == "step" && o.step_size <= 0)
+    inconsistent(latest(cfg, {"optim.decay", "optim.step_size"}),
+                 "optim.decay = \"step\" needs optim.step_size > 0",
+                 "set optim.step_size to the steps between learning-rate drops (e.g. a third of the run)");
+  if (o.kind == "adamw" && (o.nesterov || o.momentum != defaults_o.momentum))
+    inconsistent(latest(cfg, {"optim.nesterov", "optim.momentum", "optim.kind"}),
+                 "optim.momentum / optim.nesterov are SGD's, but optim.kind = \"adamw\"",
+                 "set optim.kind = \"sgd\", or drop momentum and nesterov (AdamW uses beta1 and beta2)");
+  if (o.kind == "adamw" && o.weight_decay_mode != "decoupled")
+    inconsistent(latest(cfg, {"optim.weight_decay_mode", "optim.kind"}),
+                 "AdamW's weight decay is decoupled by definition; optim.weight_decay_mode = \"l2\" "
+                 "needs optim.kind = \"sgd\"",
+                 "use weight_decay_mode = \"decoupled\" with adamw, or optim.kind = \"sgd\"");
+  if (o.kind == "sgd" && (o.beta1 != defaults_o.beta1 || o.beta2 != defaults_o.beta2 || o.eps != defaults_o.eps))
+    inconsistent(latest(cfg, {"optim.beta1", "optim.beta2", "optim.eps", "optim.kind"}),
+                 "optim.beta1 / beta2 / eps are AdamW's, but optim.kind = \"sgd\"",
+                 "drop them, or set optim.kind = \"adamw\"");
+  const ModelConfig defaults_m;
+  const DataConfig defaults_d;
+  if (m.kind == "gpt" && (m.in_channels != defaults_m.in_channels || m.classes != defaults_m.classes ||
+                          m.width != defaults_m.width || m.batch_norm != defaults_m.batch_norm ||
+                          m.image_size != defaults_m.image_size))
+    inconsistent(latest(cfg, {"model.in_channels", "model.classes", "model.width", "model.batch_norm",
+                              "model.image_size"}),
+                 "model.image_size / in_channels / classes / width / batch_norm describe CNNs, but "
+                 "model.kind = \"gpt\"",
+                 "drop them, or set model.kind = \"resnet\" or \"vgg\"");
+  if (m.kind == "gpt" && (!cfg.data.train_labels.empty() || !cfg.data.valid_labels.empty() ||
+                          cfg.data.synthetic || cfg.data.augment != defaults_d.augment ||
+                          cfg.data.normalize != defaults_d.normalize))
+    inconsistent(latest(cfg, {"data.train_labels", "data.valid_labels", "data.synthetic", "data.augment",
+                              "data.normalize"}),
+                 "data.train_labels / valid_labels / synthetic / augment / normalize are for image "
+                 "datasets, but model.kind = \"gpt\"",
+                 "drop them (a GPT reads token datasets: data.train, data.valid, data.tokenizer)");
+
   const auto& p = cfg.parallel;
   // Each schedule kind's options come from the pipeline registry's traits (one list of kinds for
   // config, planner and registry); the rules of a schedule spec itself are check_spec's, below.

@@ -5,24 +5,14 @@
 
 namespace baton {
 
-namespace {
-std::vector<UpdateSegment> every_parameter(const ParamTable& table) {
-  std::vector<UpdateSegment> segs;
-  for (int i = 0; i < table.size(); ++i)
-    segs.push_back({.flat = table.offset(i), .state = table.offset(i), .n = table.numel(i),
-                    .decay = table.spec(i).decay});
-  return segs;
-}
-}  // namespace
-
 AdamW::AdamW(Backend& be, const ParamTable& table, const OptimConfig& cfg)
     : AdamW(be, every_parameter(table), table.total(), cfg) {}
 
 AdamW::AdamW(Backend& be, std::vector<UpdateSegment> segments, size_t state_size,
              const OptimConfig& cfg)
-    : be_(be), segments_(std::move(segments)), state_size_(state_size), cfg_(cfg) {
-  m_ = static_cast<float*>(be_.alloc(std::max<size_t>(state_size_, 1) * sizeof(float)));
-  v_ = static_cast<float*>(be_.alloc(std::max<size_t>(state_size_, 1) * sizeof(float)));
+    : Optimizer(be, std::move(segments), state_size, cfg) {
+  m_ = alloc_state();
+  v_ = alloc_state();
 }
 
 AdamW::~AdamW() {
@@ -39,7 +29,7 @@ void AdamW::step(float* params, const float* grads, double lr, float grad_scale,
   a.step = t;
   a.grad_scale = grad_scale;
   for (const UpdateSegment& s : segments_) {
-    a.weight_decay = s.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    a.weight_decay = decay_of(s);
     be_.adamw_step(params + s.flat, grads + s.flat, m_ + s.state, v_ + s.state, s.n, a);
   }
 }

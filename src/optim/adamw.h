@@ -1,7 +1,8 @@
-// AdamW (Loshchilov & Hutter): Adam moments with decoupled weight decay, applied only to the
-// parameters whose ParamSpec says `decay` (2-D weights; not biases, norms). The optimizer updates
+// AdamW (Loshchilov & Hutter): Adam moments with decoupled weight decay, applied to the parameters
+// whose ParamSpec says `decay` (2-D weights; not biases, norms; optimizer.h). The optimizer updates
 // a list of segments of the flat parameter buffer (every parameter, or with ZeRO-1 this rank's
-// pieces); its fp32 state m and v hold the segments back to back.
+// pieces); its fp32 state m and v ("optim/m/", "optim/v/" in checkpoints) hold the segments back to
+// back. AdamW's decay is decoupled by definition (optim.weight_decay_mode = "l2" is refused).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -10,32 +11,24 @@
 #include "config/config.h"
 #include "model/param_table.h"
 #include "optim/data_parallel.h"
+#include "optim/optimizer.h"
 
 namespace baton {
 
-class AdamW {
+class AdamW final : public Optimizer {
  public:
   // Updates every parameter of `table` (state laid out like the parameters).
   AdamW(Backend& be, const ParamTable& table, const OptimConfig& cfg);
   // Updates `segments` only; state of `state_size` floats.
   AdamW(Backend& be, std::vector<UpdateSegment> segments, size_t state_size, const OptimConfig& cfg);
-  ~AdamW();
-  AdamW(const AdamW&) = delete;
-  AdamW& operator=(const AdamW&) = delete;
+  ~AdamW() override;
 
-  // One update with learning rate `lr`; gradients are multiplied by `grad_scale` first (clipping).
-  // `step` is the 1-based count of updates, for bias correction.
-  void step(float* params, const float* grads, double lr, float grad_scale, int64_t step);
+  void step(float* params, const float* grads, double lr, float grad_scale, int64_t step) override;
+  std::vector<State> state() override { return {{"optim/m/", m_}, {"optim/v/", v_}}; }
   float* m() { return m_; }
   float* v() { return v_; }
-  size_t state_size() const { return state_size_; }
-  const std::vector<UpdateSegment>& segments() const { return segments_; }
 
  private:
-  Backend& be_;
-  std::vector<UpdateSegment> segments_;
-  size_t state_size_ = 0;
-  OptimConfig cfg_;
   float* m_ = nullptr;
   float* v_ = nullptr;
 };

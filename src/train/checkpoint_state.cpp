@@ -43,21 +43,23 @@ ShardLayout shard_layout(const dist::Layout& layout, int rank, const SequentialM
   return s;
 }
 
-HostTrainState::HostTrainState(const ParamTable& table, size_t flat_size) {
+HostTrainState::HostTrainState(const ParamTable& table, size_t flat_size,
+                               std::vector<std::string> optim_groups) {
   const size_t n = std::max(flat_size, table.total());
   params.assign(n, 0.0f);
-  m.assign(n, 0.0f);
-  v.assign(n, 0.0f);
+  for (std::string& g : optim_groups) optim.push_back({std::move(g), std::vector<float>(n, 0.0f)});
   buffers.assign(table.buffers_total(), 0.0f);
 }
 
 std::vector<TensorShard> HostTrainState::shards(const ParamTable& table, const ShardLayout& layout,
                                                 bool writing) {
   std::vector<TensorShard> all;
-  for (auto [group, flat] : {std::pair{kParamsGroup, &params}, {kAdamMGroup, &m}, {kAdamVGroup, &v}}) {
-    std::vector<TensorShard> s = table_shards(table, flat->data(), group, layout, writing);
+  auto add = [&](const std::string& group, std::vector<float>& flat) {
+    std::vector<TensorShard> s = table_shards(table, flat.data(), group, layout, writing);
     all.insert(all.end(), std::make_move_iterator(s.begin()), std::make_move_iterator(s.end()));
-  }
+  };
+  add(kParamsGroup, params);
+  for (OptimState& o : optim) add(o.group, o.flat);
   for (int i = 0; i < table.num_buffers(); ++i)
     add_shards(all, table.buffer_spec(i), table.buffer_at(buffers.data(), i), kBuffersGroup, layout, writing);
   return all;
@@ -106,15 +108,18 @@ void host_flat_to_state(Backend& be, float* state, size_t state_size, std::vecto
 }
 }  // namespace
 
-SaveResult save_train_state(const Config& cfg, SequentialModel& model, AdamW& opt, HostTrainState& host,
+SaveResult save_train_state(const Config& cfg, SequentialModel& model, Optimizer& opt, HostTrainState& host,
                             int64_t step, double last_lr, const ShardLayout& layout) {
   Timer t;
   Backend& be = model.backend();
   be.to_host(host.params.data(), model.params(), model.table().total() * sizeof(float));
   if (!host.buffers.empty())
     be.to_host(host.buffers.data(), model.buffers(), host.buffers.size() * sizeof(float));
-  state_to_host_flat(be, opt.m(), opt.state_size(), host.state, host.m, layout);
-  state_to_host_flat(be, opt.v(), opt.state_size(), host.state, host.v, layout);
+  const std::vector<Optimizer::State> st = opt.state();
+  BATON_ASSERT(st.size() == host.optim.size(), "{} optimizer state tensors, host state for {}", st.size(),
+               host.optim.size());
+  for (size_t i = 0; i < st.size(); ++i)
+    state_to_host_flat(be, st[i].data, opt.state_size(), host.state, host.optim[i].flat, layout);
   const std::vector<TensorShard> shards =
       layout.writes ? host.shards(model.table(), layout, true) : std::vector<TensorShard>{};
   SaveResult r = save_checkpoint(cfg.checkpoint_dir(), make_checkpoint_meta(cfg, step, last_lr),
@@ -164,15 +169,16 @@ CheckpointMeta read_train_state(const std::string& path, const ParamTable& table
   return reader.meta();
 }
 
-void restore_train_state(HostTrainState& host, SequentialModel& model, AdamW& opt,
+void restore_train_state(HostTrainState& host, SequentialModel& model, Optimizer& opt,
                          const ShardLayout& layout) {
   Backend& be = model.backend();
   be.to_device(model.params(), host.params.data(), model.table().total() * sizeof(float));
   if (!host.buffers.empty())
     be.to_device(model.buffers(), host.buffers.data(), host.buffers.size() * sizeof(float));
   model.refresh_compute_params();
-  host_flat_to_state(be, opt.m(), opt.state_size(), host.state, host.m, layout);
-  host_flat_to_state(be, opt.v(), opt.state_size(), host.state, host.v, layout);
+  const std::vector<Optimizer::State> st = opt.state();
+  for (size_t i = 0; i < st.size(); ++i)
+    host_flat_to_state(be, st[i].data, opt.state_size(), host.state, host.optim[i].flat, layout);
 }
 
 }  // namespace baton

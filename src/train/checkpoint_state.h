@@ -1,7 +1,8 @@
-// The training state of one process as checkpoint shards: the parameters and AdamW moments of a
+// The training state of one process as checkpoint shards: the parameters and optimizer state of a
 // model laid out by a ParamTable, as host copies of the flat buffers, under the dataset names
-// "params/<name>", "optim/m/<name>", "optim/v/<name>", and its non-trainable buffers (batch-norm
-// statistics) as "buffers/<name>"; and the checkpoint metadata of a config at a step. Under tensor parallelism each rank's shards are the boxes of the full tensors it holds
+// "params/<name>" and the optimizer's groups (AdamW: "optim/m/<name>", "optim/v/<name>"; SGD:
+// "optim/momentum/<name>"), and its non-trainable buffers (batch-norm statistics) as
+// "buffers/<name>"; and the checkpoint metadata of a config at a step. Under tensor parallelism each rank's shards are the boxes of the full tensors it holds
 // (shard_boxes()); under data parallelism replica 0 writes and every replica reads; with ZeRO-1
 // the optimizer state is gathered over data-parallel ranks for the save and each rank keeps its
 // pieces on load. A checkpoint therefore loads under any other layout.
@@ -14,6 +15,7 @@
 #include "model/sequential_model.h"
 #include "model/param_table.h"
 #include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/data_parallel.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
@@ -51,12 +53,19 @@ std::vector<TensorShard> table_shards(const ParamTable& table, float* flat, cons
 
 // Host copies of the state a resumed run needs bit for bit.
 struct HostTrainState {
-  // `flat_size`: length of the flat buffers (>= table.total(); 0 = table.total()).
-  explicit HostTrainState(const ParamTable& table, size_t flat_size = 0);
-  std::vector<float> params, m, v;  // flat, laid out by the table
-  std::vector<float> buffers;       // the non-trainable buffers, laid out by the table
-  std::vector<float> state;         // staging of the optimizer's own (ZeRO-1) layout
-  // Shards of all four groups over the buffers above.
+  // `flat_size`: length of the flat buffers (>= table.total(); 0 = table.total()). `optim_groups`:
+  // the optimizer's state tensors' checkpoint groups (Optimizer::state(); AdamW's by default).
+  explicit HostTrainState(const ParamTable& table, size_t flat_size = 0,
+                          std::vector<std::string> optim_groups = {kAdamMGroup, kAdamVGroup});
+  struct OptimState {
+    std::string group;        // e.g. "optim/m/"
+    std::vector<float> flat;  // laid out by the table
+  };
+  std::vector<float> params;         // flat, laid out by the table
+  std::vector<OptimState> optim;     // the optimizer's state tensors, in Optimizer::state() order
+  std::vector<float> buffers;        // the non-trainable buffers, laid out by the table
+  std::vector<float> state;          // staging of the optimizer's own (ZeRO-1) layout
+  // Shards of every group over the buffers above.
   std::vector<TensorShard> shards(const ParamTable& table, const ShardLayout& layout = {},
                                   bool writing = false);
 };
@@ -64,10 +73,11 @@ struct HostTrainState {
 // Metadata for a checkpoint of `cfg` after `step` optimizer steps, the last with rate `last_lr`.
 CheckpointMeta make_checkpoint_meta(const Config& cfg, int64_t step, double last_lr);
 
-// Copies the parameters and AdamW moments to `host` and saves them into cfg.checkpoint_dir().
+// Copies the parameters, buffers and optimizer state to `host` and saves them into
+// cfg.checkpoint_dir().
 // SaveResult::seconds covers the copies too: it is how long training is blocked.
 // Collective over layout.comm when it is set.
-SaveResult save_train_state(const Config& cfg, SequentialModel& model, AdamW& opt, HostTrainState& host,
+SaveResult save_train_state(const Config& cfg, SequentialModel& model, Optimizer& opt, HostTrainState& host,
                             int64_t step, double last_lr, const ShardLayout& layout = {});
 // Reads and verifies the whole state of checkpoint `path` into `host`; the model is not touched,
 // so a damaged file leaves training state as it was. Tensors split over tensor-parallel ranks are
@@ -75,8 +85,9 @@ SaveResult save_train_state(const Config& cfg, SequentialModel& model, AdamW& op
 // metadata.
 CheckpointMeta read_train_state(const std::string& path, const ParamTable& table, HostTrainState& host,
                                 const ShardLayout& layout = {});
-// Copies `host` into the model's parameters and the optimizer's moments (this rank's pieces).
-void restore_train_state(HostTrainState& host, SequentialModel& model, AdamW& opt,
+// Copies `host` into the model's parameters and buffers and the optimizer's state (this rank's
+// pieces).
+void restore_train_state(HostTrainState& host, SequentialModel& model, Optimizer& opt,
                          const ShardLayout& layout = {});
 
 }  // namespace baton

@@ -148,7 +148,7 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
   auto* mpi = dynamic_cast<dist::MpiComm*>(&world_);
   shard_layout_ = shard_layout(layout_, rank, model, world.size() > 1 && mpi ? mpi->handle() : MPI_COMM_NULL,
                                dpg_.get(), groups_.tp.get());
-  opt_ = std::make_unique<AdamW>(be, dpg_->segments(), dpg_->state_size(), cfg_.optim);
+  opt_ = make_optimizer(be, dpg_->segments(), dpg_->state_size(), cfg_.optim);
   runner_ = std::make_unique<StepRunner>(StepRunnerSetup{
       .model = &model, .optimizer = opt_.get(), .grads = dpg_.get(), .layout = &layout_, .rank = rank,
       .groups = &groups_, .schedule = cfg_.parallel.schedule,
@@ -209,10 +209,11 @@ void TrainSession::log_header() {
             builder_->max_positions());
   const std::string baseline = data_->baseline();
   if (!baseline.empty()) log::info("baseline: {}", baseline);
-  log::info("memory per rank: params+grads {:.1f} MiB, adam {:.1f} MiB, activations {:.1f} MiB "
+  log::info("memory per rank: params+grads {:.1f} MiB, {} {:.1f} MiB, activations {:.1f} MiB "
             "(peak: {} slot{}, recompute {})",
             2.0 * model.flat_size() * sizeof(float) / 1048576.0,
-            2.0 * opt_->state_size() * sizeof(float) / 1048576.0, model.activation_bytes() / 1048576.0,
+            cfg_.optim.kind, double(opt_->state().size()) * opt_->state_size() * sizeof(float) / 1048576.0,
+            model.activation_bytes() / 1048576.0,
             model.num_slots(), model.num_slots() > 1 ? "s" : "", cfg_.parallel.recompute);
   log::info("flops: {} = {:.3g} per step; peak {}", builder_->flops_formula(), flops_,
             peak_ > 0 ? fmt::format("{:.0f} TFLOP/s dense {} (MFU reported)", peak_, cfg_.precision.compute)
@@ -222,7 +223,11 @@ void TrainSession::log_header() {
 HostTrainState& TrainSession::host() {
   // Host staging of params, m and v: three copies of the model, allocated on first use (a bench
   // never checkpoints).
-  if (!host_) host_ = std::make_unique<HostTrainState>(model_->table(), model_->flat_size());
+  if (!host_) {
+    std::vector<std::string> groups;
+    for (const Optimizer::State& s : opt_->state()) groups.emplace_back(s.group);
+    host_ = std::make_unique<HostTrainState>(model_->table(), model_->flat_size(), groups);
+  }
   return *host_;
 }
 

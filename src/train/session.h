@@ -1,6 +1,6 @@
 // One rank's training state, built once from (Config, world, model builder, batch source) and
 // driven step by step: the Layout and its communicators, the (tensor- and pipeline-parallel)
-// model, bucketed data-parallel gradients, AdamW, the StepRunner (the one step path for every
+// model, bucketed data-parallel gradients, the optimizer (AdamW or SGD), the StepRunner (the one step path for every
 // layout and schedule), and the checkpoint shards of this rank. `train()` (train/trainer.h) drives
 // it with a dataset, metrics and checkpoints; `baton bench` with synthetic data and nothing
 // written.
@@ -27,7 +27,7 @@
 #include "dist/process_groups.h"
 #include "model/model_builder.h"
 #include "model/sequential_model.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/data_parallel.h"
 #include "train/batch_source.h"
 #include "train/checkpoint_state.h"
@@ -141,7 +141,7 @@ class TrainSession {
   TensorParallel tpc_;
   std::unique_ptr<SequentialModel> model_;
   std::unique_ptr<DataParallelGrads> dpg_;
-  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<HostTrainState> host_;
   ShardLayout shard_layout_;
   BatchFn batch_;

@@ -34,7 +34,7 @@
 #include "dist/layout.h"
 #include "dist/process_groups.h"
 #include "model/sequential_model.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/data_parallel.h"
 #include "pipeline/executor.h"
 #include "pipeline/instr.h"
@@ -47,7 +47,7 @@ namespace baton {
 
 struct StepRunnerSetup {
   SequentialModel* model = nullptr;  // this rank's chunks (Layout::place(rank).chunks)
-  AdamW* optimizer = nullptr;
+  Optimizer* optimizer = nullptr;
   DataParallelGrads* grads = nullptr;
   const dist::Layout* layout = nullptr;
   int rank = 0;                            // this rank's world rank in `layout`

@@ -200,8 +200,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
 
   // ---- loop ----
   install_stop_handlers();
-  const LrSchedule sched{cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.train.steps,
-                         cfg.optim.decay};
+  const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   TrainSummary summary;
   summary.last_step = start_step;
   int64_t saved_step = resumed ? start_step : -1;

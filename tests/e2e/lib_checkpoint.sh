@@ -55,7 +55,7 @@ PY
 }
 
 # The tensor lines of `baton ckpt inspect` (name, shape, dtype, checksum): equal iff the states are.
-tensor_checksums() { "$BATON" ckpt inspect "$1" | grep -E '^  (params|optim)/'; }
+tensor_checksums() { "$BATON" ckpt inspect "$1" | grep -E '^  (params|optim|buffers)/'; }
 
 # A python with h5py and numpy, or nothing (Debian's python3-h5py lives in /usr/bin/python3, which
 # may not be the python3 on PATH).

@@ -28,6 +28,7 @@
 
 #include "cuda_emu.h"
 #include "kernels/adamw.cuh"
+#include "kernels/sgd.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
@@ -291,6 +292,30 @@ TEST(KernelsEmulated, AdamWIsTheFormula) {
   expect_bits(dm.get(), rm, "adamw m");
   expect_bits(dv.get(), rv, "adamw v");
   expect_bits(dp.get(), rp, "adamw param");
+}
+
+// SGD (momentum, Nesterov, L2 or decoupled decay): kernels/sgd.cu's (and cpu_sgd.cpp's) fp32
+// expression order, bit for bit.
+TEST(KernelsEmulated, SgdIsTheFormula) {
+  const size_t n = 5000;
+  for (const SgdParams& p : {SgdParams{1e-2f, 0.9f, 0.0f, 5e-4f, 0.5f, 0}, SgdParams{1e-2f, 0.9f, 1e-4f, 0.0f, 1.0f, 1},
+                             SgdParams{3e-2f, 0.0f, 0.0f, 0.0f, 1.0f, 0}}) {
+    const std::vector<float> p0 = randn(n, 31), gr = randn(n, 32), b0 = randn(n, 33, 0.1f);
+    std::vector<float> rp = p0, rb = b0;
+    for (size_t i = 0; i < n; i++) {
+      const float w = rp[i];
+      float g = gr[i] * p.grad_scale + p.l2 * w;
+      if (p.momentum != 0.0f) {
+        rb[i] = p.momentum * rb[i] + g;
+        g = p.nesterov ? g + p.momentum * rb[i] : rb[i];
+      }
+      rp[i] = w - p.lr * (g + p.decoupled * w);
+    }
+    Dev<float> dp(p0), dg(gr), db(b0);
+    sgd_step(dp.p, dg.p, db.p, n, p, nullptr);
+    expect_bits(dp.get(), rp, "sgd param");
+    expect_bits(db.get(), rb, "sgd momentum buffer");
+  }
 }
 
 TEST(KernelsEmulated, SumSquaresAndAccumulateSum) {

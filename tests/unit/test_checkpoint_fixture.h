@@ -45,8 +45,8 @@ struct SmallState {
     backend.backend->to_host(host.params.data(), model.params(), host.params.size() * sizeof(float));
     for (size_t i = 0; i < host.params.size(); ++i) {
       host.params[i] += variant;
-      host.m[i] = 0.5f * host.params[i] + 1e-3f * float(i % 97);
-      host.v[i] = host.params[i] * host.params[i] + 1e-4f * float(i % 89);
+      host.optim[0].flat[i] = 0.5f * host.params[i] + 1e-3f * float(i % 97);  // AdamW's m
+      host.optim[1].flat[i] = host.params[i] * host.params[i] + 1e-4f * float(i % 89);  // v
     }
   }
   std::vector<TensorShard> shards() { return host.shards(model.table()); }

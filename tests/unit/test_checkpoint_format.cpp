@@ -88,8 +88,9 @@ TEST(CheckpointFile, RoundTripIsBitExactWithAllMetadata) {
   SmallState loaded(32, 5.0f);  // different values everywhere
   r.read(loaded.shards());
   EXPECT_EQ(std::memcmp(loaded.host.params.data(), state.host.params.data(), state.host.params.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(loaded.host.m.data(), state.host.m.data(), state.host.m.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(loaded.host.v.data(), state.host.v.data(), state.host.v.size() * 4), 0);
+  for (int k = 0; k < 2; ++k)  // AdamW's m and v
+    EXPECT_EQ(std::memcmp(loaded.host.optim[k].flat.data(), state.host.optim[k].flat.data(),
+                          state.host.optim[k].flat.size() * 4), 0);
   EXPECT_TRUE(r.verify_all().empty());
 }
 
@@ -188,7 +189,7 @@ TEST(CheckpointReshard, ReadsAnInteriorBox) {
   SmallState state;
   write_checkpoint_file(dir / "a.h5", testing::test_meta(1), state.shards(), MPI_COMM_NULL);
   const int i = state.table().find("h.0.mlp.fc.weight");  // [128, 32]
-  const float* full = state.table().at(state.host.m.data(), i);
+  const float* full = state.table().at(state.host.optim[0].flat.data(), i);
   std::vector<float> box(3 * 5);
   TensorShard s{"optim/m/h.0.mlp.fc.weight", {128, 32}, {60, 7}, {3, 5}, box.data()};
   CheckpointReader(dir / "a.h5").read({&s, 1});

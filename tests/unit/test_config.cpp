@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <set>
+
 #include "config/config.h"
+#include "config/config_keys.h"
 #include "core/error.h"
 
 namespace baton {
@@ -93,7 +96,10 @@ TEST(Config, MissingKeysKeepDefaults) {
   EXPECT_EQ(cfg.origins.at("model.n_layer").where, "x.toml:2");
 }
 
-const char* kFullConfig = R"(# every key, none at its default
+// Together, kFullConfig (a GPT with AdamW) and kFullImageConfig (a CNN with SGD) set every key of
+// the table to a value other than its default (checked below): keys of one model or optimizer kind
+// set for the other are errors, so one file cannot hold them all.
+const char* kFullConfig = R"(# every GPT / AdamW key, none at its default
 [model]
 kind = "gpt"
 n_layer = 12
@@ -118,7 +124,7 @@ eval_every = 250
 eval_steps = 20
 
 [optim]
-kind = "sgd"
+kind = "adamw"
 lr = 3e-4
 min_lr = 3e-5
 warmup_steps = 200
@@ -127,7 +133,6 @@ weight_decay = 0.01
 beta1 = 0.8
 beta2 = 0.999
 eps = 1e-10
-momentum = 0.5
 grad_clip = 0.5
 
 [parallel]
@@ -160,6 +165,95 @@ cluster = "configs/clusters/mixed.toml"
 virtual_workers = ["v100,v100", "rtx:4"]
 )";
 
+const char* kFullImageConfig = R"(# the CNN, image-data, SGD and pipeline-layout keys, none at its default
+[model]
+kind = "vgg"
+n_layer = 11
+image_size = 28
+in_channels = 1
+classes = 10
+width = 0.5
+batch_norm = false
+
+[data]
+train = "fm/train-images-idx3-ubyte.gz"
+train_labels = "fm/train-labels-idx1-ubyte.gz"
+valid = "fm/t10k-images-idx3-ubyte.gz"
+valid_labels = "fm/t10k-labels-idx1-ubyte.gz"
+synthetic = true
+augment = "crop_flip"
+normalize = false
+
+[optim]
+kind = "sgd"
+decay = "step"
+step_size = 300
+step_gamma = 0.5
+momentum = 0.5
+nesterov = true
+weight_decay_mode = "l2"
+decay_norm_and_bias = true
+
+[parallel]
+pp = 2
+schedule = "pipedream"
+vertical_sync = true
+stages = [[0, 5], [5, 12]]
+bucket_mb = 4.5
+)";
+
+// The one key neither file can set (replicated stages exclude vertical sync and tensor parallelism).
+const char* kReplicasConfig = "[parallel]\npp = 2\nschedule = \"pipedream\"\nreplicas = [2, 2]\n";
+
+TEST(Config, TheFullFilesSetEveryKeyAwayFromItsDefault) {
+  // A key at its default proves nothing: each key must be set to another value in some file.
+  const Config def;
+  std::set<std::string> away;
+  for (auto [text, world] : {std::pair{kFullConfig, 8}, {kFullImageConfig, 2}, {kReplicasConfig, 4}}) {
+    const Config c = load_config_string(text, "full.toml", {}, world);
+    for (const config_detail::KeyDesc& k : config_detail::config_keys())
+      if (config_detail::format_field(k, c) != config_detail::format_field(k, def)) away.insert(k.full_name());
+  }
+  for (const config_detail::KeyDesc& k : config_detail::config_keys())
+    EXPECT_TRUE(away.count(k.full_name())) << k.full_name() << " is at its default in every full config file";
+}
+
+TEST(Config, FullImageFileParses) {
+  const Config c = load_config_string(kFullImageConfig, "full.toml", {}, 2);
+  EXPECT_EQ(c.model.kind, "vgg");
+  EXPECT_EQ(c.model.image_size, 28);
+  EXPECT_EQ(c.model.in_channels, 1);
+  EXPECT_EQ(c.model.classes, 10);
+  EXPECT_DOUBLE_EQ(c.model.width, 0.5);
+  EXPECT_FALSE(c.model.batch_norm);
+  EXPECT_EQ(c.data.train_labels, "fm/train-labels-idx1-ubyte.gz");
+  EXPECT_EQ(c.data.valid_labels, "fm/t10k-labels-idx1-ubyte.gz");
+  EXPECT_TRUE(c.data.synthetic);
+  EXPECT_EQ(c.data.augment, "crop_flip");
+  EXPECT_FALSE(c.data.normalize);
+  EXPECT_EQ(c.optim.decay, "step");
+  EXPECT_EQ(c.optim.step_size, 300);
+  EXPECT_DOUBLE_EQ(c.optim.step_gamma, 0.5);
+  EXPECT_TRUE(c.optim.nesterov);
+  EXPECT_EQ(c.optim.weight_decay_mode, "l2");
+  EXPECT_TRUE(c.optim.decay_norm_and_bias);
+  EXPECT_TRUE(c.parallel.vertical_sync);
+  EXPECT_EQ(c.parallel.stages, (std::vector<std::vector<int>>{{0, 5}, {5, 12}}));
+  EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 4.5);
+  const Config back = load_config_string(c.to_toml(), "resolved.toml", {}, 2);
+  EXPECT_EQ(back, c);
+}
+
+// Keys that would be ignored are errors: an optimizer's keys under the other, image keys for a GPT.
+TEST(ConfigErrors, KeysOfAnotherKind) {
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\nkind = \"sgd\"\nbeta1 = 0.8\n"), "x.toml:3", "AdamW's");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\nnesterov = true\n"), "x.toml:2", "SGD's");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\nweight_decay_mode = \"l2\"\n"), "x.toml:2", "decoupled");
+  EXPECT_CONFIG_ERROR(load_fails("[optim]\ndecay = \"step\"\n"), "x.toml:2", "step_size");
+  EXPECT_CONFIG_ERROR(load_fails("[model]\nclasses = 10\n"), "x.toml:2", "describe CNNs");
+  EXPECT_CONFIG_ERROR(load_fails("[data]\naugment = \"crop_flip\"\n"), "x.toml:2", "image datasets");
+}
+
 TEST(Config, FullFileParsesEveryKey) {
   const Config c = load_config_string(kFullConfig, "full.toml", {}, /*world_size=*/8);
   EXPECT_EQ(c.model.kind, "gpt");
@@ -179,7 +273,7 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_EQ(c.train.log_every, 5);
   EXPECT_EQ(c.train.eval_every, 250);
   EXPECT_EQ(c.train.eval_steps, 20);
-  EXPECT_EQ(c.optim.kind, "sgd");
+  EXPECT_EQ(c.optim.kind, "adamw");
   EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);
   EXPECT_DOUBLE_EQ(c.optim.min_lr, 3e-5);
   EXPECT_EQ(c.optim.warmup_steps, 200);
@@ -188,7 +282,6 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_DOUBLE_EQ(c.optim.beta1, 0.8);
   EXPECT_DOUBLE_EQ(c.optim.beta2, 0.999);
   EXPECT_DOUBLE_EQ(c.optim.eps, 1e-10);
-  EXPECT_DOUBLE_EQ(c.optim.momentum, 0.5);
   EXPECT_DOUBLE_EQ(c.optim.grad_clip, 0.5);
   EXPECT_EQ(c.parallel.tp, 2);
   EXPECT_EQ(c.parallel.pp, 2);

@@ -25,6 +25,18 @@ TEST(LrSchedule, WarmupThenCosineToMinLr) {
   for (int64_t t = 11; t < 110; ++t) EXPECT_LE(s.at(t), s.at(t - 1));
 }
 
+// "step": warm-up, then lr · gamma^⌊(t − warmup) / step_size⌋, never below min_lr.
+TEST(LrSchedule, StepDecay) {
+  LrSchedule s{.lr = 0.4, .min_lr = 0.001, .warmup_steps = 2, .total_steps = 100, .decay = "step",
+               .step_size = 10, .step_gamma = 0.1};
+  EXPECT_DOUBLE_EQ(s.at(0), 0.2);
+  EXPECT_DOUBLE_EQ(s.at(2), 0.4);
+  EXPECT_DOUBLE_EQ(s.at(11), 0.4);
+  EXPECT_NEAR(s.at(12), 0.04, 1e-15);
+  EXPECT_NEAR(s.at(22), 0.004, 1e-15);
+  EXPECT_DOUBLE_EQ(s.at(32), 0.001);  // 0.0004 floored at min_lr
+}
+
 TEST(LrSchedule, LinearAndConstant) {
   LrSchedule lin{.lr = 1.0, .min_lr = 0.0, .warmup_steps = 0, .total_steps = 100, .decay = "linear"};
   EXPECT_NEAR(lin.at(25), 0.75, 1e-12);

@@ -229,6 +229,9 @@ class CpuBackend final : public Backend {
                               N, V_local, Vl, vocab_start, dloss);
   }
 
+  void sgd_step(float* param, const float* grad, float* buf, size_t n, const SgdArgs& args) override {
+    ops_.sgd_step(param, grad, buf, n, args);
+  }
   void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
                   const AdamWArgs& args) override {
     ops_.adamw_step(param, grad, m, v, n, args);

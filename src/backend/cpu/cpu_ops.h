@@ -8,7 +8,7 @@
 // - reductions that feed gradient norms (sum_squares) run in double over fixed-size chunks.
 // The op definitions live in one source file per concern: cpu_elementwise.cpp (elementwise,
 // GELU, sum_squares), cpu_matmul.cpp, cpu_layernorm.cpp, cpu_attention.cpp, cpu_embedding.cpp,
-// cpu_classifier.cpp, cpu_adamw.cpp.
+// cpu_classifier.cpp, cpu_adamw.cpp, cpu_sgd.cpp.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -66,6 +66,7 @@ class CpuOps {
 
   void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
                   const AdamWArgs& args);
+  void sgd_step(float* param, const float* grad, float* buf, size_t n, const SgdArgs& args);
 };
 
 namespace cpu_detail {

@@ -26,6 +26,7 @@
 
 #include "core/error.h"
 #include "kernels/adamw.cuh"
+#include "kernels/sgd.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/cast.cuh"
 #include "kernels/flash_attention.cuh"
@@ -456,6 +457,11 @@ class CudaBackend final : public Backend {
   }
 
   // ---- optimizer ----
+  void sgd_step(float* param, const float* grad, float* buf, size_t n, const SgdArgs& a) override {
+    const kernels::SgdParams p{.lr = a.lr, .momentum = a.momentum, .l2 = a.l2, .decoupled = a.decoupled,
+                               .grad_scale = a.grad_scale, .nesterov = a.nesterov ? 1 : 0};
+    kernels::sgd_step(param, grad, buf, n, p, stream_);
+  }
   void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
                   const AdamWArgs& a) override {
     BATON_ASSERT(a.step >= 1, "adamw_step: step must be 1-based, got {}", a.step);
