@@ -45,6 +45,28 @@ struct SgdArgs {
   float grad_scale = 1.0f;
 };
 
+// A 2-D convolution over NCHW activations: x[N,C,H,W] * w[K,C,R,S] (+ bias[K]) -> y[N,K,P,Q],
+// stride and zero padding the same in both directions, dilation 1.
+struct Conv2d {
+  int N = 1, C = 1, H = 1, W = 1;  // input
+  int K = 1, R = 1, S = 1;         // output channels, kernel height and width
+  int stride = 1, pad = 0;
+  int P() const { return (H + 2 * pad - R) / stride + 1; }
+  int Q() const { return (W + 2 * pad - S) / stride + 1; }
+  bool operator==(const Conv2d&) const = default;
+};
+
+// Max or average pooling over NCHW activations (average: padding counted, as PyTorch's default;
+// the ResNet's global average pool has none).
+struct Pool2d {
+  int N = 1, C = 1, H = 1, W = 1;
+  int R = 1, S = 1, stride = 1, pad = 0;
+  bool max = true;
+  int P() const { return (H + 2 * pad - R) / stride + 1; }
+  int Q() const { return (W + 2 * pad - S) / stride + 1; }
+  bool operator==(const Pool2d&) const = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -196,6 +218,34 @@ class Backend {
                                     const float* maxv, const float* sumexp,
                                     const float* target_logit, const int32_t* targets, int N,
                                     int V_local, int Vl, int vocab_start, float dloss) = 0;
+
+  // ---- convolutional networks (NCHW activations in act_dtype(); statistics fp32) ----
+  // A backend without them cannot train a CNN: the defaults throw an Error naming the backend.
+  // y[N,K,P,Q] = conv(x, w) + bias (bias may be null).
+  virtual void conv2d_forward(void* y, const void* x, const void* w, const void* bias, const Conv2d& c);
+  // dx (overwritten; null: skipped) = the gradient w.r.t. x; dw[K,C,R,S] += and db[K] += the
+  // gradients w.r.t. w and bias (each nullable: skipped).
+  virtual void conv2d_backward(void* dx, float* dw, float* db, const void* dy, const void* x,
+                               const void* w, const Conv2d& c);
+  // Batch normalization per channel over (N, HW): training — mean[C] and var[C] receive the batch
+  // mean and (biased) variance and y = (x − mean) / sqrt(var + eps) · gamma + beta; inference
+  // (training = false) — mean and var are read (the running statistics).
+  virtual void batchnorm_forward(void* y, float* mean, float* var, const void* x, const void* gamma,
+                                 const void* beta, int N, int C, int HW, float eps, bool training);
+  // Training batch norm's backward: dx overwritten, dgamma[C] += and dbeta[C] += (nullable).
+  virtual void batchnorm_backward(void* dx, float* dgamma, float* dbeta, const void* dy, const void* x,
+                                  const float* mean, const float* var, const void* gamma, int N, int C,
+                                  int HW, float eps);
+  // y = max(x, 0); dx = dy · (y > 0) (dx may alias dy).
+  virtual void relu_forward(void* y, const void* x, size_t n);
+  virtual void relu_backward(void* dx, const void* y, const void* dy, size_t n);
+  // Bytes of the state a pooling forward keeps for its backward (max pooling's argmax).
+  virtual size_t pool2d_workspace_bytes(const Pool2d& p) const;
+  virtual void pool2d_forward(void* y, void* workspace, const void* x, const Pool2d& p);
+  // dx (overwritten) from dy and the forward's workspace.
+  virtual void pool2d_backward(void* dx, const void* dy, const void* workspace, const Pool2d& p);
+  // y = a·x + b·y, fp32 (batch norm's running statistics).
+  virtual void axpby(float* y, float a, const float* x, float b, size_t n);
 
   // ---- optimizer ----
   virtual void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,

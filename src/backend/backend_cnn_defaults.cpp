@@ -1,0 +1,36 @@
+// The CNN ops' defaults (backend.h): a backend that has none of them refuses a CNN with one clear
+// error instead of computing something else.
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace baton {
+namespace {
+[[noreturn]] void no_cnn(const Backend& be, const char* op) {
+  throw Error(fmt::format("the {} backend has no {} (convolutional networks are not available on it)",
+                          be.name(), op),
+              "train CNNs on the CPU (precision.device = \"cpu\")");
+}
+}  // namespace
+
+void Backend::conv2d_forward(void*, const void*, const void*, const void*, const Conv2d&) {
+  no_cnn(*this, "convolution");
+}
+void Backend::conv2d_backward(void*, float*, float*, const void*, const void*, const void*, const Conv2d&) {
+  no_cnn(*this, "convolution");
+}
+void Backend::batchnorm_forward(void*, float*, float*, const void*, const void*, const void*, int, int,
+                                int, float, bool) {
+  no_cnn(*this, "batch normalization");
+}
+void Backend::batchnorm_backward(void*, float*, float*, const void*, const void*, const float*,
+                                 const float*, const void*, int, int, int, float) {
+  no_cnn(*this, "batch normalization");
+}
+void Backend::relu_forward(void*, const void*, size_t) { no_cnn(*this, "ReLU"); }
+void Backend::relu_backward(void*, const void*, const void*, size_t) { no_cnn(*this, "ReLU"); }
+size_t Backend::pool2d_workspace_bytes(const Pool2d&) const { no_cnn(*this, "pooling"); }
+void Backend::pool2d_forward(void*, void*, const void*, const Pool2d&) { no_cnn(*this, "pooling"); }
+void Backend::pool2d_backward(void*, const void*, const void*, const Pool2d&) { no_cnn(*this, "pooling"); }
+void Backend::axpby(float*, float, const float*, float, size_t) { no_cnn(*this, "axpby"); }
+
+}  // namespace baton
