@@ -81,7 +81,7 @@ add_library(baton_backend_emulated STATIC ${emu_backend_srcs})
 target_include_directories(baton_backend_emulated PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(baton_backend_emulated PUBLIC BATON_HAVE_CUDA=1)
 target_link_libraries(baton_backend_emulated PUBLIC baton_core baton_kernels_blas_emulated
-                      PRIVATE PkgConfig::OPENBLAS OpenMP::OpenMP_CXX)
+                      PRIVATE PkgConfig::OPENBLAS OpenMP::OpenMP_CXX baton_dnnl)
 target_compile_options(baton_backend_emulated PRIVATE -O3 -ffp-contract=fast)
 # src/model and src/optim (their targets link the real baton_backend).
 file(GLOB emu_model_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/model/*.cpp

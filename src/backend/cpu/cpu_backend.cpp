@@ -10,6 +10,7 @@
 #include <new>
 #include <vector>
 
+#include "backend/cpu/cpu_cnn.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
@@ -229,6 +230,59 @@ class CpuBackend final : public Backend {
                               N, V_local, Vl, vocab_start, dloss);
   }
 
+  // ---- CNN ops: oneDNN (cpu_cnn.h) on fp32 views ----
+  void conv2d_forward(void* y, const void* x, const void* w, const void* bias, const Conv2d& c) override {
+    const size_t nx = size_t(c.N) * c.C * c.H * c.W, nw = size_t(c.K) * c.C * c.R * c.S;
+    F32View yo(act_, y, size_t(c.N) * c.K * c.P() * c.Q(), F32View::OUT), xi(act_, x, nx), wi(act_, w, nw),
+        bi(act_, bias, size_t(c.K));
+    cnn_.conv2d_forward(yo, xi, wi, bias ? bi.get() : nullptr, c);
+  }
+  void conv2d_backward(void* dx, float* dw, float* db, const void* dy, const void* x, const void* w,
+                       const Conv2d& c) override {
+    const size_t nx = size_t(c.N) * c.C * c.H * c.W, nw = size_t(c.K) * c.C * c.R * c.S;
+    F32View dxo(act_, dx, nx, F32View::OUT), dyi(act_, dy, size_t(c.N) * c.K * c.P() * c.Q()),
+        xi(act_, dw || db ? x : nullptr, nx), wi(act_, dx ? w : nullptr, nw);
+    cnn_.conv2d_backward(dx ? dxo.get() : nullptr, dw, db, dyi, xi, wi, c);
+  }
+  void batchnorm_forward(void* y, float* mean, float* var, const void* x, const void* gamma, const void* beta,
+                         int N, int C, int HW, float eps, bool training) override {
+    const size_t n = size_t(N) * C * HW;
+    F32View yo(act_, y, n, F32View::OUT), xi(act_, x, n), g(act_, gamma, size_t(C)), b(act_, beta, size_t(C));
+    cnn_.batchnorm_forward(yo, mean, var, xi, g, b, N, C, HW, eps, training);
+  }
+  void batchnorm_backward(void* dx, float* dgamma, float* dbeta, const void* dy, const void* x, const float* mean,
+                          const float* var, const void* gamma, int N, int C, int HW, float eps) override {
+    const size_t n = size_t(N) * C * HW;
+    F32View dxo(act_, dx, n, F32View::OUT), dyi(act_, dy, n), xi(act_, x, n), g(act_, gamma, size_t(C));
+    cnn_.batchnorm_backward(dxo, dgamma, dbeta, dyi, xi, mean, var, g, N, C, HW, eps);
+  }
+  void relu_forward(void* y, const void* x, size_t n) override {
+    F32View yo(act_, y, n, F32View::OUT), xi(act_, x, n);
+    float *o = yo, *i = xi;
+#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
+    for (size_t k = 0; k < n; ++k) o[k] = i[k] > 0.0f ? i[k] : 0.0f;
+  }
+  void relu_backward(void* dx, const void* y, const void* dy, size_t n) override {
+    F32View dxo(act_, dx, n, dx == dy ? F32View::INOUT : F32View::OUT), yi(act_, y, n), dyi(act_, dx == dy ? nullptr : dy, n);
+    float *d = dxo, *o = yi;
+    const float* g = dx == dy ? d : dyi.get();
+#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
+    for (size_t k = 0; k < n; ++k) d[k] = o[k] > 0.0f ? g[k] : 0.0f;
+  }
+  size_t pool2d_workspace_bytes(const Pool2d& p) const override { return cnn_.pool2d_workspace_bytes(p); }
+  void pool2d_forward(void* y, void* workspace, const void* x, const Pool2d& p) override {
+    F32View yo(act_, y, size_t(p.N) * p.C * p.P() * p.Q(), F32View::OUT), xi(act_, x, size_t(p.N) * p.C * p.H * p.W);
+    cnn_.pool2d_forward(yo, workspace, xi, p);
+  }
+  void pool2d_backward(void* dx, const void* dy, const void* workspace, const Pool2d& p) override {
+    F32View dxo(act_, dx, size_t(p.N) * p.C * p.H * p.W, F32View::OUT), dyi(act_, dy, size_t(p.N) * p.C * p.P() * p.Q());
+    cnn_.pool2d_backward(dxo, dyi, workspace, p);
+  }
+  void axpby(float* y, float a, const float* x, float b, size_t n) override {
+#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
+    for (size_t k = 0; k < n; ++k) y[k] = a * x[k] + b * y[k];
+  }
+
   void sgd_step(float* param, const float* grad, float* buf, size_t n, const SgdArgs& args) override {
     ops_.sgd_step(param, grad, buf, n, args);
   }
@@ -241,6 +295,7 @@ class CpuBackend final : public Backend {
   static constexpr size_t kChunk = size_t(1) << 20;  // bytes per parallel memset/memcpy piece
   DType act_;
   CpuOps ops_;
+  mutable CpuCnn cnn_;  // primitive caches (pool2d_workspace_bytes builds them too)
 };
 
 }  // namespace

@@ -1,0 +1,294 @@
+// oneDNN-backed CNN ops; see cpu_cnn.h. Plain formats (nchw activations, oihw weights) at every
+// op's boundary, so layers and pipeline messages see ordinary NCHW tensors.
+#include "backend/cpu/cpu_cnn.h"
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "core/error.h"
+
+namespace baton {
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+memory::desc md(const memory::dims& dims, tag t) { return memory::desc(dims, dt::f32, t); }
+
+// A float buffer the entry owns (weight gradients before they are accumulated).
+struct Scratch {
+  std::vector<float> v;
+  float* get(size_t n) {
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+};
+
+void add_into(float* dst, const float* src, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= 32768)
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+template <typename F>
+void guarded(const char* op, F&& f) {
+  try {
+    f();
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("oneDNN {} failed: {}", op, e.what()),
+                "this is a bug or an unsupported shape; report the shape from the error above");
+  }
+}
+
+// A primitive with its argument map, built once: the map's memory objects share their handles
+// with the entry's, so binding new buffers (set_data_handle) rebinds the map.
+struct Prim {
+  dnnl::primitive p;
+  std::unordered_map<int, memory> args;
+};
+
+struct ConvEntry {
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  Prim fwd, fwd_nb, bwd_data, bwd_w, bwd_w_nb;
+  memory x, w, b, y, dx, dw, db, dy;
+  Scratch dw_tmp, db_tmp;
+};
+
+struct BnEntry {
+  Prim train, infer, bwd;
+  memory x, y, gamma, beta, mean, var, dx, dy, dgamma, dbeta;
+  Scratch dgamma_tmp, dbeta_tmp;
+};
+
+struct PoolEntry {
+  Prim fwd, bwd;
+  memory x, y, ws, dx, dy;
+  size_t ws_bytes = 0;
+};
+
+}  // namespace
+
+struct CpuCnn::Impl {
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  dnnl::primitive_attr attr;  // user scratchpad: no allocation inside primitives
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  std::map<std::array<int, 9>, ConvEntry> convs;
+  std::map<std::array<int, 4>, BnEntry> bns;
+  std::map<std::array<int, 9>, PoolEntry> pools;
+
+  Impl() { attr.set_scratchpad_mode(dnnl::scratchpad_mode::user); }
+  ~Impl() { std::free(scratch); }
+
+  std::vector<memory> scratch_mems;  // every primitive's view of the shared scratchpad
+
+  // A primitive of `pd` with `args` and a view of the shared scratchpad (grown to its need).
+  template <typename P, typename PD>
+  Prim make(const PD& pd, std::unordered_map<int, memory> args) {
+    const memory::desc d = pd.scratchpad_desc();
+    const size_t need = d.get_size();
+    if (need > scratch_bytes) {
+      std::free(scratch);
+      scratch_bytes = (need + 4095) / 4096 * 4096;
+      scratch = std::aligned_alloc(4096, scratch_bytes);
+      BATON_REQUIRE(scratch, fmt::format("out of memory for a {} byte oneDNN scratchpad", scratch_bytes),
+                    "use a smaller micro-batch");
+    }
+    memory sp(d, eng, scratch);
+    scratch_mems.push_back(sp);
+    args.insert({DNNL_ARG_SCRATCHPAD, sp});
+    return Prim{P(pd), std::move(args)};
+  }
+  void run(Prim& p) {
+    // The scratchpad may have grown (and moved) since this primitive was built.
+    p.args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(scratch);
+    p.p.execute(strm, p.args);
+    strm.wait();
+  }
+
+  ConvEntry& conv(const Conv2d& c) {
+    const std::array<int, 9> key{c.N, c.C, c.H, c.W, c.K, c.R, c.S, c.stride, c.pad};
+    auto it = convs.find(key);
+    if (it != convs.end()) return it->second;
+    ConvEntry& e = convs[key];
+    const memory::dims xs{c.N, c.C, c.H, c.W}, ws{c.K, c.C, c.R, c.S}, bs{c.K}, ys{c.N, c.K, c.P(), c.Q()};
+    const memory::dims st{c.stride, c.stride}, pd{c.pad, c.pad};
+    const auto alg = dnnl::algorithm::convolution_direct;
+    const auto xm = md(xs, tag::nchw), wm = md(ws, tag::oihw), bm = md(bs, tag::x), ym = md(ys, tag::nchw);
+    for (memory* m : {&e.x, &e.dx}) *m = memory(xm, eng, nullptr);
+    for (memory* m : {&e.w, &e.dw}) *m = memory(wm, eng, nullptr);
+    for (memory* m : {&e.b, &e.db}) *m = memory(bm, eng, nullptr);
+    for (memory* m : {&e.y, &e.dy}) *m = memory(ym, eng, nullptr);
+    using Fwd = dnnl::convolution_forward;
+    const auto train = dnnl::prop_kind::forward_training;
+    e.fwd_pd = Fwd::primitive_desc(Fwd::desc(train, alg, xm, wm, bm, ym, st, pd, pd), attr, eng);
+    const Fwd::primitive_desc fwd_nb_pd(Fwd::desc(train, alg, xm, wm, ym, st, pd, pd), attr, eng);
+    e.fwd = make<Fwd>(e.fwd_pd, {{DNNL_ARG_SRC, e.x}, {DNNL_ARG_WEIGHTS, e.w}, {DNNL_ARG_BIAS, e.b}, {DNNL_ARG_DST, e.y}});
+    e.fwd_nb = make<Fwd>(fwd_nb_pd, {{DNNL_ARG_SRC, e.x}, {DNNL_ARG_WEIGHTS, e.w}, {DNNL_ARG_DST, e.y}});
+    using BwdD = dnnl::convolution_backward_data;
+    e.bwd_data = make<BwdD>(BwdD::primitive_desc(BwdD::desc(alg, xm, wm, ym, st, pd, pd), attr, eng, e.fwd_pd),
+                            {{DNNL_ARG_DIFF_DST, e.dy}, {DNNL_ARG_WEIGHTS, e.w}, {DNNL_ARG_DIFF_SRC, e.dx}});
+    using BwdW = dnnl::convolution_backward_weights;
+    e.bwd_w = make<BwdW>(BwdW::primitive_desc(BwdW::desc(alg, xm, wm, bm, ym, st, pd, pd), attr, eng, e.fwd_pd),
+                         {{DNNL_ARG_SRC, e.x}, {DNNL_ARG_DIFF_DST, e.dy}, {DNNL_ARG_DIFF_WEIGHTS, e.dw},
+                          {DNNL_ARG_DIFF_BIAS, e.db}});
+    e.bwd_w_nb = make<BwdW>(BwdW::primitive_desc(BwdW::desc(alg, xm, wm, ym, st, pd, pd), attr, eng, fwd_nb_pd),
+                            {{DNNL_ARG_SRC, e.x}, {DNNL_ARG_DIFF_DST, e.dy}, {DNNL_ARG_DIFF_WEIGHTS, e.dw}});
+    return e;
+  }
+
+  BnEntry& bn(int N, int C, int HW, float eps) {
+    int eps_bits;
+    std::memcpy(&eps_bits, &eps, sizeof eps_bits);
+    const std::array<int, 4> key{N, C, HW, eps_bits};
+    auto it = bns.find(key);
+    if (it != bns.end()) return it->second;
+    BnEntry& e = bns[key];
+    const auto dm = md({N, C, HW, 1}, tag::nchw), cm = md({C}, tag::x);
+    for (memory* m : {&e.x, &e.y, &e.dx, &e.dy}) *m = memory(dm, eng, nullptr);
+    for (memory* m : {&e.gamma, &e.beta, &e.mean, &e.var, &e.dgamma, &e.dbeta}) *m = memory(cm, eng, nullptr);
+    using F = dnnl::normalization_flags;
+    using Fwd = dnnl::batch_normalization_forward;
+    const F ss = F::use_scale | F::use_shift;
+    const std::unordered_map<int, memory> fwd_args{{DNNL_ARG_SRC, e.x},     {DNNL_ARG_DST, e.y},
+                                                   {DNNL_ARG_SCALE, e.gamma}, {DNNL_ARG_SHIFT, e.beta},
+                                                   {DNNL_ARG_MEAN, e.mean},   {DNNL_ARG_VARIANCE, e.var}};
+    const Fwd::primitive_desc train_pd(Fwd::desc(dnnl::prop_kind::forward_training, dm, eps, ss), attr, eng);
+    e.train = make<Fwd>(train_pd, fwd_args);
+    e.infer = make<Fwd>(
+        Fwd::primitive_desc(Fwd::desc(dnnl::prop_kind::forward_inference, dm, eps, ss | F::use_global_stats), attr,
+                            eng),
+        fwd_args);
+    using Bwd = dnnl::batch_normalization_backward;
+    e.bwd = make<Bwd>(Bwd::primitive_desc(Bwd::desc(dnnl::prop_kind::backward, dm, dm, eps, ss), attr, eng, train_pd),
+                      {{DNNL_ARG_SRC, e.x},          {DNNL_ARG_MEAN, e.mean},       {DNNL_ARG_VARIANCE, e.var},
+                       {DNNL_ARG_DIFF_DST, e.dy},    {DNNL_ARG_SCALE, e.gamma},     {DNNL_ARG_SHIFT, e.beta},     {DNNL_ARG_DIFF_SRC, e.dx},
+                       {DNNL_ARG_DIFF_SCALE, e.dgamma}, {DNNL_ARG_DIFF_SHIFT, e.dbeta}});
+    return e;
+  }
+
+  PoolEntry& pool(const Pool2d& p) {
+    const std::array<int, 9> key{p.N, p.C, p.H, p.W, p.R, p.S, p.stride, p.pad, p.max ? 1 : 0};
+    auto it = pools.find(key);
+    if (it != pools.end()) return it->second;
+    PoolEntry& e = pools[key];
+    const auto xm = md({p.N, p.C, p.H, p.W}, tag::nchw), ym = md({p.N, p.C, p.P(), p.Q()}, tag::nchw);
+    const memory::dims st{p.stride, p.stride}, k{p.R, p.S}, pd{p.pad, p.pad};
+    const auto alg = p.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_include_padding;
+    e.x = memory(xm, eng, nullptr);
+    e.y = memory(ym, eng, nullptr);
+    e.dx = memory(xm, eng, nullptr);
+    e.dy = memory(ym, eng, nullptr);
+    using Fwd = dnnl::pooling_forward;
+    const Fwd::primitive_desc fwd_pd(Fwd::desc(dnnl::prop_kind::forward_training, alg, xm, ym, st, k, pd, pd), attr,
+                                     eng);
+    e.ws_bytes = fwd_pd.workspace_desc().get_size();
+    std::unordered_map<int, memory> fwd_args{{DNNL_ARG_SRC, e.x}, {DNNL_ARG_DST, e.y}};
+    std::unordered_map<int, memory> bwd_args{{DNNL_ARG_DIFF_DST, e.dy}, {DNNL_ARG_DIFF_SRC, e.dx}};
+    if (e.ws_bytes) {
+      e.ws = memory(fwd_pd.workspace_desc(), eng, nullptr);
+      fwd_args.insert({DNNL_ARG_WORKSPACE, e.ws});
+      bwd_args.insert({DNNL_ARG_WORKSPACE, e.ws});
+    }
+    e.fwd = make<Fwd>(fwd_pd, std::move(fwd_args));
+    using Bwd = dnnl::pooling_backward;
+    e.bwd = make<Bwd>(Bwd::primitive_desc(Bwd::desc(alg, xm, ym, st, k, pd, pd), attr, eng, fwd_pd), std::move(bwd_args));
+    return e;
+  }
+};
+
+namespace {
+void bind(memory& m, const void* p) { m.set_data_handle(const_cast<void*>(p)); }
+}  // namespace
+
+CpuCnn::CpuCnn() : impl_(std::make_unique<Impl>()) {}
+CpuCnn::~CpuCnn() = default;
+
+void CpuCnn::conv2d_forward(float* y, const float* x, const float* w, const float* bias, const Conv2d& c) {
+  guarded("convolution forward", [&] {
+    ConvEntry& e = impl_->conv(c);
+    bind(e.x, x), bind(e.w, w), bind(e.y, y);
+    if (bias) bind(e.b, bias);
+    impl_->run(bias ? e.fwd : e.fwd_nb);
+  });
+}
+
+void CpuCnn::conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                             const Conv2d& c) {
+  guarded("convolution backward", [&] {
+    ConvEntry& e = impl_->conv(c);
+    bind(e.dy, dy), bind(e.x, x), bind(e.w, w);
+    if (dx) {
+      bind(e.dx, dx);
+      impl_->run(e.bwd_data);
+    }
+    if (!dw && !db) return;
+    // oneDNN overwrites its weight gradients: compute them aside, then accumulate.
+    const size_t nw = size_t(c.K) * c.C * c.R * c.S;
+    float* tw = e.dw_tmp.get(nw);
+    bind(e.dw, tw);
+    if (db) bind(e.db, e.db_tmp.get(size_t(c.K)));
+    impl_->run(db ? e.bwd_w : e.bwd_w_nb);
+    if (dw) add_into(dw, tw, nw);
+    if (db) add_into(db, e.db_tmp.v.data(), size_t(c.K));
+  });
+}
+
+void CpuCnn::batchnorm_forward(float* y, float* mean, float* var, const float* x, const float* gamma,
+                               const float* beta, int N, int C, int HW, float eps, bool training) {
+  guarded("batch normalization forward", [&] {
+    BnEntry& e = impl_->bn(N, C, HW, eps);
+    bind(e.x, x), bind(e.y, y), bind(e.gamma, gamma), bind(e.beta, beta), bind(e.mean, mean), bind(e.var, var);
+    impl_->run(training ? e.train : e.infer);
+  });
+}
+
+void CpuCnn::batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                const float* mean, const float* var, const float* gamma, int N, int C, int HW,
+                                float eps) {
+  guarded("batch normalization backward", [&] {
+    BnEntry& e = impl_->bn(N, C, HW, eps);
+    float* tg = e.dgamma_tmp.get(size_t(C));
+    float* tb = e.dbeta_tmp.get(size_t(C));
+    bind(e.x, x), bind(e.mean, mean), bind(e.var, var), bind(e.dy, dy), bind(e.gamma, gamma), bind(e.dx, dx);
+    // oneDNN 2.x wants a shift argument in backward though the gradient does not read it.
+    bind(e.beta, gamma);
+    bind(e.dgamma, tg), bind(e.dbeta, tb);
+    impl_->run(e.bwd);
+    if (dgamma) add_into(dgamma, tg, size_t(C));
+    if (dbeta) add_into(dbeta, tb, size_t(C));
+  });
+}
+
+size_t CpuCnn::pool2d_workspace_bytes(const Pool2d& p) {
+  size_t bytes = 0;
+  guarded("pooling", [&] { bytes = impl_->pool(p).ws_bytes; });
+  return bytes;
+}
+
+void CpuCnn::pool2d_forward(float* y, void* workspace, const float* x, const Pool2d& p) {
+  guarded("pooling forward", [&] {
+    PoolEntry& e = impl_->pool(p);
+    bind(e.x, x), bind(e.y, y);
+    if (e.ws_bytes) bind(e.ws, workspace);
+    impl_->run(e.fwd);
+  });
+}
+
+void CpuCnn::pool2d_backward(float* dx, const float* dy, const void* workspace, const Pool2d& p) {
+  guarded("pooling backward", [&] {
+    PoolEntry& e = impl_->pool(p);
+    bind(e.dy, dy), bind(e.dx, dx);
+    if (e.ws_bytes) bind(e.ws, workspace);
+    impl_->run(e.bwd);
+  });
+}
+
+}  // namespace baton

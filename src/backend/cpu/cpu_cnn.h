@@ -1,0 +1,43 @@
+// The CPU's CNN ops (backend.h "convolutional networks") through oneDNN (Debian's libdnnl, OpenMP
+// runtime, so it shares baton's threads): convolution forward / backward-data / backward-weights,
+// batch normalization and pooling as oneDNN primitives; ReLU and axpby as plain OpenMP loops
+// (memory-bound, nothing to gain from a primitive). fp32 NCHW tensors.
+//
+// Every primitive is built once per shape and cached with its memory objects (rebound to the
+// caller's buffers with set_data_handle), its scratchpad is ours (one buffer grown to the largest
+// need) and so are the buffers weight gradients are computed into before they are added to the
+// caller's (oneDNN overwrites its diff_weights; the backend contract accumulates): after the first
+// call of each shape, no call allocates.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace baton {
+
+class CpuCnn {
+ public:
+  CpuCnn();
+  ~CpuCnn();
+  CpuCnn(const CpuCnn&) = delete;
+  CpuCnn& operator=(const CpuCnn&) = delete;
+
+  void conv2d_forward(float* y, const float* x, const float* w, const float* bias, const Conv2d& c);
+  void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                       const Conv2d& c);
+  void batchnorm_forward(float* y, float* mean, float* var, const float* x, const float* gamma,
+                         const float* beta, int N, int C, int HW, float eps, bool training);
+  void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                          const float* mean, const float* var, const float* gamma, int N, int C, int HW,
+                          float eps);
+  size_t pool2d_workspace_bytes(const Pool2d& p);
+  void pool2d_forward(float* y, void* workspace, const float* x, const Pool2d& p);
+  void pool2d_backward(float* dx, const float* dy, const void* workspace, const Pool2d& p);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace baton

@@ -1,0 +1,335 @@
+// The CPU backend's CNN ops (oneDNN, backend/cpu/cpu_cnn.h) against naive double-precision
+// references written here (forward and every backward output), and their backwards against finite
+// differences of the forward: convolution (strides 1 and 2, padding 0 and 1, 1×1, 3×3 and 7×7
+// kernels, odd sizes, with and without bias), batch normalization (training statistics, inference
+// with given statistics, backward), max and average pooling, ReLU; the weight gradients accumulate
+// (+=) and dx is overwritten; the bf16 emulation runs the same ops on rounded inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+
+namespace baton {
+namespace {
+
+using V = std::vector<float>;
+
+V randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  V v(n);
+  for (float& x : v) x = scale * static_cast<float>(rng.normal());
+  return v;
+}
+
+double worst_rel(const V& got, const std::vector<double>& want) {
+  double scale = 1e-6;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]) / scale);
+  return worst;
+}
+
+// ---- references (double) ----
+size_t idx4(int a, int b, int c, int d, int B, int C, int D) { return ((size_t(a) * B + b) * C + c) * D + d; }
+
+std::vector<double> conv_ref(const V& x, const V& w, const V* b, const Conv2d& c) {
+  std::vector<double> y(size_t(c.N) * c.K * c.P() * c.Q(), 0.0);
+  for (int n = 0; n < c.N; ++n)
+    for (int k = 0; k < c.K; ++k)
+      for (int p = 0; p < c.P(); ++p)
+        for (int q = 0; q < c.Q(); ++q) {
+          double s = b ? (*b)[k] : 0.0;
+          for (int ch = 0; ch < c.C; ++ch)
+            for (int r = 0; r < c.R; ++r)
+              for (int t = 0; t < c.S; ++t) {
+                const int h = p * c.stride - c.pad + r, ww = q * c.stride - c.pad + t;
+                if (h < 0 || h >= c.H || ww < 0 || ww >= c.W) continue;
+                s += double(x[idx4(n, ch, h, ww, c.C, c.H, c.W)]) * w[idx4(k, ch, r, t, c.C, c.R, c.S)];
+              }
+          y[idx4(n, k, p, q, c.K, c.P(), c.Q())] = s;
+        }
+  return y;
+}
+
+void conv_bwd_ref(const V& dy, const V& x, const V& w, const Conv2d& c, std::vector<double>& dx,
+                  std::vector<double>& dw, std::vector<double>& db) {
+  dx.assign(x.size(), 0.0);
+  dw.assign(w.size(), 0.0);
+  db.assign(size_t(c.K), 0.0);
+  for (int n = 0; n < c.N; ++n)
+    for (int k = 0; k < c.K; ++k)
+      for (int p = 0; p < c.P(); ++p)
+        for (int q = 0; q < c.Q(); ++q) {
+          const double g = dy[idx4(n, k, p, q, c.K, c.P(), c.Q())];
+          db[k] += g;
+          for (int ch = 0; ch < c.C; ++ch)
+            for (int r = 0; r < c.R; ++r)
+              for (int t = 0; t < c.S; ++t) {
+                const int h = p * c.stride - c.pad + r, ww = q * c.stride - c.pad + t;
+                if (h < 0 || h >= c.H || ww < 0 || ww >= c.W) continue;
+                dx[idx4(n, ch, h, ww, c.C, c.H, c.W)] += g * w[idx4(k, ch, r, t, c.C, c.R, c.S)];
+                dw[idx4(k, ch, r, t, c.C, c.R, c.S)] += g * x[idx4(n, ch, h, ww, c.C, c.H, c.W)];
+              }
+        }
+}
+
+// Directional finite difference of L(u) = Σ y(u)·r along `dir` (central, step h), in double over
+// the fp32 op's outputs.
+double fd(const std::function<V(const V&)>& f, const V& u, const V& dir, const V& r, double h) {
+  V up = u, um = u;
+  for (size_t i = 0; i < u.size(); ++i) up[i] += float(h * dir[i]), um[i] -= float(h * dir[i]);
+  const V yp = f(up), ym = f(um);
+  double lp = 0, lm = 0;
+  for (size_t i = 0; i < r.size(); ++i) lp += double(yp[i]) * r[i], lm += double(ym[i]) * r[i];
+  return (lp - lm) / (2 * h);
+}
+double dot(const V& a, const V& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
+  return s;
+}
+
+const Conv2d kConvs[] = {
+    {.N = 2, .C = 3, .H = 7, .W = 6, .K = 4, .R = 3, .S = 3, .stride = 1, .pad = 1},
+    {.N = 2, .C = 3, .H = 9, .W = 9, .K = 5, .R = 3, .S = 3, .stride = 2, .pad = 1},
+    {.N = 3, .C = 4, .H = 5, .W = 7, .K = 2, .R = 1, .S = 1, .stride = 2, .pad = 0},
+    {.N = 2, .C = 3, .H = 15, .W = 13, .K = 4, .R = 7, .S = 7, .stride = 2, .pad = 3},
+    {.N = 2, .C = 2, .H = 6, .W = 6, .K = 3, .R = 3, .S = 3, .stride = 1, .pad = 0},
+};
+
+TEST(CnnOps, ConvolutionMatchesTheReference) {
+  auto be = make_cpu_backend();
+  for (const Conv2d& c : kConvs) {
+    SCOPED_TRACE(::testing::Message() << "C" << c.C << " " << c.H << "x" << c.W << " K" << c.K << " " << c.R << "x"
+                                      << c.S << " s" << c.stride << " p" << c.pad);
+    const V x = randn(size_t(c.N) * c.C * c.H * c.W, 1), w = randn(size_t(c.K) * c.C * c.R * c.S, 2, 0.3f),
+            b = randn(size_t(c.K), 3), dy = randn(size_t(c.N) * c.K * c.P() * c.Q(), 4);
+    for (bool bias : {true, false}) {
+      V y(dy.size());
+      be->conv2d_forward(y.data(), x.data(), w.data(), bias ? b.data() : nullptr, c);
+      EXPECT_LT(worst_rel(y, conv_ref(x, w, bias ? &b : nullptr, c)), 2e-6) << "bias " << bias;
+    }
+    std::vector<double> rdx, rdw, rdb;
+    conv_bwd_ref(dy, x, w, c, rdx, rdw, rdb);
+    // dx overwritten (start from garbage); dw, db accumulate onto what is there.
+    V dx(x.size(), 7.0f), dw(w.size(), 0.5f), db(b.size(), -0.25f);
+    be->conv2d_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), c);
+    for (double& v : rdw) v += 0.5;
+    for (double& v : rdb) v -= 0.25;
+    EXPECT_LT(worst_rel(dx, rdx), 2e-6);
+    EXPECT_LT(worst_rel(dw, rdw), 2e-6);
+    EXPECT_LT(worst_rel(db, rdb), 2e-6);
+    // Each gradient alone (the others null) is the same.
+    V dx2(x.size()), dw2(w.size(), 0.5f);
+    be->conv2d_backward(dx2.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), c);
+    be->conv2d_backward(nullptr, dw2.data(), nullptr, dy.data(), x.data(), w.data(), c);
+    EXPECT_EQ(dx2, dx);
+    EXPECT_EQ(dw2, dw);
+  }
+}
+
+TEST(CnnOps, ConvolutionBackwardIsTheForwardsDerivative) {
+  auto be = make_cpu_backend();
+  const Conv2d c = kConvs[1];
+  const V x = randn(size_t(c.N) * c.C * c.H * c.W, 11), w = randn(size_t(c.K) * c.C * c.R * c.S, 12, 0.3f),
+          b = randn(size_t(c.K), 13), r = randn(size_t(c.N) * c.K * c.P() * c.Q(), 14);
+  V dx(x.size()), dw(w.size(), 0.0f), db(b.size(), 0.0f);
+  be->conv2d_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), c);
+  auto y_of = [&](const V& xx, const V& ww, const V& bb) {
+    V y(r.size());
+    be->conv2d_forward(y.data(), xx.data(), ww.data(), bb.data(), c);
+    return y;
+  };
+  const V ux = randn(x.size(), 15), uw = randn(w.size(), 16), ub = randn(b.size(), 17);
+  const double h = 1e-2;  // the forward is linear in each argument: only rounding noise
+  EXPECT_NEAR(fd([&](const V& v) { return y_of(v, w, b); }, x, ux, r, h), dot(dx, ux), 1e-3 * std::abs(dot(dx, ux)) + 1e-3);
+  EXPECT_NEAR(fd([&](const V& v) { return y_of(x, v, b); }, w, uw, r, h), dot(dw, uw), 1e-3 * std::abs(dot(dw, uw)) + 1e-3);
+  EXPECT_NEAR(fd([&](const V& v) { return y_of(x, w, v); }, b, ub, r, h), dot(db, ub), 1e-3 * std::abs(dot(db, ub)) + 1e-3);
+}
+
+// ---- batch normalization ----
+struct BnRef {
+  std::vector<double> y, mean, var, dx, dgamma, dbeta;
+};
+BnRef bn_ref(const V& x, const V& g, const V& b, const V& dy, int N, int C, int HW, double eps) {
+  BnRef o;
+  o.y.assign(x.size(), 0);
+  o.dx.assign(x.size(), 0);
+  o.mean.assign(C, 0);
+  o.var.assign(C, 0);
+  o.dgamma.assign(C, 0);
+  o.dbeta.assign(C, 0);
+  const double M = double(N) * HW;
+  for (int c = 0; c < C; ++c) {
+    auto at = [&](int n, int i) { return (size_t(n) * C + c) * HW + i; };
+    double s = 0, ss = 0;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) s += x[at(n, i)];
+    const double mu = s / M;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) ss += (x[at(n, i)] - mu) * (x[at(n, i)] - mu);
+    const double var = ss / M, rstd = 1 / std::sqrt(var + eps);
+    o.mean[c] = mu;
+    o.var[c] = var;
+    double sdy = 0, sdyxh = 0;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) {
+        const double xh = (x[at(n, i)] - mu) * rstd;
+        o.y[at(n, i)] = xh * g[c] + b[c];
+        sdy += dy[at(n, i)];
+        sdyxh += dy[at(n, i)] * xh;
+      }
+    o.dgamma[c] = sdyxh;
+    o.dbeta[c] = sdy;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) {
+        const double xh = (x[at(n, i)] - mu) * rstd;
+        o.dx[at(n, i)] = g[c] * rstd * (dy[at(n, i)] - sdy / M - xh * sdyxh / M);
+      }
+  }
+  return o;
+}
+
+TEST(CnnOps, BatchNormTrainingInferenceAndBackward) {
+  auto be = make_cpu_backend();
+  const int N = 3, C = 4, HW = 10;
+  const float eps = 1e-5f;
+  V x = randn(size_t(N) * C * HW, 21);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 2.0f * x[i] + 0.5f * float(i % C);  // per-channel offsets
+  const V g = randn(C, 22), b = randn(C, 23), dy = randn(x.size(), 24);
+  const BnRef ref = bn_ref(x, g, b, dy, N, C, HW, eps);
+  V y(x.size()), mean(C), var(C);
+  be->batchnorm_forward(y.data(), mean.data(), var.data(), x.data(), g.data(), b.data(), N, C, HW, eps, true);
+  EXPECT_LT(worst_rel(y, ref.y), 5e-6);
+  EXPECT_LT(worst_rel(mean, ref.mean), 5e-6);
+  EXPECT_LT(worst_rel(var, ref.var), 5e-6);  // the biased batch variance
+  V dx(x.size(), 3.0f), dg(C, 1.0f), dbt(C, -1.0f);
+  be->batchnorm_backward(dx.data(), dg.data(), dbt.data(), dy.data(), x.data(), mean.data(), var.data(), g.data(),
+                         N, C, HW, eps);
+  std::vector<double> rdg = ref.dgamma, rdb = ref.dbeta;
+  for (double& v : rdg) v += 1.0;
+  for (double& v : rdb) v -= 1.0;
+  EXPECT_LT(worst_rel(dx, ref.dx), 1e-5);
+  EXPECT_LT(worst_rel(dg, rdg), 1e-5);
+  EXPECT_LT(worst_rel(dbt, rdb), 1e-5);
+  // Inference: the given (running) statistics, not the batch's.
+  const V rm = {0.1f, -0.2f, 0.3f, 0.0f}, rv = {1.5f, 0.5f, 2.0f, 1.0f};
+  V yi(x.size()), rm2 = rm, rv2 = rv;
+  be->batchnorm_forward(yi.data(), rm2.data(), rv2.data(), x.data(), g.data(), b.data(), N, C, HW, eps, false);
+  std::vector<double> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int c = int(i / HW) % C;
+    want[i] = (x[i] - rm[c]) / std::sqrt(double(rv[c]) + eps) * g[c] + b[c];
+  }
+  EXPECT_LT(worst_rel(yi, want), 5e-6);
+  EXPECT_EQ(rm2, rm);  // inputs, untouched
+  EXPECT_EQ(rv2, rv);
+}
+
+TEST(CnnOps, BatchNormBackwardIsTheForwardsDerivative) {
+  auto be = make_cpu_backend();
+  const int N = 2, C = 3, HW = 6;
+  const float eps = 1e-5f;
+  const V x = randn(size_t(N) * C * HW, 31), g = randn(C, 32), b = randn(C, 33), r = randn(x.size(), 34);
+  V mean(C), var(C), y(x.size());
+  be->batchnorm_forward(y.data(), mean.data(), var.data(), x.data(), g.data(), b.data(), N, C, HW, eps, true);
+  V dx(x.size()), dg(C, 0.0f), dbt(C, 0.0f);
+  be->batchnorm_backward(dx.data(), dg.data(), dbt.data(), r.data(), x.data(), mean.data(), var.data(), g.data(), N,
+                         C, HW, eps);
+  auto y_of = [&](const V& xx, const V& gg) {
+    V yy(xx.size()), m(C), v(C);
+    be->batchnorm_forward(yy.data(), m.data(), v.data(), xx.data(), gg.data(), b.data(), N, C, HW, eps, true);
+    return yy;
+  };
+  const V ux = randn(x.size(), 35), ug = randn(C, 36);
+  EXPECT_NEAR(fd([&](const V& v) { return y_of(v, g); }, x, ux, r, 1e-3), dot(dx, ux), 2e-3 * std::abs(dot(dx, ux)) + 2e-3);
+  EXPECT_NEAR(fd([&](const V& v) { return y_of(x, v); }, g, ug, r, 1e-3), dot(dg, ug), 2e-3 * std::abs(dot(dg, ug)) + 2e-3);
+}
+
+// ---- pooling and ReLU ----
+TEST(CnnOps, PoolingMatchesTheReference) {
+  auto be = make_cpu_backend();
+  for (const Pool2d p : {Pool2d{.N = 2, .C = 3, .H = 8, .W = 7, .R = 3, .S = 3, .stride = 2, .pad = 1, .max = true},
+                         Pool2d{.N = 2, .C = 3, .H = 6, .W = 6, .R = 2, .S = 2, .stride = 2, .pad = 0, .max = true},
+                         Pool2d{.N = 2, .C = 3, .H = 7, .W = 7, .R = 7, .S = 7, .stride = 1, .pad = 0, .max = false},
+                         Pool2d{.N = 2, .C = 2, .H = 5, .W = 6, .R = 3, .S = 3, .stride = 2, .pad = 1, .max = false}}) {
+    SCOPED_TRACE(::testing::Message() << (p.max ? "max " : "avg ") << p.R << "x" << p.S << " s" << p.stride);
+    const V x = randn(size_t(p.N) * p.C * p.H * p.W, 41), dy = randn(size_t(p.N) * p.C * p.P() * p.Q(), 42);
+    std::vector<double> ry(dy.size()), rdx(x.size(), 0.0);
+    for (int n = 0; n < p.N; ++n)
+      for (int c = 0; c < p.C; ++c)
+        for (int i = 0; i < p.P(); ++i)
+          for (int j = 0; j < p.Q(); ++j) {
+            double best = -1e300, sum = 0;
+            size_t arg = 0;
+            for (int r = 0; r < p.R; ++r)
+              for (int s = 0; s < p.S; ++s) {
+                const int h = i * p.stride - p.pad + r, w = j * p.stride - p.pad + s;
+                if (h < 0 || h >= p.H || w < 0 || w >= p.W) continue;
+                const size_t k = idx4(n, c, h, w, p.C, p.H, p.W);
+                sum += x[k];
+                if (x[k] > best) best = x[k], arg = k;
+              }
+            const size_t o = idx4(n, c, i, j, p.C, p.P(), p.Q());
+            ry[o] = p.max ? best : sum / (p.R * p.S);  // average counts the padding
+            for (int r = 0; r < p.R; ++r)
+              for (int s = 0; s < p.S; ++s) {
+                const int h = i * p.stride - p.pad + r, w = j * p.stride - p.pad + s;
+                if (h < 0 || h >= p.H || w < 0 || w >= p.W) continue;
+                const size_t k = idx4(n, c, h, w, p.C, p.H, p.W);
+                if (!p.max) rdx[k] += dy[o] / (p.R * p.S);
+              }
+            if (p.max) rdx[arg] += dy[o];
+          }
+    std::vector<char> ws(be->pool2d_workspace_bytes(p) + 1);
+    V y(dy.size()), dx(x.size(), 9.0f);
+    be->pool2d_forward(y.data(), ws.data(), x.data(), p);
+    be->pool2d_backward(dx.data(), dy.data(), ws.data(), p);
+    EXPECT_LT(worst_rel(y, ry), 1e-6);
+    EXPECT_LT(worst_rel(dx, rdx), 1e-6);
+  }
+}
+
+TEST(CnnOps, ReluAndAxpby) {
+  auto be = make_cpu_backend();
+  const V x = randn(1000, 51), dy = randn(1000, 52);
+  V y(x.size()), dx(x.size());
+  be->relu_forward(y.data(), x.data(), x.size());
+  be->relu_backward(dx.data(), y.data(), dy.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(y[i], x[i] > 0 ? x[i] : 0.0f);
+    EXPECT_EQ(dx[i], x[i] > 0 ? dy[i] : 0.0f);
+  }
+  V inplace = dy;  // dx may alias dy
+  be->relu_backward(inplace.data(), y.data(), inplace.data(), x.size());
+  EXPECT_EQ(inplace, dx);
+  V acc = {1, 2, 3};
+  const V s = {10, 20, 30};
+  be->axpby(acc.data(), 0.1f, s.data(), 0.9f, 3);
+  EXPECT_FLOAT_EQ(acc[2], 0.1f * 30 + 0.9f * 3);
+}
+
+// The bf16 emulation runs the same ops: outputs within bf16 rounding of the fp32 op on the same
+// (rounded) inputs.
+TEST(CnnOps, Bf16EmulationFollowsFp32) {
+  auto be32 = make_cpu_backend(), be16 = make_cpu_backend(DType::BF16);
+  const Conv2d c = kConvs[0];
+  V x = randn(size_t(c.N) * c.C * c.H * c.W, 61), w = randn(size_t(c.K) * c.C * c.R * c.S, 62, 0.3f);
+  for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
+  for (float& v : w) v = bf16_to_f32(f32_to_bf16(v));
+  std::vector<uint16_t> x16(x.size()), w16(w.size()), y16(size_t(c.N) * c.K * c.P() * c.Q());
+  for (size_t i = 0; i < x.size(); ++i) x16[i] = f32_to_bf16(x[i]);
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_bf16(w[i]);
+  V y32(y16.size());
+  be32->conv2d_forward(y32.data(), x.data(), w.data(), nullptr, c);
+  be16->conv2d_forward(y16.data(), x16.data(), w16.data(), nullptr, c);
+  for (size_t i = 0; i < y32.size(); ++i) EXPECT_EQ(y16[i], f32_to_bf16(y32[i]));  // one rounding
+}
+
+}  // namespace
+}  // namespace baton
