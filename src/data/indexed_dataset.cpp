@@ -6,11 +6,8 @@
 // index is non-decreasing within [0, sequence count].
 #include "data/indexed_dataset.h"
 
-#include <fcntl.h>
 #include <omp.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -20,6 +17,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "data/mapped_file.h"
 
 namespace baton {
 namespace {
@@ -53,45 +51,9 @@ const char* dtype_name(uint8_t code) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// Read-only mapping of a whole file. Owns the mapping until release().
-struct MappedFile {
-  const uint8_t* data = nullptr;
-  size_t bytes = 0;
-
-  explicit MappedFile(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      throw Error(fmt::format("cannot open dataset file {}: {}", path, errno_text()),
-                  "check the dataset prefix (data.train / data.valid name PREFIX for PREFIX.bin "
-                  "and PREFIX.idx), or build it with `baton data build`");
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      throw Error(fmt::format("cannot stat {}: {}", path, errno_text()), "check the file");
-    }
-    bytes = static_cast<size_t>(st.st_size);
-    if (bytes > 0) {
-      void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) {
-        ::close(fd);
-        throw Error(fmt::format("cannot memory-map {}: {}", path, errno_text()),
-                    "check that the file is a regular file on a local or mmap-capable filesystem");
-      }
-      data = static_cast<const uint8_t*>(p);
-    }
-    ::close(fd);  // the mapping keeps the file alive
-  }
-  ~MappedFile() {
-    if (data) ::munmap(const_cast<uint8_t*>(data), bytes);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  const uint8_t* release() {
-    const uint8_t* p = data;
-    data = nullptr;
-    return p;
-  }
-};
+constexpr const char* kMissingHint =
+    "check the dataset prefix (data.train / data.valid name PREFIX for PREFIX.bin and PREFIX.idx), "
+    "or build it with `baton data build`";
 
 template <typename T>
 T load(const uint8_t* p) {
@@ -235,11 +197,11 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string& prefix) 
   const std::string bin_path = prefix + ".bin";
   auto fail = [&](const std::string& what) -> Error { return Error(what, kRebuildHint); };
 
-  MappedFile idx(idx_path);
-  if (idx.bytes < kHeaderBytes)
+  MappedFile idx(idx_path, kMissingHint);
+  if (idx.size() < kHeaderBytes)
     throw fail(fmt::format("{} is truncated: {} bytes, the header alone needs {}", idx_path,
-                           idx.bytes, kHeaderBytes));
-  const uint8_t* p = idx.data;
+                           idx.size(), kHeaderBytes));
+  const uint8_t* p = idx.data();
   if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0)
     throw Error(fmt::format("{} is not a Megatron indexed dataset index (bad magic)", idx_path),
                 "baton reads the MMIDIDX (\"mmap\") format; rebuild it with `baton data build`");
@@ -264,19 +226,19 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string& prefix) 
   p += 8;
 
   // Array sizes in bytes, checked against overflow before they are trusted.
-  const uint64_t max_entries = idx.bytes / 4;
+  const uint64_t max_entries = idx.size() / 4;
   if (seq_count > max_entries || doc_count > max_entries)
     throw fail(
         fmt::format("{} is truncated: it claims {} sequences and {} document entries but "
                     "has only {} bytes",
-                    idx_path, seq_count, doc_count, idx.bytes));
+                    idx_path, seq_count, doc_count, idx.size()));
   const uint64_t need = kHeaderBytes + seq_count * 4 + seq_count * 8 + doc_count * 8;
   // Megatron's multimodal datasets append one int8 mode per sequence; baton ignores them.
-  if (idx.bytes != need && idx.bytes != need + seq_count)
+  if (idx.size() != need && idx.size() != need + seq_count)
     throw fail(
         fmt::format("{} has {} bytes but its header ({} sequences, {} document entries) "
                     "implies {}: it is truncated or damaged",
-                    idx_path, idx.bytes, seq_count, doc_count, need));
+                    idx_path, idx.size(), seq_count, doc_count, need));
   const uint8_t* sizes_p = p;
   const uint8_t* pointers_p = sizes_p + seq_count * 4;
   const uint8_t* docs_p = pointers_p + seq_count * 8;
@@ -317,11 +279,11 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string& prefix) 
     prev = d;
   }
 
-  MappedFile bin(bin_path);
-  if (bin.bytes != static_cast<uint64_t>(tokens * item))
+  MappedFile bin(bin_path, kMissingHint);
+  if (bin.size() != static_cast<uint64_t>(tokens * item))
     throw fail(fmt::format("{} has {} bytes but {} describes {} tokens ({} bytes)", bin_path,
-                           bin.bytes, idx_path, tokens, tokens * item));
-  ds->bin_bytes_ = bin.bytes;
+                           bin.size(), idx_path, tokens, tokens * item));
+  ds->bin_bytes_ = bin.size();
   ds->bin_ = bin.release();
   return ds;
 }
