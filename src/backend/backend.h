@@ -247,6 +247,17 @@ class Backend {
   // y = a·x + b·y, fp32 (batch norm's running statistics).
   virtual void axpby(float* y, float a, const float* x, float b, size_t n);
 
+  // Inverted dropout over `rows` sample rows of `row_elems` activations: y = x / (1 − p) where
+  // dropout_keep(seed, first_row + r, j, dropout_threshold(p)) (core/dropout_mask.h), else 0. The
+  // backward is the same call on the gradients. y may alias x.
+  virtual void dropout(void* y, const void* x, int rows, int row_elems, float p, uint64_t seed,
+                       int64_t first_row);
+  // Top-1 / top-5 hits of a classifier over logits[N, ld] (the first V columns real): hits1[n] = 1
+  // when no class scores higher than the target (a tie counts for the target), hits5[n] = 1 when
+  // fewer than five do; 0 otherwise and for targets < 0.
+  virtual void classification_hits(float* hits1, float* hits5, const void* logits,
+                                   const int32_t* targets, int N, int V, int ld);
+
   // ---- optimizer ----
   virtual void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
                           const AdamWArgs& args) = 0;

@@ -32,5 +32,9 @@ size_t Backend::pool2d_workspace_bytes(const Pool2d&) const { no_cnn(*this, "poo
 void Backend::pool2d_forward(void*, void*, const void*, const Pool2d&) { no_cnn(*this, "pooling"); }
 void Backend::pool2d_backward(void*, const void*, const void*, const Pool2d&) { no_cnn(*this, "pooling"); }
 void Backend::axpby(float*, float, const float*, float, size_t) { no_cnn(*this, "axpby"); }
+void Backend::dropout(void*, const void*, int, int, float, uint64_t, int64_t) { no_cnn(*this, "dropout"); }
+void Backend::classification_hits(float*, float*, const void*, const int32_t*, int, int, int) {
+  no_cnn(*this, "classification accuracy");
+}
 
 }  // namespace baton

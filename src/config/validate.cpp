@@ -124,6 +124,35 @@ void validate(Config& cfg, int world_size) {
                  "data.train_labels / valid_labels / synthetic / augment / normalize are for image "
                  "datasets, but model.kind = \"gpt\"",
                  "drop them (a GPT reads token datasets: data.train, data.valid, data.tokenizer)");
+  if (m.kind != "gpt") {
+    if (m.n_head != defaults_m.n_head || m.d_model != defaults_m.d_model || m.seq_len != defaults_m.seq_len ||
+        m.vocab_size != defaults_m.vocab_size || !cfg.data.tokenizer.empty())
+      inconsistent(latest(cfg, {"model.n_head", "model.d_model", "model.seq_len", "model.vocab_size",
+                                "data.tokenizer"}),
+                   fmt::format("model.n_head / d_model / seq_len / vocab_size and data.tokenizer describe a "
+                               "GPT, but model.kind = \"{}\"", m.kind),
+                   "drop them (a CNN is model.n_layer (its depth), image_size, in_channels, classes, width)");
+    if (cfg.data.synthetic && (!cfg.data.train.empty() || !cfg.data.valid.empty()))
+      inconsistent(latest(cfg, {"data.synthetic", "data.train", "data.valid"}),
+                   "data.synthetic = true generates the images, but data.train / data.valid name datasets",
+                   "drop data.train / data.valid, or data.synthetic");
+    if (!cfg.data.train.empty() && cfg.data.train_labels.empty())
+      inconsistent(where(cfg, "data.train"), "data.train names images but data.train_labels is not set",
+                   "set data.train_labels to the IDX labels file of the training images");
+    if (!cfg.data.valid.empty() && cfg.data.valid_labels.empty())
+      inconsistent(where(cfg, "data.valid"), "data.valid names images but data.valid_labels is not set",
+                   "set data.valid_labels to the IDX labels file of the validation images");
+    if ((!cfg.data.train_labels.empty() && cfg.data.train.empty()) ||
+        (!cfg.data.valid_labels.empty() && cfg.data.valid.empty()))
+      inconsistent(latest(cfg, {"data.train_labels", "data.valid_labels"}),
+                   "data.train_labels / valid_labels are set without the images they label (data.train / "
+                   "data.valid)",
+                   "set the images file too, or drop the labels");
+    if (cfg.parallel.tp != 1)
+      inconsistent(latest(cfg, {"parallel.tp", "model.kind"}),
+                   fmt::format("parallel.tp = {}: CNNs have no tensor-parallel layers", cfg.parallel.tp),
+                   "set parallel.tp = 1 and split a CNN with pipelines (parallel.pp) and data parallelism");
+  }
 
   const auto& p = cfg.parallel;
   // Each schedule kind's options come from the pipeline registry's traits (one list of kinds for

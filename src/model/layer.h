@@ -32,7 +32,12 @@ struct LayerCtx {
   const int32_t* tokens_host = nullptr;  // the same tokens in host memory (may be null)
   const float* images = nullptr;      // [B, ...] input images (backend memory, fp32)
   const int32_t* targets = nullptr;   // one per loss term (backend memory); null: no loss wanted
-  bool training = true;  // forward also prepares what backward needs (e.g. logits gradient)
+  bool training = true;  // forward also prepares what backward needs (e.g. logits gradient);
+                         // batch norm uses batch statistics, dropout drops
+  // Dropout (core/dropout_mask.h): the seed of this micro-batch's batch (the run's seed mixed with
+  // the batch index) and the batch row of its first sample; a layer mixes in its global index.
+  uint64_t batch_seed = 0;
+  int row0 = 0;
   // d(total loss)/d(one loss term): 1 / the loss terms of the optimizer step (the model's scale).
   float loss_scale = 1.0f;
 
@@ -59,6 +64,12 @@ class Layer {
   virtual size_t input_bytes(int B, int T) const = 0;
   // A loss layer's output is its per-term losses (fp32): how many for a micro-batch. 0 otherwise.
   virtual int64_t loss_terms(int /*B*/, int /*T*/) const { return 0; }
+  // A loss layer's evaluation metrics (ModelBuilder::metric_names; a classifier's top-1/top-5
+  // hits): after a forward with targets and training = false, metric m's per-sample values [B]
+  // (fp32) inside `saved`.
+  virtual const float* metric(const void* /*saved*/, int /*B*/, int /*T*/, int /*m*/) const {
+    return nullptr;
+  }
   // Full recomputation (PTD-P §3) applies to this layer: only its output is kept between forward
   // and backward, the rest is recomputed. (A GPT's transformer blocks; not its embedding or head.)
   virtual bool recomputable() const { return false; }

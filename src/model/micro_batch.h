@@ -17,6 +17,11 @@ struct MicroBatch {
   const int32_t* tokens = nullptr;   // [B,T] token ids (InputKind::TOKENS)
   const float* images = nullptr;     // [B, input elements per sample] (InputKind::IMAGES)
   const int32_t* targets = nullptr;  // target ids, one per loss term; null: forward only
+  // Where the samples come from: rows [row, row + B) of batch `batch` (a training step or a
+  // validation batch). Draws that belong to a sample (dropout masks) are keyed by it, so every
+  // layout draws the same.
+  int64_t batch = 0;
+  int row = 0;
 };
 
 // Owning host storage for one micro-batch.
@@ -24,10 +29,12 @@ struct HostBatch {
   int B = 0, T = 1;
   std::vector<int32_t> tokens, targets;
   std::vector<float> images;
+  int64_t batch = 0;
+  int row = 0;
   MicroBatch view() const {
     return MicroBatch{.B = B, .T = T, .tokens = tokens.empty() ? nullptr : tokens.data(),
                       .images = images.empty() ? nullptr : images.data(),
-                      .targets = targets.empty() ? nullptr : targets.data()};
+                      .targets = targets.empty() ? nullptr : targets.data(), .batch = batch, .row = row};
   }
 };
 

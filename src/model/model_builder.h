@@ -55,6 +55,9 @@ class ModelBuilder {
   virtual int max_positions() const = 0;
   virtual int64_t input_elements(int B, int T) const = 0;
   virtual int64_t target_elements(int B, int T) const = 0;
+  // What evaluation reports besides the loss, each the mean over samples of a per-sample value of
+  // the loss layer (Layer::metric): e.g. {"top1", "top5"} for a classifier. Empty for a GPT.
+  virtual std::vector<std::string> metric_names() const { return {}; }
 
   // ---- cost ----
   // Model FLOPs of one optimizer step over `samples` samples (forward + backward, no

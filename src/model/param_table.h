@@ -23,9 +23,10 @@ struct ParamSpec {
                                // over its rows (layernorm gains/biases): summed over tp after
                                // backward
   std::string tied;            // non-empty: also used as this role (e.g. wte is also "lm_head")
-  enum class Init : uint8_t { NORMAL, ZEROS, ONES };
+  enum class Init : uint8_t { NORMAL, ZEROS, ONES, UNIFORM };
   Init init = Init::NORMAL;
   float init_std = 0.02f;      // for Init::NORMAL
+  float init_bound = 0.0f;     // for Init::UNIFORM: uniform in [-bound, bound)
 };
 
 // Where this rank's tensor sits inside the full logical tensor: one box per tp block.

@@ -63,7 +63,8 @@ SequentialModel::SequentialModel(std::shared_ptr<const ModelBuilder> builder, Ba
   compute_params_ = be_.act_dtype() == DType::F32 ? params_ : be_.alloc(flat_size_ * be_.act_size());
   if (table_.buffers_total() > 0)
     buffers_ = static_cast<float*>(be_.alloc(table_.buffers_total() * sizeof(float)));
-  loss_acc_ = static_cast<double*>(be_.alloc(sizeof(double)));
+  n_metrics_ = static_cast<int>(builder_->metric_names().size());
+  loss_acc_ = static_cast<double*>(be_.alloc((1 + n_metrics_) * sizeof(double)));
 }
 
 void SequentialModel::refresh_compute_params() {
@@ -105,10 +106,14 @@ void init_tensor(const ParamSpec& spec, size_t n, uint64_t seed, const TensorPar
   switch (spec.init) {
     case ParamSpec::Init::ZEROS: std::fill(out, out + n, 0.0f); break;
     case ParamSpec::Init::ONES: std::fill(out, out + n, 1.0f); break;
-    case ParamSpec::Init::NORMAL: {
+    case ParamSpec::Init::NORMAL:
+    case ParamSpec::Init::UNIFORM: {
       full.resize(n * (spec.tp_dim >= 0 ? tp.size : 1));
       Rng rng(mix({seed, hash_string(spec.name)}));
-      for (float& x : full) x = spec.init_std * rng.normal();
+      if (spec.init == ParamSpec::Init::NORMAL)
+        for (float& x : full) x = spec.init_std * rng.normal();
+      else
+        for (float& x : full) x = spec.init_bound * (2.0f * rng.uniform() - 1.0f);
       extract_shard(spec, tp.rank, tp.size, full.data(), out);
       break;
     }
@@ -233,6 +238,8 @@ LayerCtx SequentialModel::ctx_for(const Slot& s, bool training, float loss_scale
   c.targets = s.has_targets ? s.targets : nullptr;
   c.training = training;
   c.loss_scale = loss_scale;
+  c.batch_seed = mix({seed_, static_cast<uint64_t>(s.batch)});
+  c.row0 = s.row;
   return c;
 }
 
@@ -243,6 +250,8 @@ void SequentialModel::load(int slot, const MicroBatch& mb, bool inputs, bool tar
   Slot& s = slots_[slot];
   s.B = mb.B;
   s.T = mb.T;
+  s.batch = mb.batch;
+  s.row = mb.row;
   s.has_targets = targets && mb.targets != nullptr;
   if (inputs) {
     BATON_ASSERT(holds_first(), "inputs loaded on a rank without the first layer");
@@ -262,11 +271,14 @@ void SequentialModel::load(int slot, const MicroBatch& mb, bool inputs, bool tar
   }
 }
 
-void SequentialModel::set_shape(int slot, int B, int T) {
+void SequentialModel::set_shape(int slot, int B, int T, int64_t batch, int row) {
   BATON_ASSERT(slot >= 0 && slot < num_slots(), "slot {} not reserved", slot);
   BATON_ASSERT(B <= cap_B_ && T <= cap_T_, "micro-batch {}x{} exceeds reserved {}x{}", B, T, cap_B_, cap_T_);
-  slots_[slot].B = B;
-  slots_[slot].T = T;
+  Slot& s = slots_[slot];
+  s.B = B;
+  s.T = T;
+  s.batch = batch;
+  s.row = row;
 }
 
 void* SequentialModel::chunk_output(int chunk, int slot) {
@@ -291,9 +303,11 @@ void SequentialModel::forward_chunk(int chunk, int slot, bool training, float lo
     }
     in = layer_out(s, l);
   }
-  if (is_loss_chunk(chunk) && s.has_targets)
-    be_.accumulate_sum(loss_acc_, static_cast<const float*>(in),
-                       size_t(layers_[last]->loss_terms(s.B, s.T)));
+  if (!is_loss_chunk(chunk) || !s.has_targets) return;
+  be_.accumulate_sum(loss_acc_, static_cast<const float*>(in), size_t(layers_[last]->loss_terms(s.B, s.T)));
+  if (training) return;  // metrics are evaluation's
+  for (int m = 0; m < n_metrics_; ++m)
+    be_.accumulate_sum(loss_acc_ + 1 + m, layers_[last]->metric(layer_saved(s, last), s.B, s.T, m), size_t(s.B));
 }
 
 double SequentialModel::take_loss_sum() {
@@ -301,6 +315,14 @@ double SequentialModel::take_loss_sum() {
   be_.to_host(&sum, loss_acc_, sizeof(double));
   be_.zero_bytes(loss_acc_, sizeof(double));
   return sum;
+}
+
+std::vector<double> SequentialModel::take_metric_sums() {
+  std::vector<double> sums(n_metrics_);
+  if (n_metrics_ == 0) return sums;
+  be_.to_host(sums.data(), loss_acc_ + 1, n_metrics_ * sizeof(double));
+  be_.zero_bytes(loss_acc_ + 1, n_metrics_ * sizeof(double));
+  return sums;
 }
 
 void SequentialModel::backward_chunk(int chunk, int slot, const std::function<void(int)>& after_layer,

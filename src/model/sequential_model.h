@@ -114,8 +114,11 @@ class SequentialModel {
   // reads them) and its targets when `targets` and it has any (the chunk with the loss layer).
   // Sets the slot's shape either way.
   void load(int slot, const MicroBatch& mb, bool inputs, bool targets);
-  // The shape of the micro-batch in `slot`, for a chunk that loads nothing (a middle stage's).
-  void set_shape(int slot, int B, int T);
+  // The shape and origin (MicroBatch::batch, row) of the micro-batch in `slot`, for a chunk that
+  // loads nothing (a middle stage's).
+  void set_shape(int slot, int B, int T, int64_t batch = 0, int row = 0);
+  // The run's seed for draws keyed by sample (dropout masks; LayerCtx::batch_seed).
+  void set_seed(uint64_t seed) { seed_ = seed; }
   // Forward of chunk `chunk` on `slot`: input from slot_input(slot) (or the micro-batch's inputs
   // for the first chunk), output at chunk_output(). With the loss layer and targets, the
   // micro-batch's loss sum is added to the model's device accumulator (no synchronisation): read
@@ -124,6 +127,9 @@ class SequentialModel {
   void forward_chunk(int chunk, int slot, bool training, float loss_scale);
   // The per-term losses summed since the last call (in double, in micro-batch order), and reset.
   double take_loss_sum();
+  // The builder's metrics (ModelBuilder::metric_names) summed over the samples of the forwards
+  // with targets and training = false since the last call, and reset.
+  std::vector<double> take_metric_sums();
   // Backward of chunk `chunk` on `slot`: output gradient from slot_output_grad(slot) (unused by
   // the loss chunk), input gradient to slot_input_grad(slot) (not computed for the first chunk).
   // Accumulates into grads(). `after_layer(l)`, if given, runs when local layer l's parameter
@@ -171,6 +177,8 @@ class SequentialModel {
     int32_t* targets = nullptr;
     std::vector<int32_t> tokens_host;  // the same tokens on the host (embedding backward)
     int B = 0, T = 0;
+    int64_t batch = 0;  // MicroBatch::batch, row
+    int row = 0;
     bool has_targets = false;
   };
   LayerCtx ctx_for(const Slot& s, bool training, float loss_scale) const;
@@ -210,7 +218,9 @@ class SequentialModel {
   void* dbuf_[2] = {nullptr, nullptr};  // ping-pong gradients between layers
   size_t act_bytes_ = 0;
   int cap_B_ = 0, cap_T_ = 0;
-  double* loss_acc_ = nullptr;  // device accumulator of forward_chunk's loss sums
+  double* loss_acc_ = nullptr;  // device accumulators: forward_chunk's loss sum, then each metric's
+  int n_metrics_ = 0;
+  uint64_t seed_ = 0;
 };
 
 }  // namespace baton

@@ -28,6 +28,8 @@ void MetricsWriter::write(const StepMetrics& m) {
                       {"tflops_per_gpu", m.tflops_per_gpu}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (m.images_per_s) j["images_per_s"] = *m.images_per_s;
+  for (const auto& [name, value] : m.val_metrics) j["val_" + name] = value;
   const std::string line = j.dump() + "\n";
   std::fputs(line.c_str(), file_);
   std::fflush(file_);

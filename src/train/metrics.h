@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace baton {
 
@@ -19,6 +21,10 @@ struct StepMetrics {
   double tflops_per_gpu = 0;
   std::optional<double> mfu;  // absent when the device's peak is unknown
   std::optional<double> val_loss;
+  // Image models: images/s (= tokens_per_s, one "token" per image) and the evaluation metrics as
+  // "val_<name>" (val_top1, val_top5: fractions in [0, 1]).
+  std::optional<double> images_per_s;
+  std::vector<std::pair<std::string, double>> val_metrics;
 };
 
 class MetricsWriter {

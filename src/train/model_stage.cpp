@@ -45,13 +45,20 @@ void ModelStage::load(int stage, int microbatch, int slot) {
   const int c = chunk(stage);
   BATON_ASSERT(c >= 0 && w_.batch, "LOAD of stage {} without work or stage", stage);
   const bool first = m_.chunks()[c].begin == 0, last = m_.chunks()[c].end == m_.builder().num_layers();
-  (*w_.batch)(w_.first_batch + microbatch / w_.per_batch,
-              w_.row0 + (microbatch % w_.per_batch) * w_.micro, w_.micro, batch_);
+  const auto [batch, row] = origin(microbatch);
+  (*w_.batch)(batch, row, w_.micro, batch_);
+  batch_.batch = batch;
+  batch_.row = row;
   m_.load(slot, batch_.view(), first, last);
 }
 
-void ModelStage::forward(int stage, int, int slot) {
-  m_.set_shape(slot, w_.micro, w_.T);  // a middle stage loads nothing
+std::pair<int64_t, int> ModelStage::origin(int microbatch) const {
+  return {w_.first_batch + microbatch / w_.per_batch, w_.row0 + (microbatch % w_.per_batch) * w_.micro};
+}
+
+void ModelStage::forward(int stage, int microbatch, int slot) {
+  const auto [batch, row] = origin(microbatch);
+  m_.set_shape(slot, w_.micro, w_.T, batch, row);  // a middle stage loads nothing
   m_.forward_chunk(chunk(stage), slot, w_.training, w_.loss_scale);
 }
 

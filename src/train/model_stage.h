@@ -74,6 +74,8 @@ class ModelStage final : public pipeline::Stage {
 
  private:
   int chunk(int stage) const;  // -1 when this rank does not hold `stage`
+  // (batch, first row) of program micro-batch `microbatch`.
+  std::pair<int64_t, int> origin(int microbatch) const;
   SequentialModel& m_;
   std::vector<int> stages_;
   GradSync& sync_;

@@ -13,6 +13,7 @@
 #include "dist/mpi_comm.h"
 #include "dist/node_local.h"
 #include "data/tokenizer.h"
+#include "model/cnn.h"
 #include "model/gpt.h"
 #include "pipeline/schedules.h"
 #include "train/checkpoint_resume.h"
@@ -66,6 +67,7 @@ std::string SyntheticTokens::describe() const {
 
 std::shared_ptr<const ModelBuilder> model_builder(const Config& cfg, int tokenizer_vocab) {
   check_trainable(cfg);
+  if (cfg.model.kind != "gpt") return make_cnn(cnn_dims(cfg.model));
   const GptDims dims = gpt_dims(cfg.model, tokenizer_vocab);
   BATON_REQUIRE(dims.vocab_padded % cfg.parallel.tp == 0,
                 fmt::format("parallel.tp = {} does not divide the padded vocabulary ({} = {} rounded up "
@@ -115,6 +117,11 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
   choice_ = choose_backend(cfg_.precision.device, parse_compute_dtype(cfg_.precision.compute),
                            world.size() > 1 ? dist::node_local().local_rank : 0);
   Backend& be = *choice_.backend;
+  // cuDNN's CNN ops compile in every build but have not run on a GPU yet (the GPU issue's check).
+  BATON_REQUIRE(builder_->input_kind() != InputKind::IMAGES || choice_.device != "cuda",
+                fmt::format("{} on the GPU is not enabled: baton's cuDNN path has not been verified on a GPU "
+                            "yet", builder_->family()),
+                "train CNNs on the CPU for now (precision.device = \"cpu\")");
   // The layers sharing parameters across stages (a GPT's tied wte): one tied group.
   std::vector<int> tied_layers;
   for (const TiedLayers& t : builder_->tied_layers())
@@ -141,6 +148,7 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
                                              parse_recompute(cfg_.parallel.recompute), 16 * size_t(dp));
   SequentialModel& model = *model_;
   model.init_weights(cfg_.train.seed);
+  model.set_seed(cfg_.train.seed);  // dropout masks
   dpg_ = std::make_unique<DataParallelGrads>(be, model.table(), model.layer_of_param(),
                                              dp > 1 ? groups_.dp.get() : nullptr, cfg_.parallel.zero1,
                                              static_cast<size_t>(cfg_.parallel.bucket_mb * 1048576.0),
@@ -204,9 +212,13 @@ void TrainSession::log_header() {
       n_params += static_cast<double>(model.table().numel(i));
   if (world_size() > 1) n_params = world_.all_reduce_scalar(n_params) / layout_.dp();
   log::info("model: {} | {} parameters", builder_->describe(), human_count(n_params));
-  log::info("data: {} | {} tokens/step = {} x {} micro-batches x {} seq", data_->describe(),
-            tokens_per_step(), runner_->microbatches() * layout_.dp(), cfg_.train.micro_batch,
-            builder_->max_positions());
+  if (builder_->input_kind() == InputKind::IMAGES)
+    log::info("data: {} | {} images/step = {} x {} micro-batches", data_->describe(), tokens_per_step(),
+              runner_->microbatches() * layout_.dp(), cfg_.train.micro_batch);
+  else
+    log::info("data: {} | {} tokens/step = {} x {} micro-batches x {} seq", data_->describe(),
+              tokens_per_step(), runner_->microbatches() * layout_.dp(), cfg_.train.micro_batch,
+              builder_->max_positions());
   const std::string baseline = data_->baseline();
   if (!baseline.empty()) log::info("baseline: {}", baseline);
   log::info("memory per rank: params+grads {:.1f} MiB, {} {:.1f} MiB, activations {:.1f} MiB "
@@ -264,7 +276,7 @@ TimedStep TrainSession::step(int64_t step, double lr) {
   return t;
 }
 
-std::optional<double> TrainSession::evaluate() {
+std::optional<EvalResult> TrainSession::evaluate() {
   if (!data_->has_valid()) return std::nullopt;
   const int rows = cfg_.train.global_batch;
   const BatchSource* src = data_.get();
@@ -291,6 +303,7 @@ StepMetrics TrainSession::metrics(int64_t step, double lr, const TimedStep& t) c
   m.grad_norm = t.result.grad_norm;
   m.step_ms = t.seconds * 1e3;
   m.tokens_per_s = tokens_per_step() / t.seconds;
+  if (builder_->input_kind() == InputKind::IMAGES) m.images_per_s = m.tokens_per_s;
   // Per device (DESIGN §6): the job's model FLOPs shared by its ranks.
   m.tflops_per_gpu = flops_ / t.seconds / 1e12 / world_size();
   if (peak_ > 0) m.mfu = m.tflops_per_gpu / peak_;

@@ -93,7 +93,7 @@ class TrainSession {
   std::optional<int64_t> resume();
   TimedStep step(int64_t step, double lr);
   // Mean validation loss (cfg.train.eval_steps batches); nullopt without a validation set.
-  std::optional<double> evaluate();
+  std::optional<EvalResult> evaluate();
   // Writes the checkpoint of `step` and logs its size and time; returns its path. Collective.
   std::string save(int64_t step, double lr);
   // True when the state is a consistent checkpoint: always, except for an asynchronous pipeline

@@ -181,7 +181,7 @@ StepResult StepRunner::step(const BatchFn& batch, int64_t step, double lr) {
   return {.loss = stats[1] / global_terms, .grad_norm = std::sqrt(stats[0])};
 }
 
-double StepRunner::evaluate(const BatchFn& rows_fn, int batches, int rows) {
+EvalResult StepRunner::evaluate(const BatchFn& rows_fn, int batches, int rows) {
   SequentialModel& model = *s_.model;
   const int mine = rows / dp_;
   // Asynchronous kinds may be mid-segment: evaluate on the latest weights in the spare slot, over
@@ -190,19 +190,27 @@ double StepRunner::evaluate(const BatchFn& rows_fn, int batches, int rows) {
   const int slot = traits_->synchronous() ? 0 : slots() - 1;
   const StageWork saved = stage_->work();
   stage_->hold_loss();
-  double sum = 0;
+  // sums[0]: the loss; then each metric's per-sample sum.
+  std::vector<double> sums(1 + model.builder().metric_names().size(), 0.0);
   for (int b = 0; b < batches; ++b) {
     stage_->set_work({.batch = &rows_fn, .first_batch = b, .per_batch = std::max(1, mine / s_.micro_batch),
                       .row0 = place_->group * mine, .micro = s_.micro_batch, .T = s_.T,
                       .training = false});
     if (place_->replica == 0)  // 1F1B-RR: replica 0 of each stage (eval_comm_ rank = stage)
       pipeline::run_forward_only(*stage_, comm, pipe_->pp, pipe_->vp, mine / s_.micro_batch, slot);
-    sum += model.take_loss_sum();
+    sums[0] += model.take_loss_sum();
+    const std::vector<double> metrics = model.take_metric_sums();
+    for (size_t m = 0; m < metrics.size(); ++m) sums[1 + m] += metrics[m];
   }
   stage_->set_work(saved);
-  sum = s_.groups->pp->all_reduce_scalar(sum);  // the last stage has the losses
-  if (s_.groups->dp && s_.groups->dp->size() > 1) sum = s_.groups->dp->all_reduce_scalar(sum);
-  return sum / (double(model.builder().target_elements(rows, s_.T)) * batches);
+  // The last stage has the losses and metrics.
+  s_.groups->pp->all_reduce(sums.data(), sums.size(), dist::DType::F64, dist::ReduceOp::SUM);
+  if (s_.groups->dp && s_.groups->dp->size() > 1)
+    s_.groups->dp->all_reduce(sums.data(), sums.size(), dist::DType::F64, dist::ReduceOp::SUM);
+  EvalResult r;
+  r.loss = sums[0] / (double(model.builder().target_elements(rows, s_.T)) * batches);
+  for (size_t m = 1; m < sums.size(); ++m) r.metrics.push_back(sums[m] / (double(rows) * batches));
+  return r;
 }
 
 }  // namespace baton

@@ -65,6 +65,13 @@ struct StepRunnerSetup {
   bool record = false;          // keep the executed instructions (last_stats().trace)
 };
 
+// An evaluation: the mean loss per loss term, and each of the model's metrics
+// (ModelBuilder::metric_names, e.g. top-1 / top-5 accuracy) as its mean per sample.
+struct EvalResult {
+  double loss = 0;
+  std::vector<double> metrics;
+};
+
 struct StepResult {
   double loss = 0;       // mean per loss term over the global batch
   double grad_norm = 0;  // before clipping
@@ -83,7 +90,7 @@ class StepRunner {
   StepResult step(const BatchFn& batch, int64_t step, double lr);
   // Mean loss per term over `batches` batches of `rows` samples (forward only), from `rows_fn`;
   // the same on every rank.
-  double evaluate(const BatchFn& rows_fn, int batches, int rows);
+  EvalResult evaluate(const BatchFn& rows_fn, int batches, int rows);
   // Asynchronous kinds: true when no micro-batch is in flight (between segments); flush kinds:
   // always. Checkpoints are only consistent when drained.
   bool drained() const;

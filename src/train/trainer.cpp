@@ -19,6 +19,7 @@
 #include "train/sampler.h"
 #include "dist/self_comm.h"
 #include "model/gpt.h"
+#include "train/image_batches.h"
 #include "train/session.h"
 
 namespace baton {
@@ -146,10 +147,13 @@ void log_sample(TrainSession& session, const Tokenizer& tokenizer) {
 // step time, throughput, MFU when known, communication share with several ranks, ETA.
 void log_step(const StepMetrics& m, int64_t steps, double mean_loss, const TimedStep& t, int ranks,
               double eta_s) {
-  log::info("step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {} tok/s | "
+  std::string val;
+  if (m.val_loss) val = fmt::format(" | val {:.4f}", *m.val_loss);
+  for (const auto& [name, value] : m.val_metrics) val += fmt::format(" {} {:.2f}%", name, 100 * value);
+  log::info("step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {} {}/s | "
             "{:.3f} TFLOP/s{}{} | eta {}",
-            m.step, steps, mean_loss, m.val_loss ? fmt::format(" | val {:.4f}", *m.val_loss) : std::string(),
-            m.lr, m.grad_norm, m.step_ms, human_count(m.tokens_per_s), m.tflops_per_gpu,
+            m.step, steps, mean_loss, val, m.lr, m.grad_norm, m.step_ms, human_count(m.tokens_per_s),
+            m.images_per_s ? "img" : "tok", m.tflops_per_gpu,
             m.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *m.mfu) : std::string(),
             ranks > 1 ? fmt::format(" | comm {:.0f}%", 100 * t.comm_seconds / t.seconds) : std::string(),
             human_duration(eta_s));
@@ -176,13 +180,18 @@ void save_final(TrainSession& session, TrainSummary& summary, int64_t start_step
 
 TrainSummary train(const Config& cfg, dist::Comm* world) {
   check_trainable(cfg);
-  BATON_REQUIRE(!cfg.data.train.empty(), "data.train is not set",
+  const bool gpt = cfg.model.kind == "gpt";
+  BATON_REQUIRE(!gpt || !cfg.data.train.empty(), "data.train is not set",
                 "set data.train to a dataset prefix built with `baton data build`");
   std::unique_ptr<Tokenizer> tokenizer;
   if (!cfg.data.tokenizer.empty()) tokenizer = Tokenizer::load(cfg.data.tokenizer);
   const int tokenizer_vocab = tokenizer ? tokenizer->vocab_size() : 0;
   std::shared_ptr<const ModelBuilder> builder = model_builder(cfg, tokenizer_vocab);
-  auto data = std::make_unique<DatasetTokens>(cfg, gpt_dims_of(*builder));
+  std::unique_ptr<BatchSource> data;
+  if (gpt)
+    data = std::make_unique<DatasetTokens>(cfg, gpt_dims_of(*builder));
+  else
+    data = make_image_batches(cfg);
   dist::SelfComm alone;
   TrainSession session(cfg, world ? *world : alone, std::move(builder), std::move(data));
   const bool rank0 = session.rank0();
@@ -221,8 +230,13 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     const bool last = step + 1 == cfg.train.steps;
     const bool eval_now = (cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last;
     if (eval_now) {
-      m.val_loss = session.evaluate();
-      if (m.val_loss) summary.last_val_loss = m.val_loss;
+      if (const std::optional<EvalResult> r = session.evaluate()) {
+        m.val_loss = r->loss;
+        const std::vector<std::string> names = session.model().builder().metric_names();
+        for (size_t i = 0; i < names.size(); ++i) m.val_metrics.emplace_back(names[i], r->metrics[i]);
+        summary.last_val_loss = m.val_loss;
+        summary.last_val_metrics = m.val_metrics;
+      }
     }
     const bool evaluated = m.val_loss.has_value();
     const bool log_now = (step + 1) % cfg.train.log_every == 0 || last || step == 0 || evaluated;

@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "config/config.h"
 #include "dist/comm.h"
@@ -19,6 +22,7 @@ struct TrainSummary {
   int64_t last_step = 0;        // index of the last completed step + 1
   double last_loss = 0;
   std::optional<double> last_val_loss;
+  std::vector<std::pair<std::string, double>> last_val_metrics;  // "top1", "top5" of a CNN
   bool stopped_by_signal = false;
   std::string checkpoint_path;  // the last checkpoint written by this run, if any
 };

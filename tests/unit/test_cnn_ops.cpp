@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/dropout_mask.h"
 #include "core/rng.h"
 
 namespace baton {
@@ -329,6 +330,58 @@ TEST(CnnOps, Bf16EmulationFollowsFp32) {
   be32->conv2d_forward(y32.data(), x.data(), w.data(), nullptr, c);
   be16->conv2d_forward(y16.data(), x16.data(), w16.data(), nullptr, c);
   for (size_t i = 0; i < y32.size(); ++i) EXPECT_EQ(y16[i], f32_to_bf16(y32[i]));  // one rounding
+}
+
+// Dropout: the mask is a pure function of (seed, row, element) — the same rows give the same mask
+// whatever the call's first row; kept values are scaled by 1/(1−p); the fraction dropped is p;
+// in place equals out of place; the backward (the same call on gradients) zeroes the same entries.
+TEST(CnnOps, DropoutMaskIsAFunctionOfSeedRowAndElement) {
+  auto be = make_cpu_backend();
+  const int rows = 64, cols = 300;
+  const float p = 0.3f;
+  const V x = randn(size_t(rows) * cols, 71);
+  V y(x.size());
+  be->dropout(y.data(), x.data(), rows, cols, p, 99, 1000);
+  size_t dropped = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (y[i] == 0.0f) ++dropped;
+    else EXPECT_FLOAT_EQ(y[i], x[i] / (1 - p));
+  }
+  const double frac = double(dropped) / x.size(), sd = std::sqrt(p * (1 - p) / x.size());
+  EXPECT_NEAR(frac, p, 5 * sd);
+  // Rows 1010..1019 alone: the same values as inside the whole call.
+  V part(size_t(10) * cols);
+  be->dropout(part.data(), x.data() + size_t(10) * cols, 10, cols, p, 99, 1010);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), y.begin() + size_t(10) * cols));
+  V inplace = x;
+  be->dropout(inplace.data(), inplace.data(), rows, cols, p, 99, 1000);
+  EXPECT_EQ(inplace, y);
+  V other(x.size());  // another seed: another mask
+  be->dropout(other.data(), x.data(), rows, cols, p, 100, 1000);
+  EXPECT_NE(other, y);
+  for (size_t i = 0; i < x.size(); ++i)  // the mask check of core/dropout_mask.h, element by element
+    EXPECT_EQ(y[i] != 0.0f, dropout_keep(99, 1000 + i / cols, i % cols, dropout_threshold(p)) || x[i] == 0.0f);
+}
+
+// Top-1 / top-5 hits against a count of the classes scoring above the target, ties for the target.
+TEST(CnnOps, ClassificationHits) {
+  auto be = make_cpu_backend();
+  const int N = 200, V_ = 10, ld = 12;
+  V logits = randn(size_t(N) * ld, 81);
+  for (int n = 0; n < N; n += 7) logits[size_t(n) * ld + 3] = logits[size_t(n) * ld + 4];  // ties
+  std::vector<int32_t> t(N);
+  Rng rng(82);
+  for (int& v : t) v = int(rng.below(V_));
+  t[5] = -1;  // ignored
+  V h1(N), h5(N);
+  be->classification_hits(h1.data(), h5.data(), logits.data(), t.data(), N, V_, ld);
+  for (int n = 0; n < N; ++n) {
+    int above = 0;
+    if (t[n] >= 0)
+      for (int j = 0; j < V_; ++j) above += logits[size_t(n) * ld + j] > logits[size_t(n) * ld + t[n]];
+    EXPECT_EQ(h1[n], t[n] >= 0 && above == 0 ? 1.0f : 0.0f) << n;
+    EXPECT_EQ(h5[n], t[n] >= 0 && above < 5 ? 1.0f : 0.0f) << n;
+  }
 }
 
 }  // namespace

@@ -180,7 +180,6 @@ train = "fm/train-images-idx3-ubyte.gz"
 train_labels = "fm/train-labels-idx1-ubyte.gz"
 valid = "fm/t10k-images-idx3-ubyte.gz"
 valid_labels = "fm/t10k-labels-idx1-ubyte.gz"
-synthetic = true
 augment = "crop_flip"
 normalize = false
 
@@ -202,20 +201,46 @@ stages = [[0, 5], [5, 12]]
 bucket_mb = 4.5
 )";
 
-// The one key neither file can set (replicated stages exclude vertical sync and tensor parallelism).
+// The keys neither file can set: replicated stages exclude vertical sync and tensor parallelism;
+// synthetic images exclude image datasets.
 const char* kReplicasConfig = "[parallel]\npp = 2\nschedule = \"pipedream\"\nreplicas = [2, 2]\n";
+const char* kSyntheticConfig = "[model]\nkind = \"resnet\"\nn_layer = 50\n[data]\nsynthetic = true\n";
 
 TEST(Config, TheFullFilesSetEveryKeyAwayFromItsDefault) {
   // A key at its default proves nothing: each key must be set to another value in some file.
   const Config def;
   std::set<std::string> away;
-  for (auto [text, world] : {std::pair{kFullConfig, 8}, {kFullImageConfig, 2}, {kReplicasConfig, 4}}) {
+  for (auto [text, world] : {std::pair{kFullConfig, 8}, {kFullImageConfig, 2}, {kReplicasConfig, 4}, {kSyntheticConfig, 1}}) {
     const Config c = load_config_string(text, "full.toml", {}, world);
     for (const config_detail::KeyDesc& k : config_detail::config_keys())
       if (config_detail::format_field(k, c) != config_detail::format_field(k, def)) away.insert(k.full_name());
   }
   for (const config_detail::KeyDesc& k : config_detail::config_keys())
     EXPECT_TRUE(away.count(k.full_name())) << k.full_name() << " is at its default in every full config file";
+}
+
+// A CNN's config: GPT keys, images without labels (and the reverse), synthetic images beside
+// datasets and tensor parallelism are errors naming the key.
+TEST(Config, CnnInconsistenciesAreErrors) {
+  const std::string cnn = "[model]\nkind = \"resnet\"\nn_layer = 18\n";
+  auto error_of = [&](const std::string& more, int world = 1) {
+    try {
+      load_config_string(cnn + more, "c.toml", {}, world);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("d_model = 64\n").find("describe a GPT"), std::string::npos);
+  EXPECT_NE(error_of("[data]\ntokenizer = \"t.model\"\n").find("describe a GPT"), std::string::npos);
+  EXPECT_NE(error_of("[data]\ntrain = \"x.gz\"\n").find("data.train_labels is not set"), std::string::npos);
+  EXPECT_NE(error_of("[data]\ntrain = \"x\"\ntrain_labels = \"y\"\nvalid = \"v\"\n").find("data.valid_labels"),
+            std::string::npos);
+  EXPECT_NE(error_of("[data]\ntrain_labels = \"y\"\n").find("without the images"), std::string::npos);
+  EXPECT_NE(error_of("[data]\nsynthetic = true\ntrain = \"x\"\ntrain_labels = \"y\"\n").find("synthetic"),
+            std::string::npos);
+  EXPECT_NE(error_of("[parallel]\ntp = 2\n", 2).find("no tensor-parallel layers"), std::string::npos);
+  EXPECT_EQ(error_of("[data]\ntrain = \"x\"\ntrain_labels = \"y\"\n"), "no error");
 }
 
 TEST(Config, FullImageFileParses) {
@@ -228,7 +253,6 @@ TEST(Config, FullImageFileParses) {
   EXPECT_FALSE(c.model.batch_norm);
   EXPECT_EQ(c.data.train_labels, "fm/train-labels-idx1-ubyte.gz");
   EXPECT_EQ(c.data.valid_labels, "fm/t10k-labels-idx1-ubyte.gz");
-  EXPECT_TRUE(c.data.synthetic);
   EXPECT_EQ(c.data.augment, "crop_flip");
   EXPECT_FALSE(c.data.normalize);
   EXPECT_EQ(c.optim.decay, "step");

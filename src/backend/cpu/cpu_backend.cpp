@@ -283,6 +283,18 @@ class CpuBackend final : public Backend {
     for (size_t k = 0; k < n; ++k) y[k] = a * x[k] + b * y[k];
   }
 
+  void dropout(void* y, const void* x, int rows, int row_elems, float p, uint64_t seed,
+               int64_t first_row) override {
+    const size_t n = size_t(rows) * row_elems;
+    F32View yo(act_, y, n, y == x ? F32View::INOUT : F32View::OUT), xi(act_, y == x ? nullptr : x, n);
+    ops_.dropout(yo, y == x ? yo.get() : xi.get(), rows, row_elems, p, seed, first_row);
+  }
+  void classification_hits(float* hits1, float* hits5, const void* logits, const int32_t* targets, int N,
+                           int V, int ld) override {
+    F32View l(act_, logits, size_t(N) * ld);
+    ops_.classification_hits(hits1, hits5, l, targets, N, V, ld);
+  }
+
   void sgd_step(float* param, const float* grad, float* buf, size_t n, const SgdArgs& args) override {
     ops_.sgd_step(param, grad, buf, n, args);
   }

@@ -108,4 +108,21 @@ void CpuOps::cross_entropy_finish(float* losses, float* dlogits, const float* lo
   }
 }
 
+// A class beats the target when its logit is strictly greater (ties count for the target).
+void CpuOps::classification_hits(float* hits1, float* hits5, const float* logits,
+                                 const int32_t* targets, int N, int V, int ld) {
+#pragma omp parallel for schedule(static) if (size_t(N) * V >= cpu_detail::kSerialBelow)
+  for (int n = 0; n < N; n++) {
+    const int32_t t = targets[n];
+    int above = 0;
+    if (t >= 0 && t < V) {
+      const float* x = logits + size_t(n) * ld;
+      for (int j = 0; j < V; ++j) above += x[j] > x[t];
+    }
+    const bool valid = t >= 0 && t < V;
+    hits1[n] = valid && above < 1 ? 1.0f : 0.0f;
+    hits5[n] = valid && above < 5 ? 1.0f : 0.0f;
+  }
+}
+
 }  // namespace baton

@@ -9,6 +9,7 @@
 #include <new>
 #include <vector>
 
+#include "core/dropout_mask.h"
 #include "core/error.h"
 
 namespace baton {
@@ -74,6 +75,19 @@ void CpuOps::gelu_backward(float* dinp, const float* inp, const float* dout, siz
     float du_dx = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
     float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
     dinp[i] = grad * dout[i];  // overwrite, not accumulate (Backend contract)
+  }
+}
+
+void CpuOps::dropout(float* y, const float* x, int rows, int row_elems, float p, uint64_t seed,
+                     int64_t first_row) {
+  const uint32_t threshold = dropout_threshold(p);
+  const float keep_scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (size_t(rows) * row_elems >= kSerialBelow)
+  for (int r = 0; r < rows; ++r) {
+    const size_t base = size_t(r) * row_elems;
+    const uint64_t row = static_cast<uint64_t>(first_row + r);
+    for (int j = 0; j < row_elems; ++j)
+      y[base + j] = dropout_keep(seed, row, uint64_t(j), threshold) ? x[base + j] * keep_scale : 0.0f;
   }
 }
 

@@ -23,6 +23,8 @@ class CpuOps {
   void scale(float* x, float s, size_t n);
   void add(float* dst, const float* src, size_t n);
   double sum_squares(const float* x, size_t n);
+  void dropout(float* y, const float* x, int rows, int row_elems, float p, uint64_t seed,
+               int64_t first_row);
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                       int C, int OC);
@@ -55,6 +57,8 @@ class CpuOps {
 
   void softmax_cross_entropy(float* losses, float* dlogits, const float* logits,
                              const int32_t* targets, int N, int V, int Vp, float dloss);
+  void classification_hits(float* hits1, float* hits5, const float* logits, const int32_t* targets,
+                           int N, int V, int ld);
   void logits_row_max(float* maxv, const float* logits, int N, int V_local, int Vl);
   void logits_sumexp_target(float* sumexp, float* target_logit, const float* logits,
                             const float* maxv, const int32_t* targets, int N, int V_local, int Vl,
