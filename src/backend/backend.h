@@ -219,8 +219,20 @@ class Backend {
                                     const float* target_logit, const int32_t* targets, int N,
                                     int V_local, int Vl, int vocab_start, float dloss) = 0;
 
-  // ---- convolutional networks (NCHW activations in act_dtype(); statistics fp32) ----
+  // ---- convolutional networks (activations in act_dtype(); statistics fp32) ----
   // A backend without them cannot train a CNN: the defaults throw an Error naming the backend.
+  // CNN activations are [N, C, H, W] tensors stored in the backend's image layout: NCHW, or NHWC
+  // (channels last), whichever its kernels run fastest on — the CPU's oneDNN kernels read NHWC
+  // without reorders, cuDNN's legacy API here is NCHW. Elementwise ops do not care; layers convert
+  // where the layout shows: the input images (fp32 NCHW) and a feature map flattened into a fully
+  // connected layer (torchvision flattens in C·H·W order). Shapes below are logical (N, C, H, W).
+  enum class ImageLayout : uint8_t { NCHW, NHWC };
+  virtual ImageLayout image_layout() const { return ImageLayout::NCHW; }
+  // dst (act dtype, image layout) ← fp32 NCHW images.
+  virtual void images_to_activations(void* dst, const float* images, int N, int C, int H, int W);
+  // Between the image layout and NCHW, both in the act dtype (dst and src do not alias).
+  virtual void activations_to_nchw(void* dst, const void* src, int N, int C, int H, int W);
+  virtual void nchw_to_activations(void* dst, const void* src, int N, int C, int H, int W);
   // y[N,K,P,Q] = conv(x, w) + bias (bias may be null).
   virtual void conv2d_forward(void* y, const void* x, const void* w, const void* bias, const Conv2d& c);
   // dx (overwritten; null: skipped) = the gradient w.r.t. x; dw[K,C,R,S] += and db[K] += the

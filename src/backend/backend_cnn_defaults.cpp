@@ -1,5 +1,5 @@
 // The CNN ops' defaults (backend.h): a backend that has none of them refuses a CNN with one clear
-// error instead of computing something else.
+// error instead of computing something else; the layout conversions of an NCHW backend.
 #include "backend/backend.h"
 #include "core/error.h"
 
@@ -11,6 +11,17 @@ namespace {
               "train CNNs on the CPU (precision.device = \"cpu\")");
 }
 }  // namespace
+
+// An NCHW backend: images are cast, activations already NCHW.
+void Backend::images_to_activations(void* dst, const float* images, int N, int C, int H, int W) {
+  cast(dst, act_dtype(), images, DType::F32, size_t(N) * C * H * W);
+}
+void Backend::activations_to_nchw(void* dst, const void* src, int N, int C, int H, int W) {
+  copy_act(dst, src, size_t(N) * C * H * W);
+}
+void Backend::nchw_to_activations(void* dst, const void* src, int N, int C, int H, int W) {
+  copy_act(dst, src, size_t(N) * C * H * W);
+}
 
 void Backend::conv2d_forward(void*, const void*, const void*, const void*, const Conv2d&) {
   no_cnn(*this, "convolution");

@@ -131,8 +131,8 @@ void CnnBuilder::build_vgg() {
   }
   const int hidden = ch(4096);
   const int fc6 = static_cast<int>(layers_.size());
-  layers_.push_back(LinearSpec{.name = "classifier.0", .in = C * H * H, .out = hidden, .dropout = d_.dropout,
-                               .layer = fc6});
+  layers_.push_back(LinearSpec{.name = "classifier.0", .in = C * H * H, .out = hidden, .H = H, .W = H,
+                               .dropout = d_.dropout, .layer = fc6});
   layers_.push_back(LinearSpec{.name = "classifier.3", .in = hidden, .out = hidden, .dropout = d_.dropout,
                                .layer = fc6 + 1});
   layers_.push_back(ClassifierSpec{.name = "classifier.6", .C = hidden, .classes = d_.classes, .init_std = 0.01f});

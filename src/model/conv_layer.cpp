@@ -12,7 +12,10 @@ struct ConvLayer::Saved {
 ConvLayer::ConvLayer(std::string name, ConvUnitSpec unit, std::optional<PoolSpec> pool, bool first,
                      const Backend& be)
     : name_(std::move(name)), unit_(std::move(unit)), pool_(pool), first_(first), be_(be), act_size_(be.act_size()),
-      cast_images_(first && be.act_dtype() != DType::F32) {}
+      // The images are the first conv's input as they are when they are fp32 in the backend's layout
+      // (NCHW, or one channel, where NHWC is the same).
+      convert_images_(first && (be.act_dtype() != DType::F32 ||
+                                (be.image_layout() != Backend::ImageLayout::NCHW && unit_.spec().C > 1))) {}
 
 Pool2d ConvLayer::pool(int N) const {
   return Pool2d{.N = N, .C = unit_.spec().K, .H = unit_.P(), .W = unit_.Q(), .R = pool_->R, .S = pool_->R,
@@ -44,7 +47,7 @@ size_t ConvLayer::saved_bytes(int B, int) const {
 size_t ConvLayer::workspace_bytes(int B, int) const {
   size_t bytes = unit_.backward_scratch_bytes(B, act_size_);
   if (pool_) bytes += unit_.out_elems(B) * act_size_;
-  if (cast_images_) bytes += unit_.in_elems(B) * act_size_;
+  if (convert_images_) bytes += unit_.in_elems(B) * act_size_;
   return bytes;
 }
 
@@ -55,8 +58,9 @@ void* ConvLayer::output(void* saved, int B, int) const {
 
 const void* ConvLayer::input(const LayerCtx& ctx, const void* in, void* scratch) const {
   if (!first_) return in;
-  if (!cast_images_) return ctx.images;
-  ctx.be->cast(scratch, ctx.be->act_dtype(), ctx.images, DType::F32, unit_.in_elems(ctx.B));
+  if (!convert_images_) return ctx.images;
+  const ConvUnitSpec& u = unit_.spec();
+  ctx.be->images_to_activations(scratch, ctx.images, ctx.B, u.C, u.H, u.W);
   return scratch;
 }
 
@@ -71,7 +75,7 @@ void ConvLayer::backward(const LayerCtx& ctx, const void* in, const void* dout, 
   Carver c{saved, act_size_};
   const Saved v = views(c, ctx.B);
   Carver w{ctx.workspace, act_size_};
-  void* x_cast = cast_images_ ? w.act(unit_.in_elems(ctx.B)) : nullptr;
+  void* x_cast = convert_images_ ? w.act(unit_.in_elems(ctx.B)) : nullptr;
   void* scratch = w.act(2 * unit_.out_elems(ctx.B));
   const void* dy = dout;
   if (pool_) {

@@ -1,8 +1,8 @@
 // ConvLayer: one ConvUnit (conv_unit.h) optionally followed by max pooling — a VGG feature layer
 // (3×3 conv, ReLU, and the 2×2 pool that follows it in torchvision's `features`, folded in) or a
 // ResNet's stem (7×7/2 conv, batch norm, ReLU, 3×3/2 max pool; 3×3/1 conv without the pool for
-// small images). The model's first layer reads the micro-batch's images (fp32; cast to the act
-// dtype in scratch when that is bf16).
+// small images). The model's first layer reads the micro-batch's images (fp32 NCHW; converted in
+// scratch to the act dtype and the backend's image layout when those differ).
 // Saved per micro-batch: the unit's (its output included), then, with pooling, the pool's state
 // (max pooling's argmax) and its output.
 #pragma once
@@ -39,7 +39,7 @@ class ConvLayer : public Layer {
   Saved views(Carver& c, int B) const;
   Pool2d pool(int N) const;
   size_t out_elems(int N) const;
-  // The input as the act dtype: the images themselves in fp32, else cast into `scratch`.
+  // The first layer's input: the images themselves, or converted into `scratch`.
   const void* input(const LayerCtx& ctx, const void* in, void* scratch) const;
   std::string name_;
   ConvUnit unit_;
@@ -47,7 +47,7 @@ class ConvLayer : public Layer {
   bool first_;
   const Backend& be_;  // pooling state sizes
   size_t act_size_;
-  bool cast_images_;
+  bool convert_images_;
 };
 
 }  // namespace baton

@@ -66,7 +66,9 @@ TEST(CnnModel, DefaultStagesBalanceFlops) {
   EXPECT_EQ(st.front().begin, 0);
   EXPECT_EQ(st.back().end, b.num_layers());
   for (size_t s = 0; s < st.size(); ++s) {
-    if (s) EXPECT_EQ(st[s].begin, st[s - 1].end);
+    if (s) {
+      EXPECT_EQ(st[s].begin, st[s - 1].end);
+    }
     double f = 0;
     for (int g = st[s].begin; g < st[s].end; ++g) f += b.layer_flops(g);
     EXPECT_NEAR(f / b.forward_flops(), 0.25, 0.1) << s;
@@ -197,8 +199,10 @@ TEST(CnnModel, VggMatchesTheReference) {
   const double w = 1.0 / 32;
   const std::vector<int> cfg = widths({64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0}, w);
   for (bool bn : {true, false}) {
+    // With batch norm at 64 pixels: fc6 flattens a 2×2 feature map (C·H·W order).
     const float p = bn ? 0.3f : 0.0f;
-    check_against_reference(dims("vgg", 11, 32, 3, 6, w, bn, p), 3, 1e-4, [&](auto& x, auto& y, auto& P, uint64_t seed) {
+    check_against_reference(dims("vgg", 11, bn ? 64 : 32, 3, 6, w, bn, p), 3, 1e-4, [&](auto& x, auto& y, auto& P,
+                                                                                       uint64_t seed) {
       return reference::vgg_loss_sum(x, y, P, cfg, bn, 128, 6, p, seed, 0, 8);
     });
   }
@@ -216,9 +220,12 @@ TEST(CnnModel, BatchNormRunningStatisticsAndEvaluation) {
   const Batch batch = random_batch(d, B, 22);
   // The stem's conv output, computed apart.
   const ConvUnit stem({.conv = "conv1", .bn = "bn1", .C = 2, .H = 8, .W = 8, .K = 4, .R = 3, .stride = 1, .pad = 1});
-  std::vector<float> z(stem.out_elems(B));
-  be->conv2d_forward(z.data(), batch.x.data(), m.table().at(m.params(), m.table().find("conv1.weight")), nullptr,
+  // (In the backend's image layout, then NCHW.)
+  std::vector<float> x(batch.x.size()), z_native(stem.out_elems(B)), z(z_native.size());
+  be->images_to_activations(x.data(), batch.x.data(), B, 2, 8, 8);
+  be->conv2d_forward(z_native.data(), x.data(), m.table().at(m.params(), m.table().find("conv1.weight")), nullptr,
                      stem.conv(B));
+  be->activations_to_nchw(z.data(), z_native.data(), B, 4, 8, 8);
   m.forward(0, batch.view(), true, 1.0f);
   const float* rm = m.table().buffer_at(m.buffers(), m.table().find_buffer("bn1.running_mean"));
   const float* rv = m.table().buffer_at(m.buffers(), m.table().find_buffer("bn1.running_var"));

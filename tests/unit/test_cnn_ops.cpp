@@ -35,6 +35,59 @@ double worst_rel(const V& got, const std::vector<double>& want) {
   return worst;
 }
 
+// The backend's ops with NCHW arguments and results whatever its image layout (the references
+// here are NCHW): activations are converted in before each call and out after it; weights,
+// biases and statistics have no layout.
+struct Nchw {
+  Backend& be;
+  V in(const V& v, int N, int C, int H, int W) const {
+    V r(v.size());
+    be.nchw_to_activations(r.data(), v.data(), N, C, H, W);
+    return r;
+  }
+  V out(const V& v, int N, int C, int H, int W) const {
+    V r(v.size());
+    be.activations_to_nchw(r.data(), v.data(), N, C, H, W);
+    return r;
+  }
+  void conv_forward(V& y, const V& x, const V& w, const V* b, const Conv2d& c) const {
+    V yn(y.size());
+    be.conv2d_forward(yn.data(), in(x, c.N, c.C, c.H, c.W).data(), w.data(), b ? b->data() : nullptr, c);
+    y = out(yn, c.N, c.K, c.P(), c.Q());
+  }
+  // dx (may be null) overwritten, dw and db (may be null) accumulated, as the op.
+  void conv_backward(V* dx, V* dw, V* db, const V& dy, const V& x, const V& w, const Conv2d& c) const {
+    V dxn(x.size(), 7.0f);
+    be.conv2d_backward(dx ? dxn.data() : nullptr, dw ? dw->data() : nullptr, db ? db->data() : nullptr,
+                       in(dy, c.N, c.K, c.P(), c.Q()).data(), in(x, c.N, c.C, c.H, c.W).data(), w.data(), c);
+    if (dx) *dx = out(dxn, c.N, c.C, c.H, c.W);
+  }
+  void bn_forward(V& y, V& mean, V& var, const V& x, const V& g, const V& b, int N, int C, int HW, float eps,
+                  bool training) const {
+    V yn(y.size());
+    be.batchnorm_forward(yn.data(), mean.data(), var.data(), in(x, N, C, HW, 1).data(), g.data(), b.data(), N, C, HW,
+                         eps, training);
+    y = out(yn, N, C, HW, 1);
+  }
+  void bn_backward(V& dx, V& dg, V& db, const V& dy, const V& x, const V& mean, const V& var, const V& g, int N,
+                   int C, int HW, float eps) const {
+    V dxn(dx.size(), 3.0f);
+    be.batchnorm_backward(dxn.data(), dg.data(), db.data(), in(dy, N, C, HW, 1).data(), in(x, N, C, HW, 1).data(),
+                          mean.data(), var.data(), g.data(), N, C, HW, eps);
+    dx = out(dxn, N, C, HW, 1);
+  }
+  void pool_forward(V& y, void* ws, const V& x, const Pool2d& p) const {
+    V yn(y.size());
+    be.pool2d_forward(yn.data(), ws, in(x, p.N, p.C, p.H, p.W).data(), p);
+    y = out(yn, p.N, p.C, p.P(), p.Q());
+  }
+  void pool_backward(V& dx, const V& dy, const void* ws, const Pool2d& p) const {
+    V dxn(dx.size(), 9.0f);
+    be.pool2d_backward(dxn.data(), in(dy, p.N, p.C, p.P(), p.Q()).data(), ws, p);
+    dx = out(dxn, p.N, p.C, p.H, p.W);
+  }
+};
+
 // ---- references (double) ----
 size_t idx4(int a, int b, int c, int d, int B, int C, int D) { return ((size_t(a) * B + b) * C + c) * D + d; }
 
@@ -105,6 +158,7 @@ const Conv2d kConvs[] = {
 
 TEST(CnnOps, ConvolutionMatchesTheReference) {
   auto be = make_cpu_backend();
+  const Nchw ops{*be};
   for (const Conv2d& c : kConvs) {
     SCOPED_TRACE(::testing::Message() << "C" << c.C << " " << c.H << "x" << c.W << " K" << c.K << " " << c.R << "x"
                                       << c.S << " s" << c.stride << " p" << c.pad);
@@ -112,14 +166,14 @@ TEST(CnnOps, ConvolutionMatchesTheReference) {
             b = randn(size_t(c.K), 3), dy = randn(size_t(c.N) * c.K * c.P() * c.Q(), 4);
     for (bool bias : {true, false}) {
       V y(dy.size());
-      be->conv2d_forward(y.data(), x.data(), w.data(), bias ? b.data() : nullptr, c);
+      ops.conv_forward(y, x, w, bias ? &b : nullptr, c);
       EXPECT_LT(worst_rel(y, conv_ref(x, w, bias ? &b : nullptr, c)), 2e-6) << "bias " << bias;
     }
     std::vector<double> rdx, rdw, rdb;
     conv_bwd_ref(dy, x, w, c, rdx, rdw, rdb);
     // dx overwritten (start from garbage); dw, db accumulate onto what is there.
     V dx(x.size(), 7.0f), dw(w.size(), 0.5f), db(b.size(), -0.25f);
-    be->conv2d_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), c);
+    ops.conv_backward(&dx, &dw, &db, dy, x, w, c);
     for (double& v : rdw) v += 0.5;
     for (double& v : rdb) v -= 0.25;
     EXPECT_LT(worst_rel(dx, rdx), 2e-6);
@@ -127,8 +181,8 @@ TEST(CnnOps, ConvolutionMatchesTheReference) {
     EXPECT_LT(worst_rel(db, rdb), 2e-6);
     // Each gradient alone (the others null) is the same.
     V dx2(x.size()), dw2(w.size(), 0.5f);
-    be->conv2d_backward(dx2.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), c);
-    be->conv2d_backward(nullptr, dw2.data(), nullptr, dy.data(), x.data(), w.data(), c);
+    ops.conv_backward(&dx2, nullptr, nullptr, dy, x, w, c);
+    ops.conv_backward(nullptr, &dw2, nullptr, dy, x, w, c);
     EXPECT_EQ(dx2, dx);
     EXPECT_EQ(dw2, dw);
   }
@@ -136,14 +190,15 @@ TEST(CnnOps, ConvolutionMatchesTheReference) {
 
 TEST(CnnOps, ConvolutionBackwardIsTheForwardsDerivative) {
   auto be = make_cpu_backend();
+  const Nchw ops{*be};
   const Conv2d c = kConvs[1];
   const V x = randn(size_t(c.N) * c.C * c.H * c.W, 11), w = randn(size_t(c.K) * c.C * c.R * c.S, 12, 0.3f),
           b = randn(size_t(c.K), 13), r = randn(size_t(c.N) * c.K * c.P() * c.Q(), 14);
   V dx(x.size()), dw(w.size(), 0.0f), db(b.size(), 0.0f);
-  be->conv2d_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), c);
+  ops.conv_backward(&dx, &dw, &db, r, x, w, c);
   auto y_of = [&](const V& xx, const V& ww, const V& bb) {
     V y(r.size());
-    be->conv2d_forward(y.data(), xx.data(), ww.data(), bb.data(), c);
+    ops.conv_forward(y, xx, ww, &bb, c);
     return y;
   };
   const V ux = randn(x.size(), 15), uw = randn(w.size(), 16), ub = randn(b.size(), 17);
@@ -198,6 +253,7 @@ BnRef bn_ref(const V& x, const V& g, const V& b, const V& dy, int N, int C, int 
 
 TEST(CnnOps, BatchNormTrainingInferenceAndBackward) {
   auto be = make_cpu_backend();
+  const Nchw ops{*be};
   const int N = 3, C = 4, HW = 10;
   const float eps = 1e-5f;
   V x = randn(size_t(N) * C * HW, 21);
@@ -205,13 +261,12 @@ TEST(CnnOps, BatchNormTrainingInferenceAndBackward) {
   const V g = randn(C, 22), b = randn(C, 23), dy = randn(x.size(), 24);
   const BnRef ref = bn_ref(x, g, b, dy, N, C, HW, eps);
   V y(x.size()), mean(C), var(C);
-  be->batchnorm_forward(y.data(), mean.data(), var.data(), x.data(), g.data(), b.data(), N, C, HW, eps, true);
+  ops.bn_forward(y, mean, var, x, g, b, N, C, HW, eps, true);
   EXPECT_LT(worst_rel(y, ref.y), 5e-6);
   EXPECT_LT(worst_rel(mean, ref.mean), 5e-6);
   EXPECT_LT(worst_rel(var, ref.var), 5e-6);  // the biased batch variance
   V dx(x.size(), 3.0f), dg(C, 1.0f), dbt(C, -1.0f);
-  be->batchnorm_backward(dx.data(), dg.data(), dbt.data(), dy.data(), x.data(), mean.data(), var.data(), g.data(),
-                         N, C, HW, eps);
+  ops.bn_backward(dx, dg, dbt, dy, x, mean, var, g, N, C, HW, eps);
   std::vector<double> rdg = ref.dgamma, rdb = ref.dbeta;
   for (double& v : rdg) v += 1.0;
   for (double& v : rdb) v -= 1.0;
@@ -221,7 +276,7 @@ TEST(CnnOps, BatchNormTrainingInferenceAndBackward) {
   // Inference: the given (running) statistics, not the batch's.
   const V rm = {0.1f, -0.2f, 0.3f, 0.0f}, rv = {1.5f, 0.5f, 2.0f, 1.0f};
   V yi(x.size()), rm2 = rm, rv2 = rv;
-  be->batchnorm_forward(yi.data(), rm2.data(), rv2.data(), x.data(), g.data(), b.data(), N, C, HW, eps, false);
+  ops.bn_forward(yi, rm2, rv2, x, g, b, N, C, HW, eps, false);
   std::vector<double> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const int c = int(i / HW) % C;
@@ -234,17 +289,17 @@ TEST(CnnOps, BatchNormTrainingInferenceAndBackward) {
 
 TEST(CnnOps, BatchNormBackwardIsTheForwardsDerivative) {
   auto be = make_cpu_backend();
+  const Nchw ops{*be};
   const int N = 2, C = 3, HW = 6;
   const float eps = 1e-5f;
   const V x = randn(size_t(N) * C * HW, 31), g = randn(C, 32), b = randn(C, 33), r = randn(x.size(), 34);
   V mean(C), var(C), y(x.size());
-  be->batchnorm_forward(y.data(), mean.data(), var.data(), x.data(), g.data(), b.data(), N, C, HW, eps, true);
+  ops.bn_forward(y, mean, var, x, g, b, N, C, HW, eps, true);
   V dx(x.size()), dg(C, 0.0f), dbt(C, 0.0f);
-  be->batchnorm_backward(dx.data(), dg.data(), dbt.data(), r.data(), x.data(), mean.data(), var.data(), g.data(), N,
-                         C, HW, eps);
+  ops.bn_backward(dx, dg, dbt, r, x, mean, var, g, N, C, HW, eps);
   auto y_of = [&](const V& xx, const V& gg) {
     V yy(xx.size()), m(C), v(C);
-    be->batchnorm_forward(yy.data(), m.data(), v.data(), xx.data(), gg.data(), b.data(), N, C, HW, eps, true);
+    ops.bn_forward(yy, m, v, xx, gg, b, N, C, HW, eps, true);
     return yy;
   };
   const V ux = randn(x.size(), 35), ug = randn(C, 36);
@@ -255,6 +310,7 @@ TEST(CnnOps, BatchNormBackwardIsTheForwardsDerivative) {
 // ---- pooling and ReLU ----
 TEST(CnnOps, PoolingMatchesTheReference) {
   auto be = make_cpu_backend();
+  const Nchw ops{*be};
   for (const Pool2d p : {Pool2d{.N = 2, .C = 3, .H = 8, .W = 7, .R = 3, .S = 3, .stride = 2, .pad = 1, .max = true},
                          Pool2d{.N = 2, .C = 3, .H = 6, .W = 6, .R = 2, .S = 2, .stride = 2, .pad = 0, .max = true},
                          Pool2d{.N = 2, .C = 3, .H = 7, .W = 7, .R = 7, .S = 7, .stride = 1, .pad = 0, .max = false},
@@ -289,8 +345,8 @@ TEST(CnnOps, PoolingMatchesTheReference) {
           }
     std::vector<char> ws(be->pool2d_workspace_bytes(p) + 1);
     V y(dy.size()), dx(x.size(), 9.0f);
-    be->pool2d_forward(y.data(), ws.data(), x.data(), p);
-    be->pool2d_backward(dx.data(), dy.data(), ws.data(), p);
+    ops.pool_forward(y, ws.data(), x, p);
+    ops.pool_backward(dx, dy, ws.data(), p);
     EXPECT_LT(worst_rel(y, ry), 1e-6);
     EXPECT_LT(worst_rel(dx, rdx), 1e-6);
   }
@@ -316,7 +372,7 @@ TEST(CnnOps, ReluAndAxpby) {
 }
 
 // The bf16 emulation runs the same ops: outputs within bf16 rounding of the fp32 op on the same
-// (rounded) inputs.
+// (rounded) inputs (both backends read them in the same image layout).
 TEST(CnnOps, Bf16EmulationFollowsFp32) {
   auto be32 = make_cpu_backend(), be16 = make_cpu_backend(DType::BF16);
   const Conv2d c = kConvs[0];
@@ -330,6 +386,33 @@ TEST(CnnOps, Bf16EmulationFollowsFp32) {
   be32->conv2d_forward(y32.data(), x.data(), w.data(), nullptr, c);
   be16->conv2d_forward(y16.data(), x16.data(), w16.data(), nullptr, c);
   for (size_t i = 0; i < y32.size(); ++i) EXPECT_EQ(y16[i], f32_to_bf16(y32[i]));  // one rounding
+}
+
+// The CPU backend keeps activations NHWC: element (n, c, h, w) at ((n·H + h)·W + w)·C + c. The
+// conversions put it there from NCHW (images fp32, activations in the act dtype) and back.
+TEST(CnnOps, ImageLayoutConversions) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    auto be = make_cpu_backend(t);
+    ASSERT_EQ(be->image_layout(), Backend::ImageLayout::NHWC);
+    const int N = 2, C = 3, H = 5, W = 4;
+    V x(size_t(N) * C * H * W);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(i);  // exact in bf16 below 256
+    const size_t bytes = x.size() * be->act_size();
+    std::vector<char> a(bytes), b(bytes), back(bytes), nchw(bytes);
+    be->images_to_activations(a.data(), x.data(), N, C, H, W);
+    be->cast(nchw.data(), t, x.data(), DType::F32, x.size());
+    be->nchw_to_activations(b.data(), nchw.data(), N, C, H, W);
+    EXPECT_EQ(a, b);
+    be->activations_to_nchw(back.data(), a.data(), N, C, H, W);
+    EXPECT_EQ(back, nchw);
+    V af(x.size());
+    be->cast(af.data(), DType::F32, a.data(), t, x.size());
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c)
+        for (int h = 0; h < H; ++h)
+          for (int w = 0; w < W; ++w)
+            EXPECT_EQ(af[((size_t(n) * H + h) * W + w) * C + c], x[idx4(n, c, h, w, C, H, W)]);
+  }
 }
 
 // Dropout: the mask is a pure function of (seed, row, element) — the same rows give the same mask

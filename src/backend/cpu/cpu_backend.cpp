@@ -5,6 +5,7 @@
 // host memory: 64-byte aligned (one cache line, one AVX-512 vector) and zero-initialised.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -74,6 +75,23 @@ class LogitsAndGrad {
   bool alias_;
   F32View d_, l_;
 };
+
+// [N][A][B] -> [N][B][A] (NCHW <-> NHWC with A, B = C, HW or HW, C), elements of type T, in tiles
+// of 32 × 32 so both sides stream through cache lines.
+template <typename T>
+void transpose_batches(T* dst, const T* src, int N, int A, int B) {
+  constexpr int kTile = 32;
+  const int tiles_a = (A + kTile - 1) / kTile, tiles_b = (B + kTile - 1) / kTile;
+#pragma omp parallel for collapse(3) schedule(static) if (size_t(N) * A * B >= kSerialBelow)
+  for (int n = 0; n < N; ++n)
+    for (int ta = 0; ta < tiles_a; ++ta)
+      for (int tb = 0; tb < tiles_b; ++tb) {
+        const T* s = src + size_t(n) * A * B;
+        T* d = dst + size_t(n) * A * B;
+        for (int a = ta * kTile; a < std::min(A, (ta + 1) * kTile); ++a)
+          for (int b = tb * kTile; b < std::min(B, (tb + 1) * kTile); ++b) d[size_t(b) * A + a] = s[size_t(a) * B + b];
+      }
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -267,7 +285,10 @@ class CpuBackend final : public Backend {
     float *d = dxo, *o = yi;
     const float* g = dx == dy ? d : dyi.get();
 #pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
-    for (size_t k = 0; k < n; ++k) d[k] = o[k] > 0.0f ? g[k] : 0.0f;
+    for (size_t k = 0; k < n; ++k) {
+      const float gk = g[k];  // loaded unconditionally: the loop vectorizes (a blend, no branch)
+      d[k] = o[k] > 0.0f ? gk : 0.0f;
+    }
   }
   size_t pool2d_workspace_bytes(const Pool2d& p) const override { return cnn_.pool2d_workspace_bytes(p); }
   void pool2d_forward(void* y, void* workspace, const void* x, const Pool2d& p) override {
@@ -281,6 +302,19 @@ class CpuBackend final : public Backend {
   void axpby(float* y, float a, const float* x, float b, size_t n) override {
 #pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
     for (size_t k = 0; k < n; ++k) y[k] = a * x[k] + b * y[k];
+  }
+
+  ImageLayout image_layout() const override { return ImageLayout::NHWC; }
+  void images_to_activations(void* dst, const float* images, int N, int C, int H, int W) override {
+    const size_t n = size_t(N) * C * H * W;
+    F32View d(act_, dst, n, F32View::OUT);
+    transpose_batches(d.get(), images, N, C, H * W);
+  }
+  void activations_to_nchw(void* dst, const void* src, int N, int C, int H, int W) override {
+    transpose_act(dst, src, N, H * W, C);
+  }
+  void nchw_to_activations(void* dst, const void* src, int N, int C, int H, int W) override {
+    transpose_act(dst, src, N, C, H * W);
   }
 
   void dropout(void* y, const void* x, int rows, int row_elems, float p, uint64_t seed,
@@ -304,6 +338,12 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  void transpose_act(void* dst, const void* src, int N, int A, int B) const {
+    if (act_ == DType::F32)
+      transpose_batches(static_cast<float*>(dst), static_cast<const float*>(src), N, A, B);
+    else
+      transpose_batches(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), N, A, B);
+  }
   static constexpr size_t kChunk = size_t(1) << 20;  // bytes per parallel memset/memcpy piece
   DType act_;
   CpuOps ops_;

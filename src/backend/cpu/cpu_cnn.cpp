@@ -53,11 +53,25 @@ struct Prim {
   std::unordered_map<int, memory> args;
 };
 
+// An argument of a primitive in the layout the primitive prefers (format_tag::any: for weights,
+// oneDNN's blocked layouts): the caller's plain buffer, and, when the primitive wants another
+// layout, a region of the shared staging arena with the reorders between the two.
+struct Staged {
+  memory user;   // plain layout, rebound to the caller's buffer each call
+  memory inner;  // what the primitive reads or writes (== user when the layouts agree)
+  size_t offset = 0, bytes = 0;  // inner's region of the staging arena (bytes 0: not staged)
+  dnnl::reorder to_inner, to_user;
+};
+
 struct ConvEntry {
-  dnnl::convolution_forward::primitive_desc fwd_pd;
-  Prim fwd, fwd_nb, bwd_data, bwd_w, bwd_w_nb;
-  memory x, w, b, y, dx, dw, db, dy;
+  Prim fwd, bwd_data, bwd_w;  // with a bias argument always (zeros when the layer has none)
+  Staged x_f, w_f, y_f;       // forward's arguments
+  Staged dy_d, w_d, dx_d;     // backward data's
+  Staged x_w, dy_w, dw_w;     // backward weights'
+  memory b, db;               // [K], plain
+  std::vector<float> zero_bias;
   Scratch dw_tmp, db_tmp;
+  size_t stage_bytes = 0;  // the staging arena this entry needs (the largest of its three calls)
 };
 
 struct BnEntry {
@@ -85,7 +99,10 @@ struct CpuCnn::Impl {
   std::map<std::array<int, 9>, PoolEntry> pools;
 
   Impl() { attr.set_scratchpad_mode(dnnl::scratchpad_mode::user); }
-  ~Impl() { std::free(scratch); }
+  ~Impl() {
+    std::free(scratch);
+    std::free(staging);
+  }
 
   std::vector<memory> scratch_mems;  // every primitive's view of the shared scratchpad
 
@@ -113,6 +130,23 @@ struct CpuCnn::Impl {
     strm.wait();
   }
 
+  // `user` plain, `want` the primitive's: staged at `offset` of the arena when they differ.
+  Staged stage(const memory::desc& user, const memory::desc& want, size_t& offset) {
+    Staged s;
+    s.user = memory(user, eng, nullptr);
+    if (want == user) {
+      s.inner = s.user;
+      return s;
+    }
+    s.inner = memory(want, eng, nullptr);
+    s.offset = offset;
+    s.bytes = (want.get_size() + 4095) / 4096 * 4096;
+    offset += s.bytes;
+    s.to_inner = dnnl::reorder(s.user, s.inner);
+    s.to_user = dnnl::reorder(s.inner, s.user);
+    return s;
+  }
+
   ConvEntry& conv(const Conv2d& c) {
     const std::array<int, 9> key{c.N, c.C, c.H, c.W, c.K, c.R, c.S, c.stride, c.pad};
     auto it = convs.find(key);
@@ -121,27 +155,69 @@ struct CpuCnn::Impl {
     const memory::dims xs{c.N, c.C, c.H, c.W}, ws{c.K, c.C, c.R, c.S}, bs{c.K}, ys{c.N, c.K, c.P(), c.Q()};
     const memory::dims st{c.stride, c.stride}, pd{c.pad, c.pad};
     const auto alg = dnnl::algorithm::convolution_direct;
-    const auto xm = md(xs, tag::nchw), wm = md(ws, tag::oihw), bm = md(bs, tag::x), ym = md(ys, tag::nchw);
-    for (memory* m : {&e.x, &e.dx}) *m = memory(xm, eng, nullptr);
-    for (memory* m : {&e.w, &e.dw}) *m = memory(wm, eng, nullptr);
-    for (memory* m : {&e.b, &e.db}) *m = memory(bm, eng, nullptr);
-    for (memory* m : {&e.y, &e.dy}) *m = memory(ym, eng, nullptr);
+    const auto xm = md(xs, tag::nhwc), wm = md(ws, tag::oihw), bm = md(bs, tag::x), ym = md(ys, tag::nhwc);
+    // Activations stay NHWC (oneDNN's direct kernels read it); the weights take the kernel's layout.
+    const auto xa = xm, wa = md(ws, tag::any), ya = ym;
+    e.b = memory(bm, eng, nullptr);
+    e.db = memory(bm, eng, nullptr);
+    e.zero_bias.assign(size_t(c.K), 0.0f);
     using Fwd = dnnl::convolution_forward;
-    const auto train = dnnl::prop_kind::forward_training;
-    e.fwd_pd = Fwd::primitive_desc(Fwd::desc(train, alg, xm, wm, bm, ym, st, pd, pd), attr, eng);
-    const Fwd::primitive_desc fwd_nb_pd(Fwd::desc(train, alg, xm, wm, ym, st, pd, pd), attr, eng);
-    e.fwd = make<Fwd>(e.fwd_pd, {{DNNL_ARG_SRC, e.x}, {DNNL_ARG_WEIGHTS, e.w}, {DNNL_ARG_BIAS, e.b}, {DNNL_ARG_DST, e.y}});
-    e.fwd_nb = make<Fwd>(fwd_nb_pd, {{DNNL_ARG_SRC, e.x}, {DNNL_ARG_WEIGHTS, e.w}, {DNNL_ARG_DST, e.y}});
+    const Fwd::primitive_desc fwd_pd(
+        Fwd::desc(dnnl::prop_kind::forward_training, alg, xa, wa, bm, ya, st, pd, pd), attr, eng);
+    size_t off = 0;
+    e.x_f = stage(xm, fwd_pd.src_desc(), off);
+    e.w_f = stage(wm, fwd_pd.weights_desc(), off);
+    e.y_f = stage(ym, fwd_pd.dst_desc(), off);
+    e.stage_bytes = off;
+    e.fwd = make<Fwd>(fwd_pd, {{DNNL_ARG_SRC, e.x_f.inner}, {DNNL_ARG_WEIGHTS, e.w_f.inner}, {DNNL_ARG_BIAS, e.b},
+                               {DNNL_ARG_DST, e.y_f.inner}});
     using BwdD = dnnl::convolution_backward_data;
-    e.bwd_data = make<BwdD>(BwdD::primitive_desc(BwdD::desc(alg, xm, wm, ym, st, pd, pd), attr, eng, e.fwd_pd),
-                            {{DNNL_ARG_DIFF_DST, e.dy}, {DNNL_ARG_WEIGHTS, e.w}, {DNNL_ARG_DIFF_SRC, e.dx}});
+    const BwdD::primitive_desc bwd_data_pd(BwdD::desc(alg, xa, wa, ya, st, pd, pd), attr, eng, fwd_pd);
+    off = 0;
+    e.dy_d = stage(ym, bwd_data_pd.diff_dst_desc(), off);
+    e.w_d = stage(wm, bwd_data_pd.weights_desc(), off);
+    e.dx_d = stage(xm, bwd_data_pd.diff_src_desc(), off);
+    e.stage_bytes = std::max(e.stage_bytes, off);
+    e.bwd_data = make<BwdD>(bwd_data_pd, {{DNNL_ARG_DIFF_DST, e.dy_d.inner}, {DNNL_ARG_WEIGHTS, e.w_d.inner},
+                                          {DNNL_ARG_DIFF_SRC, e.dx_d.inner}});
     using BwdW = dnnl::convolution_backward_weights;
-    e.bwd_w = make<BwdW>(BwdW::primitive_desc(BwdW::desc(alg, xm, wm, bm, ym, st, pd, pd), attr, eng, e.fwd_pd),
-                         {{DNNL_ARG_SRC, e.x}, {DNNL_ARG_DIFF_DST, e.dy}, {DNNL_ARG_DIFF_WEIGHTS, e.dw},
-                          {DNNL_ARG_DIFF_BIAS, e.db}});
-    e.bwd_w_nb = make<BwdW>(BwdW::primitive_desc(BwdW::desc(alg, xm, wm, ym, st, pd, pd), attr, eng, fwd_nb_pd),
-                            {{DNNL_ARG_SRC, e.x}, {DNNL_ARG_DIFF_DST, e.dy}, {DNNL_ARG_DIFF_WEIGHTS, e.dw}});
+    const BwdW::primitive_desc bwd_w_pd(BwdW::desc(alg, xa, wa, bm, ya, st, pd, pd), attr, eng, fwd_pd);
+    off = 0;
+    e.x_w = stage(xm, bwd_w_pd.src_desc(), off);
+    e.dy_w = stage(ym, bwd_w_pd.diff_dst_desc(), off);
+    e.dw_w = stage(wm, bwd_w_pd.diff_weights_desc(), off);
+    e.stage_bytes = std::max(e.stage_bytes, off);
+    e.bwd_w = make<BwdW>(bwd_w_pd, {{DNNL_ARG_SRC, e.x_w.inner}, {DNNL_ARG_DIFF_DST, e.dy_w.inner},
+                                    {DNNL_ARG_DIFF_WEIGHTS, e.dw_w.inner}, {DNNL_ARG_DIFF_BIAS, e.db}});
+    grow_staging(e.stage_bytes);
     return e;
+  }
+
+  // The staging arena (grown, only while new shapes appear, to the largest need).
+  void* staging = nullptr;
+  size_t staging_bytes = 0;
+  void grow_staging(size_t need) {
+    if (need <= staging_bytes) return;
+    std::free(staging);
+    staging_bytes = need;
+    staging = std::aligned_alloc(4096, staging_bytes);
+    BATON_REQUIRE(staging, fmt::format("out of memory for {} bytes of oneDNN staging buffers", staging_bytes),
+                  "use a smaller micro-batch");
+  }
+  // Points `s` at its arena region (and at the caller's `p`); for an input, reorders it in.
+  void bind_in(Staged& s, const void* p) {
+    s.user.set_data_handle(const_cast<void*>(p));
+    if (!s.bytes) return;
+    s.inner.set_data_handle(static_cast<char*>(staging) + s.offset);
+    s.to_inner.execute(strm, s.user, s.inner);
+  }
+  void bind_out(Staged& s, void* p) {
+    s.user.set_data_handle(p);
+    if (s.bytes) s.inner.set_data_handle(static_cast<char*>(staging) + s.offset);
+  }
+  // After the primitive ran: an output in another layout is reordered into the caller's buffer.
+  void finish_out(Staged& s) {
+    if (s.bytes) s.to_user.execute(strm, s.inner, s.user);
   }
 
   BnEntry& bn(int N, int C, int HW, float eps) {
@@ -151,7 +227,7 @@ struct CpuCnn::Impl {
     auto it = bns.find(key);
     if (it != bns.end()) return it->second;
     BnEntry& e = bns[key];
-    const auto dm = md({N, C, HW, 1}, tag::nchw), cm = md({C}, tag::x);
+    const auto dm = md({N, C, HW, 1}, tag::nhwc), cm = md({C}, tag::x);
     for (memory* m : {&e.x, &e.y, &e.dx, &e.dy}) *m = memory(dm, eng, nullptr);
     for (memory* m : {&e.gamma, &e.beta, &e.mean, &e.var, &e.dgamma, &e.dbeta}) *m = memory(cm, eng, nullptr);
     using F = dnnl::normalization_flags;
@@ -179,7 +255,7 @@ struct CpuCnn::Impl {
     auto it = pools.find(key);
     if (it != pools.end()) return it->second;
     PoolEntry& e = pools[key];
-    const auto xm = md({p.N, p.C, p.H, p.W}, tag::nchw), ym = md({p.N, p.C, p.P(), p.Q()}, tag::nchw);
+    const auto xm = md({p.N, p.C, p.H, p.W}, tag::nhwc), ym = md({p.N, p.C, p.P(), p.Q()}, tag::nhwc);
     const memory::dims st{p.stride, p.stride}, k{p.R, p.S}, pd{p.pad, p.pad};
     const auto alg = p.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_include_padding;
     e.x = memory(xm, eng, nullptr);
@@ -213,29 +289,44 @@ CpuCnn::~CpuCnn() = default;
 
 void CpuCnn::conv2d_forward(float* y, const float* x, const float* w, const float* bias, const Conv2d& c) {
   guarded("convolution forward", [&] {
-    ConvEntry& e = impl_->conv(c);
-    bind(e.x, x), bind(e.w, w), bind(e.y, y);
-    if (bias) bind(e.b, bias);
-    impl_->run(bias ? e.fwd : e.fwd_nb);
+    Impl& m = *impl_;
+    ConvEntry& e = m.conv(c);
+    m.bind_in(e.x_f, x);
+    m.bind_in(e.w_f, w);
+    m.bind_out(e.y_f, y);
+    bind(e.b, bias ? bias : e.zero_bias.data());
+    m.run(e.fwd);
+    m.finish_out(e.y_f);
+    m.strm.wait();
   });
 }
 
 void CpuCnn::conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                              const Conv2d& c) {
   guarded("convolution backward", [&] {
-    ConvEntry& e = impl_->conv(c);
-    bind(e.dy, dy), bind(e.x, x), bind(e.w, w);
+    Impl& m = *impl_;
+    ConvEntry& e = m.conv(c);
     if (dx) {
-      bind(e.dx, dx);
-      impl_->run(e.bwd_data);
+      m.bind_in(e.dy_d, dy);
+      m.bind_in(e.w_d, w);
+      m.bind_out(e.dx_d, dx);
+      m.run(e.bwd_data);
+      m.finish_out(e.dx_d);
     }
-    if (!dw && !db) return;
+    if (!dw && !db) {
+      m.strm.wait();
+      return;
+    }
     // oneDNN overwrites its weight gradients: compute them aside, then accumulate.
     const size_t nw = size_t(c.K) * c.C * c.R * c.S;
     float* tw = e.dw_tmp.get(nw);
-    bind(e.dw, tw);
-    if (db) bind(e.db, e.db_tmp.get(size_t(c.K)));
-    impl_->run(db ? e.bwd_w : e.bwd_w_nb);
+    m.bind_in(e.x_w, x);
+    m.bind_in(e.dy_w, dy);
+    m.bind_out(e.dw_w, tw);
+    bind(e.db, e.db_tmp.get(size_t(c.K)));
+    m.run(e.bwd_w);
+    m.finish_out(e.dw_w);
+    m.strm.wait();
     if (dw) add_into(dw, tw, nw);
     if (db) add_into(db, e.db_tmp.v.data(), size_t(c.K));
   });

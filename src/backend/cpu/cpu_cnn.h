@@ -1,7 +1,9 @@
 // The CPU's CNN ops (backend.h "convolutional networks") through oneDNN (Debian's libdnnl, OpenMP
 // runtime, so it shares baton's threads): convolution forward / backward-data / backward-weights,
 // batch normalization and pooling as oneDNN primitives; ReLU and axpby as plain OpenMP loops
-// (memory-bound, nothing to gain from a primitive). fp32 NCHW tensors.
+// (memory-bound, nothing to gain from a primitive). fp32 tensors; activations NHWC (the CPU
+// backend's image layout: oneDNN's direct convolution, batch-norm and pooling kernels read it without
+// reorders), weights OIHW (reordered, per call, into the convolution kernel's blocked layout).
 //
 // Every primitive is built once per shape and cached with its memory objects (rebound to the
 // caller's buffers with set_data_handle), its scratchpad is ours (one buffer grown to the largest
