@@ -15,6 +15,8 @@
 #   unit.test_gemm_lt_emulated        tests/gpu/test_gemm_lt.cpp, unchanged.
 #   unit.test_cuda_ops_emulated       tests/gpu/test_cuda_ops.cpp, unchanged.
 #   unit.test_cuda_bf16_model_emulated tests/gpu/test_cuda_bf16_model.cpp, unchanged.
+#   unit.test_cuda_cnn_emulated       tests/gpu/test_cuda_cnn.cpp, unchanged (the CNN ops: baton's
+#                                     cuDNN calls and the kernels around them, not cuDNN).
 # The two backend programs need src/model (and src/optim): their sources are compiled into the
 # test programs, since the baton_model/baton_optim targets link the real baton_backend (cudart,
 # cuBLAS, the device kernels). src/config, src/dist and src/core are linked as they are (they do not
@@ -108,6 +110,11 @@ add_test(NAME unit.test_cuda_ops_emulated
          COMMAND test_cuda_ops_emulated)
 add_test(NAME unit.test_cuda_bf16_model_emulated
          COMMAND test_cuda_bf16_model_emulated --gtest_filter=*MatchesCpuEmulation*)
-set_tests_properties(unit.test_cuda_ops_emulated unit.test_cuda_bf16_model_emulated PROPERTIES
+# The CNN ops (the backend only: no model sources): every test of the GPU program, unchanged.
+add_executable(test_cuda_cnn_emulated ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_cuda_cnn.cpp)
+target_link_libraries(test_cuda_cnn_emulated PRIVATE baton_backend_emulated GTest::gtest GTest::gtest_main)
+add_test(NAME unit.test_cuda_cnn_emulated COMMAND test_cuda_cnn_emulated)
+set_tests_properties(unit.test_cuda_ops_emulated unit.test_cuda_bf16_model_emulated
+                     unit.test_cuda_cnn_emulated PROPERTIES
                      LABELS unit TIMEOUT 300 PROCESSORS 2
                      FAIL_REGULAR_EXPRESSION "skipped: no CUDA device")
