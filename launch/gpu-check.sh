@@ -8,8 +8,8 @@ set -uo pipefail
 if [ "${1:-}" = "--make-bundle" ]; then
   build=${2:-build}; out=${3:-bundle}
   tests=()
-  for t in test_cuda_ops test_cuda_bf16_model test_bf16_kernels test_gemm_lt test_flash_attention \
-           test_nccl_comm test_device_comm; do
+  for t in test_cuda_ops test_cuda_bf16_model test_cuda_cnn test_bf16_kernels test_gemm_lt \
+           test_flash_attention test_nccl_comm test_device_comm; do
     [ -x "$build/tests/$t" ] && tests+=("$build/tests/$t")
   done
   [ ${#tests[@]} -gt 0 ] || { echo "error: no GPU test programs in $build/tests" >&2
@@ -22,6 +22,8 @@ mkdir -p "$OUT"
 [ -x "$BUNDLE/run" ] || { echo "error: $BUNDLE is not a bundle with test programs" >&2
   echo "hint: on the build machine: bash launch/gpu-check.sh --make-bundle build bundle" >&2; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+# On a GPU node a test that finds no device fails instead of skipping (tests/support/gpu_test.h).
+export BATON_REQUIRE_GPU=1
 summary="$OUT/summary.txt"
 echo "gpu: $(cat "$OUT/gpu.txt") | $(date -u +%F)" > "$summary"
 for t in $(ls "$BUNDLE/bin"); do

@@ -4,15 +4,19 @@
 # what it supports and refuses is described there).
 #
 #   baton_cublas_emu              cublas_emu.cpp: takes libcublas' and libcublasLt's place.
+#   baton_cudnn_emu               cudnn_emu.cpp: takes libcudnn's place (the CNN ops).
 #   baton_kernels_blas_emulated   gen_host_kernels.py --whole of kernels/{gemm,matmul,attention,
 #                                 gemm_lt,matmul_bf16}.cu (gemm.cu and matmul_bf16.cu have no
 #                                 kernels of their own: --allow-no-kernels).
-#   baton_backend_emulated        src/backend/*.cpp, cpu/*.cpp and cuda/cuda_backend.cpp (host C++,
+#   baton_backend_emulated        src/backend/*.cpp, cpu/*.cpp and cuda/*.cpp (host C++,
 #                                 BATON_HAVE_CUDA=1) against the emulated kernels, the runtime shim
-#                                 and the cuBLAS shim instead of baton_kernels, cudart and cuBLAS.
+#                                 and the cuBLAS and cuDNN shims instead of baton_kernels, cudart,
+#                                 cuBLAS and cuDNN.
 #   unit.test_gemm_lt_emulated        tests/gpu/test_gemm_lt.cpp, unchanged.
 #   unit.test_cuda_ops_emulated       tests/gpu/test_cuda_ops.cpp, unchanged.
 #   unit.test_cuda_bf16_model_emulated tests/gpu/test_cuda_bf16_model.cpp, unchanged.
+#   unit.test_cuda_cnn_emulated       tests/gpu/test_cuda_cnn.cpp, unchanged (the CNN ops: baton's
+#                                     cuDNN calls and the kernels around them, not cuDNN).
 # The two backend programs need src/model (and src/optim): their sources are compiled into the
 # test programs, since the baton_model/baton_optim targets link the real baton_backend (cudart,
 # cuBLAS, the device kernels). src/config, src/dist and src/core are linked as they are (they do not
@@ -40,6 +44,11 @@ endforeach()
 add_library(baton_cublas_emu STATIC ${CMAKE_CURRENT_SOURCE_DIR}/emu/cublas_emu.cpp)
 target_include_directories(baton_cublas_emu PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_options(baton_cublas_emu PRIVATE -O2)
+
+add_library(baton_cudnn_emu STATIC ${CMAKE_CURRENT_SOURCE_DIR}/emu/cudnn_emu.cpp)
+target_include_directories(baton_cudnn_emu PUBLIC ${CUDNN_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS}
+                                           PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_options(baton_cudnn_emu PRIVATE -O2)
 
 add_library(baton_kernels_blas_emulated STATIC ${emu_blas_srcs})
 target_include_directories(baton_kernels_blas_emulated PUBLIC ${PROJECT_SOURCE_DIR})
@@ -80,7 +89,7 @@ file(GLOB emu_backend_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/*
 add_library(baton_backend_emulated STATIC ${emu_backend_srcs})
 target_include_directories(baton_backend_emulated PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(baton_backend_emulated PUBLIC BATON_HAVE_CUDA=1)
-target_link_libraries(baton_backend_emulated PUBLIC baton_core baton_kernels_blas_emulated
+target_link_libraries(baton_backend_emulated PUBLIC baton_core baton_kernels_blas_emulated baton_cudnn_emu
                       PRIVATE PkgConfig::OPENBLAS OpenMP::OpenMP_CXX baton_dnnl)
 target_compile_options(baton_backend_emulated PRIVATE -O3 -ffp-contract=fast)
 # src/model and src/optim (their targets link the real baton_backend).
@@ -101,6 +110,11 @@ add_test(NAME unit.test_cuda_ops_emulated
          COMMAND test_cuda_ops_emulated)
 add_test(NAME unit.test_cuda_bf16_model_emulated
          COMMAND test_cuda_bf16_model_emulated --gtest_filter=*MatchesCpuEmulation*)
-set_tests_properties(unit.test_cuda_ops_emulated unit.test_cuda_bf16_model_emulated PROPERTIES
+# The CNN ops (the backend only: no model sources): every test of the GPU program, unchanged.
+add_executable(test_cuda_cnn_emulated ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_cuda_cnn.cpp)
+target_link_libraries(test_cuda_cnn_emulated PRIVATE baton_backend_emulated GTest::gtest GTest::gtest_main)
+add_test(NAME unit.test_cuda_cnn_emulated COMMAND test_cuda_cnn_emulated)
+set_tests_properties(unit.test_cuda_ops_emulated unit.test_cuda_bf16_model_emulated
+                     unit.test_cuda_cnn_emulated PROPERTIES
                      LABELS unit TIMEOUT 300 PROCESSORS 2
                      FAIL_REGULAR_EXPRESSION "skipped: no CUDA device")

@@ -18,7 +18,8 @@
 # gemm.cu, matmul.cu, attention.cu, gemm_lt.cu, matmul_bf16.cu call cuBLAS/cuBLASLt: they are built
 # in tests/emu/emulated_blas.cmake (included at the end) against a CPU shim of those libraries
 # (tests/emu/cublas_emu.cpp), with the programs that need them (test_gemm_lt, test_cuda_ops,
-# test_cuda_bf16_model, the latter two through an emulated build of the CUDA backend).
+# test_cuda_bf16_model, test_cuda_cnn, the last three through an emulated build of the CUDA
+# backend, whose CNN ops call cuDNN: a CPU shim of it too, tests/emu/cudnn_emu.cpp).
 find_package(Python3 COMPONENTS Interpreter)
 if(NOT Python3_Interpreter_FOUND)
   message(WARNING "no Python 3 interpreter: the emulated kernel tests are not built")
@@ -39,7 +40,7 @@ target_include_directories(baton_cuda_emu_runtime PUBLIC ${CMAKE_CURRENT_SOURCE_
 target_link_libraries(baton_cuda_emu_runtime PUBLIC Threads::Threads)
 
 set(emu_kernel_names elementwise gelu layernorm embedding classifier cast adamw sgd reduce
-                     flash_attention)
+                     flash_attention cnn)
 file(GLOB emu_kernel_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.cuh)
 set(emu_kernel_srcs)
 foreach(k ${emu_kernel_names})

@@ -7,7 +7,9 @@
 //  - the op scratch (bias/layernorm partials, attention dP/dS of one batch row, embedding buckets,
 //    sum_squares partials): one buffer that grows to the largest request, i.e. during the first
 //    step; it is then reused;
-//  - the cuBLAS workspace (32 MiB) at construction, so cuBLAS never allocates on its own.
+//  - the cuBLAS workspace (32 MiB) at construction, so cuBLAS never allocates on its own;
+//  - the CNN ops' buffers (cudnn_ops.h: cuDNN's workspace, fp32 copies, per-channel vectors),
+//    grown from the arena like the op scratch; the cuDNN handle is created at the first CNN op.
 // Everything runs on one non-blocking stream; to_device/to_host and sum_squares synchronise it, so
 // host buffers may be reused as soon as they return. embedding_backward copies the tokens to the
 // host (B*T ints, a synchronisation) to bucket them deterministically.
@@ -24,6 +26,7 @@
 #include <new>
 #include <vector>
 
+#include "backend/cuda/cudnn_ops.h"
 #include "core/error.h"
 #include "kernels/adamw.cuh"
 #include "kernels/sgd.cuh"
@@ -33,6 +36,7 @@
 #include "kernels/gemm_lt.cuh"
 #include "kernels/matmul_bf16.cuh"
 #include "kernels/classifier.cuh"
+#include "kernels/cnn.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/gelu.cuh"
@@ -179,6 +183,7 @@ class CudaBackend final : public Backend {
       if (st.host != nullptr) cudaFreeHost(st.host);
       if (st.done != nullptr) cudaEventDestroy(st.done);
     }
+    cnn_.reset();  // before the arena and the stream it uses
     lt_.reset();
     if (host_double_ != nullptr) cudaFreeHost(host_double_);
     cublasDestroy(cublas_);
@@ -199,7 +204,9 @@ class CudaBackend final : public Backend {
                        "({} cudaMalloc calls){}; {:.0f} of {:.0f} MiB free on the device",
                        st.peak_in_use_bytes / 1048576.0, st.reserved_bytes / 1048576.0,
                        st.device_mallocs, lt_ ? " + 32 MiB cuBLASLt workspace" : "",
-                       free / 1048576.0, total / 1048576.0);
+                       free / 1048576.0, total / 1048576.0) +
+           (cnn_ ? fmt::format(" (cuDNN buffers: {:.0f} MiB of the arena)", cnn_->buffer_bytes() / 1048576.0)
+                 : std::string());
   }
 
   // ---- memory ----
@@ -456,6 +463,50 @@ class CudaBackend final : public Backend {
                                   targets, N, V_local, Vl, vocab_start, dloss, stream_);
   }
 
+  // ---- convolutional networks: cuDNN (cudnn_ops.h), ReLU and axpby as kernels (kernels/cnn.cu) ----
+  void conv2d_forward(void* y, const void* x, const void* w, const void* bias, const Conv2d& c) override {
+    cnn().conv2d_forward(y, x, w, bias, c);
+  }
+  void conv2d_backward(void* dx, float* dw, float* db, const void* dy, const void* x, const void* w,
+                       const Conv2d& c) override {
+    cnn().conv2d_backward(dx, dw, db, dy, x, w, c);
+  }
+  void batchnorm_forward(void* y, float* mean, float* var, const void* x, const void* gamma,
+                         const void* beta, int N, int C, int HW, float eps, bool training) override {
+    cnn().batchnorm_forward(y, mean, var, x, gamma, beta, N, C, HW, eps, training);
+  }
+  void batchnorm_backward(void* dx, float* dgamma, float* dbeta, const void* dy, const void* x,
+                          const float* mean, const float* var, const void* gamma, int N, int C, int HW,
+                          float eps) override {
+    cnn().batchnorm_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, N, C, HW, eps);
+  }
+  size_t pool2d_workspace_bytes(const Pool2d& p) const override { return cudnn_pool2d_workspace_bytes(p, act_); }
+  void pool2d_forward(void* y, void* workspace, const void* x, const Pool2d& p) override {
+    cnn().pool2d_forward(y, workspace, x, p);
+  }
+  void pool2d_backward(void* dx, const void* dy, const void* workspace, const Pool2d& p) override {
+    cnn().pool2d_backward(dx, dy, workspace, p);
+  }
+  void relu_forward(void* y, const void* x, size_t n) override {
+    if (bf16_) return kernels::relu_forward(H(y), CH(x), n, stream_);
+    kernels::relu_forward(F(y), CF(x), n, stream_);
+  }
+  void relu_backward(void* dx, const void* y, const void* dy, size_t n) override {
+    if (bf16_) return kernels::relu_backward(H(dx), CH(y), CH(dy), n, stream_);
+    kernels::relu_backward(F(dx), CF(y), CF(dy), n, stream_);
+  }
+  void axpby(float* y, float a, const float* x, float b, size_t n) override {
+    kernels::axpby(y, a, x, b, n, stream_);
+  }
+  // The cuDNN ops, created at the first CNN op (a GPT never loads cuDNN's libraries).
+  CudnnOps& cnn() {
+    if (!cnn_)
+      cnn_ = std::make_unique<CudnnOps>(
+          stream_, act_,
+          DeviceMemory{[this](size_t bytes) { return arena_.alloc(bytes); }, [this](void* p) { arena_.release(p); }});
+    return *cnn_;
+  }
+
   // ---- optimizer ----
   void sgd_step(float* param, const float* grad, float* buf, size_t n, const SgdArgs& a) override {
     const kernels::SgdParams p{.lr = a.lr, .momentum = a.momentum, .l2 = a.l2, .decoupled = a.decoupled,
@@ -513,6 +564,7 @@ class CudaBackend final : public Backend {
   DType act_;
   bool bf16_;
   std::unique_ptr<kernels::LtGemm> lt_;  // bf16 GEMMs (cuBLASLt)
+  std::unique_ptr<CudnnOps> cnn_;        // the CNN ops (cuDNN), from the first one on
   void* widen_ = nullptr;
   size_t widen_size_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -533,11 +585,19 @@ std::unique_ptr<Backend> make_cuda_backend(int device, DType act) {
   return std::make_unique<CudaBackend>(device, act);
 }
 
-CudaMemoryStats cuda_memory_stats(Backend& backend) {
+namespace {
+CudaBackend& as_cuda(Backend& backend, const char* what) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-  BATON_REQUIRE(cuda != nullptr, fmt::format("cuda_memory_stats: backend \"{}\" is not CUDA", backend.name()),
+  BATON_REQUIRE(cuda != nullptr, fmt::format("{}: backend \"{}\" is not CUDA", what, backend.name()),
                 "call it on a backend from make_cuda_backend()");
-  return cuda->stats();
+  return *cuda;
+}
+}  // namespace
+
+CudaMemoryStats cuda_memory_stats(Backend& backend) { return as_cuda(backend, "cuda_memory_stats").stats(); }
+
+void set_cuda_cnn_widen_budget(Backend& backend, size_t bytes) {
+  as_cuda(backend, "set_cuda_cnn_widen_budget").cnn().set_widen_budget(bytes);
 }
 
 }  // namespace baton

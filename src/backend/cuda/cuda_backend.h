@@ -1,4 +1,5 @@
-// CudaBackend: baton::Backend on one NVIDIA GPU, fp32 (issue 6, first step; docs/cuda.md).
+// CudaBackend: baton::Backend on one NVIDIA GPU, fp32 or bf16 (issue 6; docs/cuda.md); the CNN ops
+// through cuDNN (issue 12, cudnn_ops.h).
 // The ops are the kernels of kernels/ (CUDA only) plus cuBLAS fp32 GEMMs with TF32 disabled, all
 // on one stream, so they agree with the CPU backend to summation-order rounding and are
 // deterministic (same inputs -> same bits). Memory comes from a device arena (cudaMalloc'd chunks
@@ -24,5 +25,9 @@ struct CudaMemoryStats {
 };
 // Stats of a backend made by make_cuda_backend (throws Error for any other backend).
 CudaMemoryStats cuda_memory_stats(Backend& backend);
+
+// The bf16 convolution weight gradient widens x and dy to fp32 a batch chunk at a time, the
+// copies taking at most `bytes` (at least one sample; default 256 MiB). For tests of the chunking.
+void set_cuda_cnn_widen_budget(Backend& backend, size_t bytes);
 
 }  // namespace baton
