@@ -248,7 +248,8 @@ class Backend {
   virtual void batchnorm_backward(void* dx, float* dgamma, float* dbeta, const void* dy, const void* x,
                                   const float* mean, const float* var, const void* gamma, int N, int C,
                                   int HW, float eps);
-  // y = max(x, 0); dx = dy · (y > 0) (dx may alias dy).
+  // y = max(x, 0) with NaN kept (PyTorch's relu: a diverged run stays visibly NaN); dx = dy · (y > 0),
+  // so a NaN's gradient is 0 (dx may alias dy).
   virtual void relu_forward(void* y, const void* x, size_t n);
   virtual void relu_backward(void* dx, const void* y, const void* dy, size_t n);
   // Bytes of the state a pooling forward keeps for its backward (max pooling's argmax).

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
+#if defined(__NVCC__)  // (not __CUDACC__: the CPU emulator inlines __CUDACC__ blocks)
 #define BATON_HOST_DEVICE __host__ __device__
 #else
 #define BATON_HOST_DEVICE

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # launch/bundle.sh makes a copy of baton that runs without the build's packages: with Open MPI's
 # plugin, data and config directories hidden (a private mount namespace), the bundle still trains
-# and checkpoints; every library it loads outside the bundle is glibc or CUDA (cudart, cuBLAS, NCCL:
+# and checkpoints; every library it loads outside the bundle is glibc or CUDA (cudart, cuBLAS, NCCL, cuDNN:
 # the node's, matching its driver, as launch/bundle.sh leaves them out).
 source "$(dirname "$0")/lib.sh"
 
@@ -10,7 +10,7 @@ bash "$SRC/launch/bundle.sh" "$BATON" bundle ./baton2 > bundle.log
 ./bundle/baton --version | grep -q "^baton " || fail "bundle/baton --version"
 ./bundle/run baton2 --version | grep -q "^baton " || fail "bundle/run baton2 --version"
 outside=$(LD_LIBRARY_PATH="$PWD/bundle/lib" ldd bundle/bin/baton | awk '/=> \// {print $1}' |
-          grep -vE '^(libc|libm|libdl|libpthread|librt|libresolv)\.so|^lib(cudart|cublas|cublasLt|nccl)\.so' || true)
+          grep -vE '^(libc|libm|libdl|libpthread|librt|libresolv)\.so|^lib(cudart|cublas|cublasLt|nccl|cudnn)\.so' || true)
 for lib in $outside; do
   LD_LIBRARY_PATH="$PWD/bundle/lib" ldd bundle/bin/baton | grep "$lib" | grep -q "$PWD/bundle/lib" ||
     fail "bundle loads $lib from the system"

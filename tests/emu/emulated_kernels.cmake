@@ -40,7 +40,7 @@ target_include_directories(baton_cuda_emu_runtime PUBLIC ${CMAKE_CURRENT_SOURCE_
 target_link_libraries(baton_cuda_emu_runtime PUBLIC Threads::Threads)
 
 set(emu_kernel_names elementwise gelu layernorm embedding classifier cast adamw sgd reduce
-                     flash_attention cnn)
+                     flash_attention cnn dropout)
 file(GLOB emu_kernel_headers CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.cuh)
 set(emu_kernel_srcs)
 foreach(k ${emu_kernel_names})

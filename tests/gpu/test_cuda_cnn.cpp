@@ -168,6 +168,32 @@ class Tensor {
   void* p_ = nullptr;
 };
 
+// An activation [N, C, H, W] in the backend's image layout (backend.h: NCHW on CUDA, NHWC on the
+// CPU), set and read as NCHW so that both backends compare against the same NCHW references.
+class ImageTensor {
+ public:
+  ImageTensor(Backend& be, DType t, const Vec& nchw, int N, int C, int H, int W)
+      : be_(be), t_(t), raw_(be, t, nchw.size()), N_(N), C_(C), H_(H), W_(W) {
+    set(nchw);
+  }
+  void set(const Vec& nchw) {
+    Tensor tmp(be_, t_, nchw);
+    be_.nchw_to_activations(raw_.p(), tmp.p(), N_, C_, H_, W_);
+  }
+  Vec get() const {
+    Tensor tmp(be_, t_, size_t(N_) * C_ * H_ * W_);
+    be_.activations_to_nchw(tmp.p(), raw_.p(), N_, C_, H_, W_);
+    return tmp.get();
+  }
+  void* p() const { return raw_.p(); }
+
+ private:
+  Backend& be_;
+  DType t_;
+  Tensor raw_;
+  int N_, C_, H_, W_;
+};
+
 // The CPU backend's op, or nothing when it does not have it yet (backend_cnn_defaults.cpp).
 template <typename F>
 auto on_cpu(const char* op, F f) -> std::optional<decltype(f())> {
@@ -412,8 +438,9 @@ ConvInputs conv_inputs(const Conv2d& c, DType act, uint64_t seed) {
 // y = conv(x, w) (+ bias) on `be`; y starts as NaN (overwritten, never read).
 Vec conv_forward_on(Backend& be, const ConvInputs& in, bool bias, const Conv2d& c) {
   const DType a = be.act_dtype();
-  Tensor x(be, a, in.x), w(be, a, in.w), b(be, a, in.bias);
-  Tensor y(be, a, Vec(size_t(c.N) * c.K * c.P() * c.Q(), kNaN));
+  ImageTensor x(be, a, in.x, c.N, c.C, c.H, c.W);
+  Tensor w(be, a, in.w), b(be, a, in.bias);
+  ImageTensor y(be, a, Vec(size_t(c.N) * c.K * c.P() * c.Q(), kNaN), c.N, c.K, c.P(), c.Q());
   be.conv2d_forward(y.p(), x.p(), w.p(), bias ? b.p() : nullptr, c);
   return y.get();
 }
@@ -424,8 +451,9 @@ struct ConvOut {
 // their priors; unselected ones come back empty.
 ConvOut conv_backward_on(Backend& be, const ConvInputs& in, int mask, const Conv2d& c) {
   const DType a = be.act_dtype();
-  Tensor x(be, a, in.x), w(be, a, in.w), dy(be, a, in.dy), dx(be, a, Vec(in.x.size(), kNaN));
-  Tensor dw(be, DType::F32, in.dw0), db(be, DType::F32, in.db0);
+  ImageTensor x(be, a, in.x, c.N, c.C, c.H, c.W), dy(be, a, in.dy, c.N, c.K, c.P(), c.Q());
+  ImageTensor dx(be, a, Vec(in.x.size(), kNaN), c.N, c.C, c.H, c.W);
+  Tensor w(be, a, in.w), dw(be, DType::F32, in.dw0), db(be, DType::F32, in.db0);
   be.conv2d_backward(mask & 1 ? dx.p() : nullptr, mask & 2 ? dw.f() : nullptr, mask & 4 ? db.f() : nullptr, dy.p(),
                      x.p(), w.p(), c);
   return {mask & 1 ? dx.get() : Vec(), mask & 2 ? dw.get() : Vec(), mask & 4 ? db.get() : Vec()};
@@ -533,7 +561,8 @@ struct BnOut {
 BnOut bn_forward_on(Backend& be, const BnInputs& in, BnShape s, const Vec* mean, const Vec* var) {
   const DType a = be.act_dtype();
   const bool training = mean == nullptr;
-  Tensor x(be, a, in.x), g(be, a, in.gamma), b(be, a, in.beta), y(be, a, Vec(in.x.size(), kNaN));
+  ImageTensor x(be, a, in.x, s.N, s.C, s.HW, 1), y(be, a, Vec(in.x.size(), kNaN), s.N, s.C, s.HW, 1);
+  Tensor g(be, a, in.gamma), b(be, a, in.beta);
   Tensor mu(be, DType::F32, training ? Vec(size_t(s.C), kNaN) : *mean);
   Tensor v(be, DType::F32, training ? Vec(size_t(s.C), kNaN) : *var);
   be.batchnorm_forward(y.p(), mu.f(), v.f(), x.p(), g.p(), b.p(), s.N, s.C, s.HW, kEps, training);
@@ -544,8 +573,9 @@ struct BnGradOut {
 };
 BnGradOut bn_backward_on(Backend& be, const BnInputs& in, const Vec& mean, const Vec& var, BnShape s, bool params) {
   const DType a = be.act_dtype();
-  Tensor x(be, a, in.x), g(be, a, in.gamma), dy(be, a, in.dy), dx(be, a, Vec(in.x.size(), kNaN));
-  Tensor mu(be, DType::F32, mean), v(be, DType::F32, var);
+  ImageTensor x(be, a, in.x, s.N, s.C, s.HW, 1), dy(be, a, in.dy, s.N, s.C, s.HW, 1);
+  ImageTensor dx(be, a, Vec(in.x.size(), kNaN), s.N, s.C, s.HW, 1);
+  Tensor g(be, a, in.gamma), mu(be, DType::F32, mean), v(be, DType::F32, var);
   Tensor dg(be, DType::F32, in.dgamma0), db(be, DType::F32, in.dbeta0);
   be.batchnorm_backward(dx.p(), params ? dg.f() : nullptr, params ? db.f() : nullptr, dy.p(), x.p(), mu.f(), v.f(),
                         g.p(), s.N, s.C, s.HW, kEps);
@@ -627,7 +657,8 @@ struct PoolOut {
 // Forward (y starts as NaN) then backward from dy (dx starts as NaN) with the forward's workspace.
 PoolOut pool_on(Backend& be, const Vec& xv, const Vec& dyv, const Pool2d& p) {
   const DType a = be.act_dtype();
-  Tensor x(be, a, xv), dy(be, a, dyv), y(be, a, Vec(dyv.size(), kNaN)), dx(be, a, Vec(xv.size(), kNaN));
+  ImageTensor x(be, a, xv, p.N, p.C, p.H, p.W), dy(be, a, dyv, p.N, p.C, p.P(), p.Q());
+  ImageTensor y(be, a, Vec(dyv.size(), kNaN), p.N, p.C, p.P(), p.Q()), dx(be, a, Vec(xv.size(), kNaN), p.N, p.C, p.H, p.W);
   const size_t ws_bytes = be.pool2d_workspace_bytes(p);
   void* ws = ws_bytes > 0 ? be.alloc(ws_bytes) : nullptr;
   be.pool2d_forward(y.p(), ws, x.p(), p);
@@ -746,6 +777,50 @@ TEST_P(CudaCnn, AxpbyMatchesReference) {
     };
     if (auto c = on_cpu("axpby", run_cpu)) expect_close(got, widen(*c), kAxpby.twice(), "axpby vs CPU");
   }
+}
+
+// ---- dropout and accuracy ----------------------------------------------------------------------------
+
+// Dropout draws core/dropout_mask.h's mask: the same zeros and (bit for bit) the same kept values
+// as the CPU backend, for any first row, in place too.
+TEST_P(CudaCnn, DropoutEqualsTheCpuMaskBitForBit) {
+  const int rows = 37, cols = 1001;  // odd: no row is a whole number of vectors
+  const Vec xv = as_act(randn(size_t(rows) * cols, 6000), act_);
+  for (float p : {0.1f, 0.5f}) {
+    auto run = [&](Backend& be, bool in_place) {
+      Tensor x(be, act_, xv), y(be, act_, Vec(xv.size(), kNaN));
+      be.dropout(in_place ? x.p() : y.p(), x.p(), rows, cols, p, 1234, 777);
+      return in_place ? x.get() : y.get();
+    };
+    const Vec g = run(*gpu_, false);
+    expect_same_bits(run(*gpu_, true), g, "dropout in place");
+    if (auto c = on_cpu("dropout", [&] { return run(*cpu_, false); }))
+      expect_same_bits(g, *c, "dropout vs CPU p=" + std::to_string(p));
+  }
+}
+
+// Top-1 / top-5 hits equal the CPU backend's on logits with ties, padded rows and an ignored target.
+TEST_P(CudaCnn, ClassificationHitsEqualTheCpus) {
+  const int N = 300, V = 10, ld = 16;
+  Vec lv = as_act(randn(size_t(N) * ld, 6100), act_);
+  for (int n = 0; n < N; n += 5) lv[size_t(n) * ld + 2] = lv[size_t(n) * ld + 7];  // ties
+  std::vector<int32_t> tv(N);
+  for (int n = 0; n < N; n++) tv[n] = (n * 7) % V;
+  tv[3] = -1;
+  auto run = [&](Backend& be) {
+    Tensor l(be, act_, lv), h1(be, DType::F32, Vec(N, kNaN)), h5(be, DType::F32, Vec(N, kNaN));
+    auto* t = static_cast<int32_t*>(be.alloc(sizeof(int32_t) * N));
+    be.to_device(t, tv.data(), sizeof(int32_t) * N);
+    be.classification_hits(h1.f(), h5.f(), l.p(), t, N, V, ld);
+    Vec a = h1.get(), b = h5.get();
+    be.release(t);
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const Vec g = run(*gpu_);
+  if (auto c = on_cpu("classification_hits", [&] { return run(*cpu_); })) expect_same_bits(g, *c, "hits vs CPU");
+  EXPECT_EQ(g[3], 0.0f);
+  EXPECT_EQ(g[N + 3], 0.0f);
 }
 
 // ---- memory -----------------------------------------------------------------------------------------------

@@ -365,6 +365,14 @@ TEST(CnnOps, ReluAndAxpby) {
   V inplace = dy;  // dx may alias dy
   be->relu_backward(inplace.data(), y.data(), inplace.data(), x.size());
   EXPECT_EQ(inplace, dx);
+  // NaN stays NaN (PyTorch's relu), and its gradient is 0; -0 and 0 give +0.
+  const V odd = {std::nanf(""), -0.0f, 0.0f, -1.0f, 2.0f};
+  V oy(odd.size()), od(odd.size()), ody(odd.size(), 1.0f);
+  be->relu_forward(oy.data(), odd.data(), odd.size());
+  be->relu_backward(od.data(), oy.data(), ody.data(), odd.size());
+  EXPECT_TRUE(std::isnan(oy[0]));
+  EXPECT_EQ(V(oy.begin() + 1, oy.end()), (V{0.0f, 0.0f, 0.0f, 2.0f}));
+  EXPECT_EQ(od, (V{0.0f, 0.0f, 0.0f, 0.0f, 1.0f}));
   V acc = {1, 2, 3};
   const V s = {10, 20, 30};
   be->axpby(acc.data(), 0.1f, s.data(), 0.9f, 3);

@@ -278,7 +278,7 @@ class CpuBackend final : public Backend {
     F32View yo(act_, y, n, F32View::OUT), xi(act_, x, n);
     float *o = yo, *i = xi;
 #pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
-    for (size_t k = 0; k < n; ++k) o[k] = i[k] > 0.0f ? i[k] : 0.0f;
+    for (size_t k = 0; k < n; ++k) o[k] = !(i[k] <= 0.0f) ? i[k] : 0.0f;  // NaN stays NaN (backend.h)
   }
   void relu_backward(void* dx, const void* y, const void* dy, size_t n) override {
     F32View dxo(act_, dx, n, dx == dy ? F32View::INOUT : F32View::OUT), yi(act_, y, n), dyi(act_, dx == dy ? nullptr : dy, n);

@@ -29,6 +29,7 @@
 #include "backend/cuda/cudnn_ops.h"
 #include "core/error.h"
 #include "kernels/adamw.cuh"
+#include "kernels/dropout.cuh"
 #include "kernels/sgd.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/cast.cuh"
@@ -497,6 +498,16 @@ class CudaBackend final : public Backend {
   }
   void axpby(float* y, float a, const float* x, float b, size_t n) override {
     kernels::axpby(y, a, x, b, n, stream_);
+  }
+  void dropout(void* y, const void* x, int rows, int row_elems, float p, uint64_t seed,
+               int64_t first_row) override {
+    if (bf16_) return kernels::dropout(H(y), CH(x), rows, row_elems, p, seed, first_row, stream_);
+    kernels::dropout(F(y), CF(x), rows, row_elems, p, seed, first_row, stream_);
+  }
+  void classification_hits(float* hits1, float* hits5, const void* logits, const int32_t* targets, int N, int V,
+                           int ld) override {
+    if (bf16_) return kernels::classification_hits(hits1, hits5, CH(logits), targets, N, V, ld, stream_);
+    kernels::classification_hits(hits1, hits5, CF(logits), targets, N, V, ld, stream_);
   }
   // The cuDNN ops, created at the first CNN op (a GPT never loads cuDNN's libraries).
   CudnnOps& cnn() {
