@@ -152,6 +152,11 @@ void validate(Config& cfg, int world_size) {
       inconsistent(latest(cfg, {"parallel.tp", "model.kind"}),
                    fmt::format("parallel.tp = {}: CNNs have no tensor-parallel layers", cfg.parallel.tp),
                    "set parallel.tp = 1 and split a CNN with pipelines (parallel.pp) and data parallelism");
+    if (cfg.parallel.recompute != "none")
+      inconsistent(where(cfg, "parallel.recompute"),
+                   fmt::format("parallel.recompute = \"{}\" recomputes a GPT's transformer blocks; a CNN's "
+                               "layers keep their activations", cfg.parallel.recompute),
+                   "set parallel.recompute = \"none\" (or lower train.micro_batch to save memory)");
   }
 
   const auto& p = cfg.parallel;

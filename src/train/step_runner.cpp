@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/conv_unit.h"
 #include "pipeline/lower.h"
 #include "pipeline/schedules.h"
 
@@ -43,6 +44,8 @@ StepRunner::StepRunner(const StepRunnerSetup& setup) : s_(setup) {
       .model = &model, .grads = s_.grads, .tp = useful(g.tp.get()), .dp = useful(g.dp.get()),
       .pp = replicated ? nullptr : useful(g.pp.get()), .tied = useful(g.tied.get()),
       .replica = replicated ? g.replica.get() : nullptr, .grad_clip = s_.grad_clip});
+  buffers_ = std::make_unique<BufferSync>(model, useful(g.dp.get()), replicated ? useful(g.replica.get()) : nullptr,
+                                          traits_->synchronous(), microbatches_, kBatchNormMomentum);
   if (!traits_->synchronous()) versions_ = std::make_unique<WeightVersions>(model);
   stage_ = std::make_unique<ModelStage>(model, place_->model_stages, *sync_, versions_.get(),
                                         [this](int v, const UpdateStats& u) { on_update(v, u); });
@@ -113,6 +116,7 @@ void StepRunner::on_update(int version, const UpdateStats& u) {
   SequentialModel& model = *s_.model;
   const ModelBuilder& b = model.builder();
   ++updates_;
+  buffers_->update();
   sum_norm_ += u.grad_norm;
   sum_own_sumsq_ += u.own_sumsq;
   loss_sum_ += u.loss_sum;
@@ -149,6 +153,7 @@ StepResult StepRunner::step(const BatchFn& batch, int64_t step, double lr) {
   const double global_terms = double(b.target_elements(s_.global_batch, s_.T));
   if (traits_->synchronous()) {
     model.zero_grads();
+    buffers_->begin_step();
     stage_->set_work({.batch = &batch, .first_batch = step, .per_batch = microbatches_,
                       .row0 = place_->group * rows, .micro = s_.micro_batch, .T = s_.T,
                       .training = true, .loss_scale = static_cast<float>(1.0 / global_terms)});

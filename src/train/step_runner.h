@@ -39,6 +39,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/instr.h"
 #include "train/batch_source.h"
+#include "train/buffer_sync.h"
 #include "train/grad_sync.h"
 #include "train/model_stage.h"
 #include "train/weight_versions.h"
@@ -118,6 +119,7 @@ class StepRunner {
   std::vector<int> tied_stages_;
   std::unique_ptr<dist::Comm> eval_comm_;  // asynchronous kinds: evaluation's own communicator
   std::unique_ptr<GradSync> sync_;
+  std::unique_ptr<BufferSync> buffers_;
   std::unique_ptr<WeightVersions> versions_;
   std::unique_ptr<ModelStage> stage_;
   std::unique_ptr<pipeline::Executor> executor_;

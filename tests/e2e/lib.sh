@@ -71,3 +71,61 @@ make_tiny_dataset() {
   make_corpus train.txt 20
   "$BATON" data build --input train.txt --output tiny --train-tokenizer 300 >/dev/null
 }
+
+# Small IDX image datasets (Fashion-MNIST's format, uncompressed): img.train / lbl.train (N_TRAIN,
+# default 256) and img.valid / lbl.valid (64), 12×12 grey images of 10 learnable classes (a bright
+# bar whose position is the label, plus noise).
+make_tiny_images() {
+  python3 - "${1:-256}" <<'PY'
+import random, struct, sys
+def write(prefix, n, seed):
+    rng = random.Random(seed)
+    labels = [rng.randrange(10) for _ in range(n)]
+    pix = bytearray()
+    for y in labels:
+        for r in range(12):
+            for c in range(12):
+                v = rng.randrange(60)
+                if r == y + 1 or c == 10 - y: v += 150
+                pix.append(min(v, 255))
+    open(f"img.{prefix}", "wb").write(struct.pack(">IIII", 0x803, n, 12, 12) + bytes(pix))
+    open(f"lbl.{prefix}", "wb").write(struct.pack(">II", 0x801, n) + bytes(labels))
+write("train", int(sys.argv[1]), 1)
+write("valid", 64, 2)
+PY
+}
+
+# cnn.toml: a ResNet-18 of width 1/8 with batch norm on those images, SGD with Nesterov momentum,
+# 8 steps of 16 images (4 micro-batches of 4), logged every step, evaluated and checkpointed every 4.
+write_tiny_cnn_config() {
+  cat > cnn.toml <<'TOML'
+[model]
+kind = "resnet"
+n_layer = 18
+width = 0.125
+image_size = 12
+in_channels = 1
+classes = 10
+[data]
+train = "img.train"
+train_labels = "lbl.train"
+valid = "img.valid"
+valid_labels = "lbl.valid"
+[train]
+steps = 8
+global_batch = 16
+micro_batch = 4
+log_every = 1
+eval_every = 4
+eval_steps = 2
+[optim]
+kind = "sgd"
+lr = 0.05
+momentum = 0.9
+nesterov = true
+weight_decay = 5e-4
+warmup_steps = 2
+[checkpoint]
+every = 4
+TOML
+}

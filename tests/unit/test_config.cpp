@@ -240,6 +240,7 @@ TEST(Config, CnnInconsistenciesAreErrors) {
   EXPECT_NE(error_of("[data]\nsynthetic = true\ntrain = \"x\"\ntrain_labels = \"y\"\n").find("synthetic"),
             std::string::npos);
   EXPECT_NE(error_of("[parallel]\ntp = 2\n", 2).find("no tensor-parallel layers"), std::string::npos);
+  EXPECT_NE(error_of("[parallel]\nrecompute = \"full\"\n").find("keep their activations"), std::string::npos);
   EXPECT_EQ(error_of("[data]\ntrain = \"x\"\ntrain_labels = \"y\"\n"), "no error");
 }
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# CNNs through the real binary (issue 12): a small ResNet with batch norm on IDX images
+# - trains to the same losses and gradient norms under every layout of the same micro-batch size:
+#   dp 2, pp 2 and 4 (1f1b, gpipe, zb-h1, interleaved), uneven stage boundaries, pp 2 × dp 2 (within 1e-4 of the
+#   single process), and so do the validation loss and accuracy, which read batch norm's running
+#   statistics (train/buffer_sync.h makes the data-parallel replicas' statistics the single
+#   process's);
+# - pipedream and 2bw train a CNN; pipedream resumes from its drain point bit for bit;
+# - resume is bit-exact (losses, val loss and accuracy, the end state incl. the running statistics
+#   and the momentum buffers) with the data order of a shuffled epoch boundary inside the run;
+# - bad inputs are one clear error: a truncated image file, labels outside model.classes, an image
+#   the network cannot reduce, tensor parallelism.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib_checkpoint.sh"
+use_mpirun
+make_tiny_images 96  # 6 steps of 16 per epoch: steps 7..8 are the second (reshuffled) epoch
+write_tiny_cnn_config
+
+"$BATON" train cnn.toml --set run.dir=ref > ref.log
+grep -q "top1" ref.log || { cat ref.log; fail "no accuracy in the log"; }
+grep -q "model stages" ref.log && fail "a single process printed stages"
+run() {  # run NAME NP ARGS...
+  local name=$1 np=$2; shift 2
+  "${MPIRUN[@]}" "$np" "$BATON" train cnn.toml --set run.dir="$name" "$@" > "$name.log" 2>&1 ||
+    { cat "$name.log"; fail "$name did not train"; }
+}
+run dp2 2 --set 'train.micro_batch=4'
+run pp2 2 --set parallel.pp=2
+run pp2g 2 --set parallel.pp=2 --set parallel.schedule=gpipe --set 'parallel.stages=[[0, 3], [3, 10]]'
+run pp4 4 --set parallel.pp=4
+run pp2dp2 4 --set parallel.pp=2 --set 'parallel.stages=[[0, 6], [6, 10]]'
+run zb 2 --set parallel.pp=2 --set parallel.schedule=zb-h1
+run il 2 --set parallel.pp=2 --set parallel.vp=2 --set parallel.schedule=interleaved
+grep -q "model stages (global layers) \[0,3) \[3,10)" pp2g.log || { cat pp2g.log; fail "stages not in the header"; }
+
+python3 - <<'PY'
+import json
+def rows(path):
+    return {r["step"]: r for r in map(json.loads, open(path))}
+ref = rows("ref/metrics.jsonl")
+def rel(a, b): return abs(a - b) / max(abs(b), 1e-12)
+for name in ("dp2", "pp2", "pp2g", "pp4", "pp2dp2", "zb", "il"):
+    got = rows(f"{name}/metrics.jsonl")
+    worst = max(rel(got[s][k], ref[s][k]) for s in range(1, 9) for k in ("loss", "grad_norm"))
+    assert worst <= 1e-4, f"{name}: worst relative difference {worst:.2e}"
+    v = max(rel(got[s][k], ref[s][k]) for s in (4, 8) for k in ("val_loss", "val_top1", "val_top5"))
+    assert v <= 1e-4, f"{name}: validation {v:.2e} off"
+    print(f"{name}: losses and norms of steps 1..8 within {worst:.1e}, validation within {v:.1e}")
+assert ref[8]["val_top1"] > 0.2, f"did not learn: top-1 {ref[8]['val_top1']}"
+PY
+
+# Batch norm's running statistics reach the checkpoint.
+tensor_checksums dp2/ckpt > dp2.sums
+grep -q "buffers/bn1.running_var" dp2.sums || fail "no running statistics in the checkpoint"
+
+# Asynchronous schedules: pipedream resumes from its drain point (checkpoint.every = 4) bit for bit.
+run pd 2 --set parallel.pp=2 --set parallel.schedule=pipedream
+run pd_r 2 --set parallel.pp=2 --set parallel.schedule=pipedream --set 'checkpoint.resume="pd/ckpt/step-0000004.h5"' \
+  --set checkpoint.dir=pd_r/ckpt
+run bw 2 --set parallel.pp=2 --set parallel.schedule=2bw
+python3 - <<'PY'
+import json, math
+rows = lambda p: {r["step"]: r for r in map(json.loads, open(p))}
+pd, pdr, bw = rows("pd/metrics.jsonl"), rows("pd_r/metrics.jsonl"), rows("bw/metrics.jsonl")
+for s in range(5, 9):
+    assert pdr[s]["loss"] == pd[s]["loss"], f"pipedream resume: step {s}"
+for name, r in (("pipedream", pd), ("2bw", bw)):
+    assert all(math.isfinite(r[s]["loss"]) for s in r) and r[8]["loss"] < r[1]["loss"], name
+    print(f"{name}: loss {r[1]['loss']:.4f} -> {r[8]['loss']:.4f}")
+PY
+
+# Exact resume: crash right after checkpoint 4, resume "auto": the same metrics (incl. val loss and
+# accuracy at step 8, which read the running statistics) and the same end state.
+rc=0
+BATON_CKPT_FAIL_AT=before_prune@4 "$BATON" train cnn.toml --set run.dir=crash > crash.log 2>&1 || rc=$?
+[ "$rc" -eq 86 ] || { cat crash.log; fail "injected crash: exit $rc, want 86"; }
+"$BATON" train cnn.toml --set run.dir=crash > crash-resumed.log
+grep -q "^resumed from crash/ckpt/step-0000004.h5 at step 4 " crash-resumed.log || { cat crash-resumed.log; fail "no resume"; }
+same_metrics ref crash || fail "resumed CNN run differs"
+python3 - <<'PY'
+import json
+a, b = ([json.loads(l) for l in open(f"{d}/metrics.jsonl")] for d in ("ref", "crash"))
+for x, y in zip(a, b):
+    assert x.get("val_top1") == y.get("val_top1") and x.get("val_top5") == y.get("val_top5"), (x, y)
+PY
+tensor_checksums ref/ckpt > ref.sums
+tensor_checksums crash/ckpt > crash.sums
+grep -q "optim/momentum/" ref.sums || fail "no momentum buffers in the checkpoint"
+cmp -s ref.sums crash.sums || { diff ref.sums crash.sums | head; fail "resumed end state differs"; }
+
+# Bad inputs: one clear error each.
+head -c 2000 img.train > img.short
+expect_error "img.short .*" "$BATON" train cnn.toml --set data.train='"img.short"' --set run.dir=bad
+python3 -c "
+import struct; open('lbl.bad','wb').write(struct.pack('>II',0x801,96)+bytes([3]*95+[12]))"
+expect_error "label 12 but model.classes is 10" "$BATON" train cnn.toml --set data.train_labels='"lbl.bad"' --set run.dir=bad
+expect_error "cannot reduce a 12×12 image" "$BATON" train cnn.toml --set model.kind='"vgg"' --set model.n_layer=11 --set run.dir=bad
+expect_error "CNNs have no tensor-parallel layers" "${MPIRUN[@]}" 2 "$BATON" train cnn.toml --set parallel.tp=2 --set run.dir=bad
+[ ! -e bad/metrics.jsonl ] || fail "a refused run wrote metrics"
+echo "PASS"
