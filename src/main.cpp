@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
 
   BenchOptions bench_opts;
   auto* bench_run_cmd = cli.add_subcommand(
-      "bench", "time training steps of a config on synthetic tokens: tokens/s, TFLOP/s, MFU");
+      "bench", "time training steps of a config on synthetic data: tokens/s (images/s), TFLOP/s, MFU");
   bench_run_cmd->add_option("config", bench_opts.config, "config file (TOML)")->required();
   bench_run_cmd->add_option("--set", bench_opts.overrides, "override a key: section.key=value (repeatable)");
   bench_run_cmd->add_option("--warmup", bench_opts.warmup, "untimed steps first (default 3)")
@@ -45,6 +45,18 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   bench_run_cmd->add_option("--json", bench_opts.json,
                             "also write the results to this JSON file (rank 0; for scripts)");
+
+  EvalOptions eval_opts;
+  auto* eval_cmd = cli.add_subcommand(
+      "eval", "validation loss (and a CNN's top-1/top-5 accuracy) of a checkpoint");
+  eval_cmd->add_option("config", eval_opts.config, "config file (TOML) naming data.valid")->required();
+  eval_cmd->add_option("--checkpoint", eval_opts.checkpoint, "checkpoint file or directory (its newest)")
+      ->required();
+  eval_cmd->add_option("--set", eval_opts.overrides, "override a key: section.key=value (repeatable)");
+  eval_cmd->add_option("--batches", eval_opts.batches,
+                       "validation batches of train.global_batch (default: the whole validation set)")
+      ->check(CLI::Range(0, 100000000));
+  eval_cmd->add_option("--json", eval_opts.json, "also write the results to this JSON file (rank 0)");
 
   auto* data_cmd = cli.add_subcommand("data", "prepare datasets");
   data_cmd->require_subcommand(1);
@@ -147,6 +159,7 @@ int main(int argc, char** argv) {
     }
     if (train_cmd->parsed()) return run_train(train);
     if (bench_run_cmd->parsed()) return run_bench(bench_opts);
+    if (eval_cmd->parsed()) return run_eval(eval_opts);
     if (build_cmd->parsed()) {
       if (build.train_tokenizer <= 0 && build.tokenizer.empty())
         return report("baton data build needs --train-tokenizer VOCAB or --tokenizer MODEL",

@@ -41,6 +41,17 @@ struct BenchOptions {
 };
 int run_bench(const BenchOptions& opts);
 
+// `baton eval CONFIG --checkpoint PATH`: validation loss (and a CNN's top-1 / top-5) of a
+// checkpoint under the config's layout; `batches` = 0: the whole validation set in whole batches.
+struct EvalOptions {
+  std::string config;
+  std::string checkpoint;              // a checkpoint file, or a directory (its newest)
+  std::vector<std::string> overrides;  // "section.key=value"
+  int batches = 0;
+  std::string json;  // also write the results here (rank 0), "" = no file
+};
+int run_eval(const EvalOptions& opts);
+
 struct GenerateOptions {
   std::string checkpoint;  // a weights file, or a directory holding them
   std::string prompt;

@@ -1,9 +1,10 @@
 // `baton bench CONFIG [--set k=v]... [--warmup N] [--steps N]` (DESIGN §8): the training session
 // of CONFIG — same layout, model, optimizer and pipeline schedule as `baton train` — on uniform
-// random token ids from train.seed, so no dataset or tokenizer is needed (the vocabulary is
-// model.vocab_size, else data.tokenizer's). Runs N warm-up steps, then N timed steps; writes no
-// checkpoints, metrics or config and evaluates nothing. Rank 0 prints: tokens/s, model TFLOP/s per
-// device (PTD-P formula), MFU when the device's peak is known, median and min step time (a step
+// random token ids from train.seed (a CNN: random images and labels of the model's shape,
+// data.synthetic), so no dataset or tokenizer is needed (the vocabulary is model.vocab_size, else
+// data.tokenizer's). Runs N warm-up steps, then N timed steps; writes no
+// checkpoints, metrics or config and evaluates nothing. Rank 0 prints: tokens/s (images/s), model
+// TFLOP/s per device (PTD-P formula; a CNN's convolution and linear FLOPs), MFU when the device's peak is known, median and min step time (a step
 // lasts as long as its slowest rank) and, with several ranks, the share of time blocked in
 // communication. `--json FILE` writes the same figures unrounded for scripts (launch/gpu-bench.sh).
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "dist/comm.h"
 #include "model/gpt.h"
 #include "optim/lr_schedule.h"
+#include "train/image_batches.h"
 #include "train/session.h"
 
 namespace baton::app {
@@ -42,9 +44,19 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
     tokenizer_vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
   // The model first: a config without a vocabulary fails before any collective.
   std::shared_ptr<const ModelBuilder> builder = model_builder(cfg, tokenizer_vocab);
-  const GptDims dims = gpt_dims_of(*builder);
-  TrainSession session(cfg, world, std::move(builder),
-                       std::make_unique<SyntheticTokens>(dims.vocab, dims.seq_len, cfg.train.seed));
+  const bool images = builder->input_kind() == InputKind::IMAGES;
+  std::unique_ptr<BatchSource> data;
+  if (images) {  // the model's shape of random images and labels (data.synthetic)
+    cfg.data = DataConfig{};
+    cfg.data.synthetic = true;
+    data = make_image_batches(cfg);
+  } else {
+    const GptDims dims = gpt_dims_of(*builder);
+    data = std::make_unique<SyntheticTokens>(dims.vocab, dims.seq_len, cfg.train.seed);
+  }
+  const std::string unit = images ? "images" : "tokens";
+  const std::string formula = images ? "the layers' convolution and linear FLOPs" : "the PTD-P formula";
+  TrainSession session(cfg, world, std::move(builder), std::move(data));
   session.log_header();
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   std::vector<double> seconds, comm;
@@ -79,13 +91,13 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   const double tflops_device = tflops_job / ranks;
   const double peak = session.peak_tflops();
 
-  log::info("bench: {} warm-up + {} timed steps on synthetic tokens | {} tokens/step | loss {:.4f} -> {:.4f}",
-            opts.warmup, opts.steps, session.tokens_per_step(), first_loss, last_loss);
+  log::info("bench: {} warm-up + {} timed steps on synthetic {} | {} {}/step | loss {:.4f} -> {:.4f}",
+            opts.warmup, opts.steps, unit, session.tokens_per_step(), unit, first_loss, last_loss);
   log::info("step time: median {:.1f} ms, min {:.1f} ms (over {} timed steps{})", 1e3 * median,
             1e3 * sorted.front(), n, ranks > 1 ? ", slowest rank per step" : "");
-  log::info("throughput: {} tokens/s | {:.3f} TFLOP/s per device ({} device{}, {:.3f} TFLOP/s in all; "
-            "model FLOPs by the PTD-P formula)",
-            human_rate(tokens_per_s), tflops_device, ranks, ranks > 1 ? "s" : "", tflops_job);
+  log::info("throughput: {} {}/s | {:.3f} TFLOP/s per device ({} device{}, {:.3f} TFLOP/s in all; "
+            "model FLOPs by {})",
+            human_rate(tokens_per_s), unit, tflops_device, ranks, ranks > 1 ? "s" : "", tflops_job, formula);
   // The peak of the run's compute dtype (core/device_table.h: fp32 is the plain, non-TF32 rate).
   if (peak > 0)
     log::info("mfu: {:.1f}% of the {:.0f} TFLOP/s dense {} peak of {}", 100 * tflops_device / peak, peak,
@@ -105,10 +117,16 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
     j["layout"] = {{"tp", cfg.parallel.tp}, {"pp", cfg.parallel.pp}, {"dp", cfg.dp}};
     j["micro_batch"] = cfg.train.micro_batch;
     j["global_batch"] = cfg.train.global_batch;
-    j["seq_len"] = cfg.model.seq_len;
+    if (images) {
+      j["image_size"] = cfg.model.image_size;
+      j["images_per_step"] = session.tokens_per_step();
+      j["images_per_s"] = tokens_per_s;
+    } else {
+      j["seq_len"] = cfg.model.seq_len;
+    }
     j["warmup_steps"] = opts.warmup;
     j["timed_steps"] = n;
-    j["tokens_per_step"] = session.tokens_per_step();
+    j["tokens_per_step"] = session.tokens_per_step();  // images for a CNN (one position each)
     j["flops_per_step"] = session.flops_per_step();
     j["step_ms_median"] = 1e3 * median;
     j["step_ms_min"] = 1e3 * sorted.front();

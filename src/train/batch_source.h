@@ -21,6 +21,8 @@ class BatchSource {
   virtual bool has_valid() const { return false; }
   // Samples [row, row + n) of validation batch `batch`, batches of `rows` samples.
   virtual void valid_rows(int batch, int rows, int row, int n, HostBatch& out) const;
+  // Distinct validation samples (images, or a GPT's sequence windows) before the batches wrap.
+  virtual int64_t valid_samples() const { return 0; }
   // The header's `data:` line before " | N samples/step ...".
   virtual std::string describe() const = 0;
   // The header's `baseline:` line (without the prefix); empty: none.

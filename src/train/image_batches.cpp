@@ -42,6 +42,7 @@ class DatasetImages final : public BatchSource {
     train_->train_rows(step, row, n, out.images.data(), out.targets.data());
   }
   bool has_valid() const override { return valid_ != nullptr; }
+  int64_t valid_samples() const override { return valid_images_ ? valid_images_->count() : 0; }
   void valid_rows(int batch, int rows, int row, int n, HostBatch& out) const override {
     shape(out, n, valid_->sample_floats());
     valid_->eval_rows(batch, rows, row, n, out.images.data(), out.targets.data());

@@ -276,14 +276,20 @@ TimedStep TrainSession::step(int64_t step, double lr) {
   return t;
 }
 
-std::optional<EvalResult> TrainSession::evaluate() {
+std::optional<EvalResult> TrainSession::evaluate(int batches) {
   if (!data_->has_valid()) return std::nullopt;
   const int rows = cfg_.train.global_batch;
   const BatchSource* src = data_.get();
   const BatchFn rows_fn = [src, rows](int64_t b, int row, int n, HostBatch& out) {
     src->valid_rows(static_cast<int>(b), rows, row, n, out);
   };
-  return runner_->evaluate(rows_fn, cfg_.train.eval_steps, rows);
+  return runner_->evaluate(rows_fn, batches > 0 ? batches : cfg_.train.eval_steps, rows);
+}
+
+CheckpointMeta TrainSession::load(const std::string& path) {
+  const CheckpointMeta meta = read_train_state(path, model_->table(), host(), shard_layout_);
+  restore_train_state(host(), *model_, *opt_, shard_layout_);
+  return meta;
 }
 
 std::string TrainSession::save(int64_t step, double lr) {

@@ -92,8 +92,14 @@ class TrainSession {
   // or nullopt when nothing was resumed. Refuses checkpoints newer than that step. Collective.
   std::optional<int64_t> resume();
   TimedStep step(int64_t step, double lr);
-  // Mean validation loss (cfg.train.eval_steps batches); nullopt without a validation set.
-  std::optional<EvalResult> evaluate();
+  // Mean validation loss (cfg.train.eval_steps batches, or `batches`); nullopt without a
+  // validation set.
+  std::optional<EvalResult> evaluate(int batches = 0);
+  // Distinct validation samples (0: unknown or none); batches hold train.global_batch of them.
+  int64_t valid_samples() const { return data_->valid_samples(); }
+  // Loads the weights (and the rest of the training state) of checkpoint file `path`, whatever
+  // else checkpoint.dir holds; returns its metadata. Collective. `baton eval`.
+  CheckpointMeta load(const std::string& path);
   // Writes the checkpoint of `step` and logs its size and time; returns its path. Collective.
   std::string save(int64_t step, double lr);
   // True when the state is a consistent checkpoint: always, except for an asynchronous pipeline

@@ -80,6 +80,7 @@ class DatasetTokens final : public BatchSource {
     train_->train_rows(step, row, n, out.tokens.data(), out.targets.data());
   }
   bool has_valid() const override { return valid_ != nullptr; }
+  int64_t valid_samples() const override { return valid_ ? valid_->eval_windows() : 0; }
   void valid_rows(int batch, int rows, int row, int n, HostBatch& out) const override {
     shape(out, n);
     valid_->eval_rows(batch, rows, row, n, out.tokens.data(), out.targets.data());
@@ -178,22 +179,26 @@ void save_final(TrainSession& session, TrainSummary& summary, int64_t start_step
 
 }  // namespace
 
-TrainSummary train(const Config& cfg, dist::Comm* world) {
+ModelAndData model_and_data(const Config& cfg) {
   check_trainable(cfg);
   const bool gpt = cfg.model.kind == "gpt";
   BATON_REQUIRE(!gpt || !cfg.data.train.empty(), "data.train is not set",
                 "set data.train to a dataset prefix built with `baton data build`");
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (!cfg.data.tokenizer.empty()) tokenizer = Tokenizer::load(cfg.data.tokenizer);
-  const int tokenizer_vocab = tokenizer ? tokenizer->vocab_size() : 0;
-  std::shared_ptr<const ModelBuilder> builder = model_builder(cfg, tokenizer_vocab);
-  std::unique_ptr<BatchSource> data;
+  ModelAndData md;
+  if (!cfg.data.tokenizer.empty()) md.tokenizer = Tokenizer::load(cfg.data.tokenizer);
+  md.builder = model_builder(cfg, md.tokenizer ? md.tokenizer->vocab_size() : 0);
   if (gpt)
-    data = std::make_unique<DatasetTokens>(cfg, gpt_dims_of(*builder));
+    md.data = std::make_unique<DatasetTokens>(cfg, gpt_dims_of(*md.builder));
   else
-    data = make_image_batches(cfg);
+    md.data = make_image_batches(cfg);
+  return md;
+}
+
+TrainSummary train(const Config& cfg, dist::Comm* world) {
+  ModelAndData md = model_and_data(cfg);
+  std::unique_ptr<Tokenizer> tokenizer = std::move(md.tokenizer);
   dist::SelfComm alone;
-  TrainSession session(cfg, world ? *world : alone, std::move(builder), std::move(data));
+  TrainSession session(cfg, world ? *world : alone, std::move(md.builder), std::move(md.data));
   const bool rank0 = session.rank0();
   session.log_header();
 

@@ -13,7 +13,10 @@
 #include <vector>
 
 #include "config/config.h"
+#include "data/tokenizer.h"
 #include "dist/comm.h"
+#include "model/model_builder.h"
+#include "train/batch_source.h"
 
 namespace baton {
 
@@ -26,6 +29,17 @@ struct TrainSummary {
   bool stopped_by_signal = false;
   std::string checkpoint_path;  // the last checkpoint written by this run, if any
 };
+
+// What `baton train` builds from a config before the session: the tokenizer (data.tokenizer, if
+// any), the model (its vocabulary from the tokenizer when model.vocab_size = 0) and the batch
+// source (token or image datasets). Throws baton::Error for a config this build cannot train or
+// datasets that are missing, damaged or do not fit the model.
+struct ModelAndData {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const ModelBuilder> builder;
+  std::unique_ptr<BatchSource> data;
+};
+ModelAndData model_and_data(const Config& cfg);
 
 // Runs the configured training on this rank. `world`: every rank of the job (null or size 1: one
 // process). Throws baton::Error for bad input (datasets, tokenizer, layout, ...).

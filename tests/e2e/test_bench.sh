@@ -58,6 +58,37 @@ assert abs(job - j["tokens_per_s"]) <= 1e-6 * j["tokens_per_s"], (job, j["tokens
 PY
 expect_error "cannot write" "$BATON" bench tiny.toml --warmup 0 --steps 1 --json /nonexistent/dir/b.json
 
+# A CNN benchmarks on random images of its shape (no dataset, even when the config names one):
+# images/s, and TFLOP/s from the layers' FLOPs (3 × forward of the convolutions and linear layers).
+make_tiny_images 64
+write_tiny_cnn_config
+"${MPIRUN[@]}" 2 "$BATON" bench cnn.toml --set parallel.pp=2 --set data.train='"missing.idx"' --warmup 1 --steps 3 \
+  --json c.json > cnn.log
+grep -Eq "^bench: 1 warm-up \+ 3 timed steps on synthetic images \| 16 images/step" cnn.log || { cat cnn.log; fail "CNN bench line"; }
+grep -Eq "^throughput: [0-9.]+k? images/s" cnn.log || { cat cnn.log; fail "no images/s"; }
+python3 - <<'PY'
+import json
+j = json.load(open("c.json"))
+assert j["images_per_step"] == 16 and j["image_size"] == 12, j
+# 3 × forward FLOPs × 16 images; forward: 2·C·R·S·K·P·Q per convolution (and 2·in·out for the fc)
+# of the ResNet-18 of width 1/8 (channels 8, 16, 32, 64) on 12 px with the small-image stem.
+def conv(c, k, r, h, stride):
+    p = (h + 2 * (r // 2) - r) // stride + 1
+    return 2 * c * r * r * k * p * p, p
+fwd, h = conv(1, 8, 3, 12, 1)
+c = 8
+for k, stride in ((8, 1), (16, 2), (32, 2), (64, 2)):
+    for b in range(2):
+        s = stride if b == 0 else 1
+        f1, h2 = conv(c, k, 3, h, s)
+        f2, _ = conv(k, k, 3, h2, 1)
+        fwd += f1 + f2 + (conv(c, k, 1, h, s)[0] if (s != 1 or c != k) else 0)
+        c, h = k, h2
+fwd += 2 * 64 * 10
+assert j["flops_per_step"] == 3 * 16 * fwd, (j["flops_per_step"], 3 * 16 * fwd)
+assert abs(j["tflops_per_device"] * 2e12 / j["flops_per_step"] - j["images_per_s"] / 16) <= 1e-6 * j["images_per_s"]
+PY
+
 expect_error "not expected" "$BATON" bench tiny.toml --bogus
 expect_error "not in range" "$BATON" bench tiny.toml --steps 0
 expect_error "vocab_size is 0" "$BATON" bench tiny.toml --set model.vocab_size=0

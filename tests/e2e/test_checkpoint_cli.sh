@@ -12,6 +12,18 @@ grep -Eq "^saved step-0000004.h5 \([0-9.]+ MB\) in [0-9.]+ s$" train.log || { ca
 [ "$(ls run/ckpt)" = "$(printf 'latest\nstep-0000008.h5\nstep-0000012.h5')" ] || { ls run/ckpt; fail "keep = 2"; }
 [ "$(cat run/ckpt/latest)" = "step-0000012.h5" ] || fail "latest"
 
+# ---- baton eval: the run's own evaluation at step 12 (2 batches), bit for bit ----
+"$BATON" eval tiny.toml --checkpoint run/ckpt --batches 2 --json eval.json > eval.log
+grep -q "^eval: step-0000012.h5 (step 12) | 16 sequences in 2 batches of 8" eval.log || { cat eval.log; fail "eval line"; }
+python3 - <<'PY'
+import json
+ref = {r["step"]: r for r in map(json.loads, open("run/metrics.jsonl"))}
+e = json.load(open("eval.json"))
+assert e["loss"] == ref[12]["val_loss"], (e, ref[12])
+PY
+"$BATON" eval tiny.toml --checkpoint run/ckpt > eval-all.log
+grep -Eq "^eval: .* sequences in [0-9]+ batches of 8 .*\| loss [0-9.]+$" eval-all.log || { cat eval-all.log; fail "eval all"; }
+
 # ---- inspect / verify ----
 "$BATON" ckpt inspect run/ckpt > inspect.txt
 head -12 inspect.txt

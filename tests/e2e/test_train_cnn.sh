@@ -88,6 +88,27 @@ tensor_checksums crash/ckpt > crash.sums
 grep -q "optim/momentum/" ref.sums || fail "no momentum buffers in the checkpoint"
 cmp -s ref.sums crash.sums || { diff ref.sums crash.sums | head; fail "resumed end state differs"; }
 
+# baton eval: a checkpoint's validation loss and accuracy, under any layout. Two batches of step 4
+# are the run's own evaluation at step 4 (bit for bit: the same batches through the same model);
+# by default the whole validation set (64 images = 4 batches of 16), the same under pp 2.
+"$BATON" eval cnn.toml --checkpoint ref/ckpt/step-0000004.h5 --batches 2 --json e4.json > e4.log
+"$BATON" eval cnn.toml --checkpoint ref/ckpt --json e8.json > e8.log
+grep -q "64 images in 4 batches of 16 | loss" e8.log || { cat e8.log; fail "eval line"; }
+"${MPIRUN[@]}" 2 "$BATON" eval cnn.toml --checkpoint ref/ckpt --set parallel.pp=2 --json e8pp.json > e8pp.log
+python3 - <<'PY'
+import json
+ref = {r["step"]: r for r in map(json.loads, open("ref/metrics.jsonl"))}
+e4, e8, e8pp = (json.load(open(f)) for f in ("e4.json", "e8.json", "e8pp.json"))
+assert e4["step"] == 4 and e4["samples"] == 32, e4
+assert (e4["loss"], e4["top1"], e4["top5"]) == (ref[4]["val_loss"], ref[4]["val_top1"], ref[4]["val_top5"]), (e4, ref[4])
+assert e8["step"] == 8 and e8["samples"] == 64 and e8["batches"] == 4, e8
+assert all(abs(e8pp[k] - e8[k]) <= 1e-6 * abs(e8[k]) for k in ("loss", "top1", "top5")), (e8, e8pp)
+print(f"eval: step 4 = the run's own evaluation; step 8 on all 64 images loss {e8['loss']:.4f} top-1 {e8['top1']:.3f}, pp 2 the same")
+PY
+expect_error "no validation set" "$BATON" eval cnn.toml --checkpoint ref/ckpt --set data.valid='""' --set data.valid_labels='""'
+expect_error "fewer than one batch" "$BATON" eval cnn.toml --checkpoint ref/ckpt --set train.global_batch=128 --set train.micro_batch=4
+expect_error "checkpoint .nothere. does not exist" "$BATON" eval cnn.toml --checkpoint nothere
+
 # Bad inputs: one clear error each.
 head -c 2000 img.train > img.short
 expect_error "img.short .*" "$BATON" train cnn.toml --set data.train='"img.short"' --set run.dir=bad
