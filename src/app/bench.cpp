@@ -31,7 +31,7 @@ namespace {
 std::string human_rate(double x) {
   if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
   if (x >= 1e3) return fmt::format("{:.2f}k", x / 1e3);
-  return fmt::format("{:.0f}", x);
+  return x >= 10 ? fmt::format("{:.0f}", x) : fmt::format("{:.2f}", x);
 }
 
 int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {

@@ -118,4 +118,21 @@ expect_error "label 12 but model.classes is 10" "$BATON" train cnn.toml --set da
 expect_error "cannot reduce a 12×12 image" "$BATON" train cnn.toml --set model.kind='"vgg"' --set model.n_layer=11 --set run.dir=bad
 expect_error "CNNs have no tensor-parallel layers" "${MPIRUN[@]}" 2 "$BATON" train cnn.toml --set parallel.tp=2 --set run.dir=bad
 [ ! -e bad/metrics.jsonl ] || fail "a refused run wrote metrics"
+
+# The shipped CNN configs run as they are: the quick start for 2 steps (its evaluation covers the
+# whole 10,000-image test set), the ImageNet-shaped ones one bench step of 2 images.
+if [ -r /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+  "$BATON" train "$SRC/configs/fashion-resnet.toml" --set train.steps=2 --set run.dir=fq > fq.log
+  grep -q "^step      2/2 | loss [0-9.]* | val [0-9.]* top1" fq.log || { cat fq.log; fail "quick start"; }
+  "$BATON" eval "$SRC/configs/fashion-resnet.toml" --checkpoint fq/ckpt > fq-eval.log
+  grep -q "10000 images in 40 batches of 250 | loss" fq-eval.log || { cat fq-eval.log; fail "quick start eval"; }
+else
+  echo "skipped configs/fashion-resnet.toml: dataset-fashion-mnist is not installed (launch/install-deps.sh)"
+fi
+for c in resnet50 vgg16; do
+  "$BATON" bench "$SRC/configs/$c.toml" --set train.global_batch=2 --set train.micro_batch=2 --warmup 0 --steps 1 \
+    > $c.log || { cat $c.log; fail "configs/$c.toml"; }
+done
+grep -q "ResNet-50 (18 layers), 224×224×3 images, 1000 classes | 25.56M parameters" resnet50.log || fail "resnet50"
+grep -q "VGG-16-BN (16 layers, dropout 0.5), 224×224×3 images, 1000 classes | 138.37M parameters" vgg16.log || fail "vgg16"
 echo "PASS"
