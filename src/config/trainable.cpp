@@ -11,9 +11,6 @@
 namespace baton {
 
 void check_trainable(const Config& cfg) {
-  BATON_REQUIRE(cfg.model.kind != "gpt" || cfg.model.dropout == 0.0,
-                "model.dropout > 0 is not implemented for GPTs yet (VGG's classifier dropout is)",
-                "set model.dropout = 0");
   BATON_REQUIRE(cfg.hetero == HeteroConfig{},
                 "the [hetero] section (HetPipe virtual workers kept in sync by WSP) is not built yet",
                 "remove the [hetero] keys (or leave them at their defaults: sync = \"allreduce\", "

@@ -1,5 +1,7 @@
 #include "model/embedding.h"
 
+#include "model/gpt_dropout.h"
+
 namespace baton {
 
 void Embedding::add_params(ParamTable& table) {
@@ -17,11 +19,21 @@ void Embedding::forward(const LayerCtx& ctx, const void*, void* saved) {
                             ctx.B, ctx.T, C, tp_.rank * rows, rows);
   void* out = tp_.exit(full, saved, N, C);
   if (out != saved) ctx.be->copy_act(saved, out, size_t(tp_.local_rows(N)) * C);
+  if (ctx.training && d_.dropout > 0) gpt_dropout(ctx, tp_, saved, saved, C, d_.dropout, embedding_dropout_site());
+}
+
+// The output gradient, dropped as the forward's output was (into the workspace's tail).
+const void* Embedding::dropped_gradient(const LayerCtx& ctx, const void* dout) const {
+  if (!ctx.training || d_.dropout == 0) return dout;
+  const size_t N = size_t(ctx.B) * ctx.T;
+  void* g = static_cast<char*>(ctx.workspace) + N * d_.d_model * act_size_;
+  gpt_dropout(ctx, tp_, g, dout, d_.d_model, d_.dropout, embedding_dropout_site());
+  return g;
 }
 
 void Embedding::backward(const LayerCtx& ctx, const void*, const void* dout, void*, void*) {
   const int N = ctx.B * ctx.T, C = d_.d_model, rows = d_.vocab_padded / tp_.size;
-  const void* dfull = tp_.exit_backward(dout, ctx.workspace, N, C);
+  const void* dfull = tp_.exit_backward(dropped_gradient(ctx, dout), ctx.workspace, N, C);
   ctx.be->embedding_backward(ctx.grad(wte_), ctx.grad(wpe_), dfull, ctx.tokens, ctx.tokens_host, ctx.B,
                              ctx.T, C, tp_.rank * rows, rows);
 }
@@ -29,7 +41,7 @@ void Embedding::backward(const LayerCtx& ctx, const void*, const void* dout, voi
 void Embedding::backward_input(const LayerCtx& ctx, const void*, const void* dout, void*, void*,
                                void* deferred) {
   const int N = ctx.B * ctx.T, C = d_.d_model;
-  const void* dfull = tp_.exit_backward(dout, deferred, N, C);
+  const void* dfull = tp_.exit_backward(dropped_gradient(ctx, dout), deferred, N, C);
   if (dfull != deferred) ctx.be->copy_act(deferred, dfull, size_t(N) * C);
 }
 

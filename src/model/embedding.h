@@ -17,8 +17,10 @@ class Embedding : public Layer {
   std::string name() const override { return "embedding"; }
   void add_params(ParamTable& table) override;
   size_t saved_bytes(int B, int T) const override { return output_bytes(B, T); }
+  // The full [N, C] partial sums (sequence parallelism), then with dropout the local rows'
+  // dropped output gradient.
   size_t workspace_bytes(int B, int T) const override {
-    return size_t(B) * T * d_.d_model * act_size_;
+    return (size_t(B) * T + (d_.dropout > 0 ? tp_.local_rows(B * T) : 0)) * d_.d_model * act_size_;
   }
   size_t output_bytes(int B, int T) const override {
     return size_t(tp_.local_rows(B * T)) * d_.d_model * act_size_;
@@ -39,6 +41,7 @@ class Embedding : public Layer {
                        void* deferred) override;
 
  private:
+  const void* dropped_gradient(const LayerCtx& ctx, const void* dout) const;
   GptDims d_;
   const TensorParallel& tp_;
   size_t act_size_;

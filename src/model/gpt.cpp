@@ -13,8 +13,9 @@ GptBuilder::GptBuilder(const GptDims& dims) : d_(dims) {
 }
 
 std::string GptBuilder::describe() const {
-  return fmt::format("GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {} (padded {})",
-                     d_.n_layer, d_.d_model, d_.n_head, d_.seq_len, d_.vocab, d_.vocab_padded);
+  return fmt::format("GPT {} layers, d_model {}, {} heads, seq_len {}, vocab {} (padded {}){}", d_.n_layer,
+                     d_.d_model, d_.n_head, d_.seq_len, d_.vocab, d_.vocab_padded,
+                     d_.dropout > 0 ? fmt::format(", hidden dropout {}", d_.dropout) : "");
 }
 
 std::unique_ptr<Layer> GptBuilder::make_layer(int g, const TensorParallel& tp, const Backend& be,

@@ -20,6 +20,7 @@ GptDims gpt_dims(const ModelConfig& m, int tokenizer_vocab) {
                             m.vocab_size, tokenizer_vocab),
                 "set model.vocab_size = 0 to take the tokenizer's size");
   d.vocab_padded = pad_vocab(d.vocab);
+  d.dropout = float(m.dropout);
   return d;
 }
 

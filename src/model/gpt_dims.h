@@ -12,6 +12,7 @@ struct GptDims {
   int seq_len = 0;  // T (maximum; positions table size)
   int vocab = 0;    // V
   int vocab_padded = 0;  // Vp
+  float dropout = 0;     // hidden dropout (model/gpt_dropout.h)
   int head_size() const { return d_model / n_head; }
 };
 

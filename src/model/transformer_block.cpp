@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "model/gpt_dropout.h"
+
 namespace baton {
 
 struct TransformerBlock::Saved {
@@ -132,6 +134,7 @@ void TransformerBlock::forward(const LayerCtx& ctx, const void* x, void* saved) 
   be.matmul_forward(w.dpartial, s.atty, ctx.param(proj_w_), add_bias ? ctx.param(proj_b_) : nullptr,
                     N, Cl, C);
   const void* attn_out = tp_.exit(w.dpartial, w.dlocal, N, C);
+  drop(ctx, const_cast<void*>(attn_out), attn_out, 0);  // a workspace buffer: dropped in place
   be.residual_layernorm_forward(s.x2, s.ln2, s.mean2, s.rstd2, x, attn_out, ctx.param(ln2_w_),
                                 ctx.param(ln2_b_), Nl, C);
   // MLP: out = x2 + fcproj(gelu(fc(ln2(x2))))
@@ -140,6 +143,7 @@ void TransformerBlock::forward(const LayerCtx& ctx, const void* x, void* saved) 
   be.matmul_forward(w.dpartial, s.fch_gelu, ctx.param(fcproj_w_),
                     add_bias ? ctx.param(fcproj_b_) : nullptr, N, 4 * Cl, C);
   const void* mlp_out = tp_.exit(w.dpartial, w.dlocal, N, C);
+  drop(ctx, const_cast<void*>(mlp_out), mlp_out, 1);
   be.residual_forward(s.out, s.x2, mlp_out, size_t(Nl) * C);
 }
 
@@ -153,7 +157,7 @@ void TransformerBlock::backward(const LayerCtx& ctx, const void* x, const void* 
   Workspace w = scratch(ctx.workspace, ctx.B, ctx.T);
   void* dfch = w.big;
   // MLP: out = x2 + fcproj(gelu(fc(ln2(x2)))); the GELU backward rides on fcproj's dinp GEMM.
-  const void* dmlp = tp_.exit_backward(dout, w.dfull, N, C);
+  const void* dmlp = tp_.exit_backward(dropped(ctx, w.dlocal, dout, 1), w.dfull, N, C);
   be.matmul_backward_gelu(dfch, ctx.grad(fcproj_w_), ctx.grad(fcproj_b_), dmlp, s.fch_gelu,
                           ctx.param(fcproj_w_), s.fch, N, 4 * Cl, C);
   be.matmul_backward(w.dpartial, ctx.grad(fc_w_), ctx.grad(fc_b_), dfch, s.ln2_full,
@@ -165,7 +169,7 @@ void TransformerBlock::backward(const LayerCtx& ctx, const void* x, const void* 
   // Attention: x2 = x + proj(attention(qkv(ln1(x))))
   void* datty = w.big;
   void* dqkv = act_at(w.big, NCl, act_size_);
-  const void* dattn = tp_.exit_backward(w.dx2, w.dfull, N, C);
+  const void* dattn = tp_.exit_backward(dropped(ctx, w.dlocal, w.dx2, 0), w.dfull, N, C);
   be.matmul_backward(datty, ctx.grad(proj_w_), ctx.grad(proj_b_), dattn, s.atty,
                      ctx.param(proj_w_), N, Cl, C, false);
   float* att = s.att;
@@ -223,7 +227,7 @@ void TransformerBlock::backward_input(const LayerCtx& ctx, const void* x, const 
     if (src != dst) be.copy_act(dst, src, n);
   };
   // MLP
-  const void* dmlp = tp_.exit_backward(dout, d.dmlp, N, C);
+  const void* dmlp = tp_.exit_backward(dropped(ctx, w.dlocal, dout, 1), d.dmlp, N, C);
   keep(d.dmlp, dmlp, size_t(N) * C);
   be.matmul_backward_gelu(d.dfch, nullptr, nullptr, d.dmlp, s.fch_gelu, ctx.param(fcproj_w_),
                           s.fch, N, 4 * Cl, C);
@@ -231,15 +235,15 @@ void TransformerBlock::backward_input(const LayerCtx& ctx, const void* x, const 
                      4 * Cl, false);
   const void* dln2 = tp_.enter_backward(w.dpartial, d.dln2, N, C);
   keep(d.dln2, dln2, NlC);
-  // Without sequence parallelism the residual gradient dx2 is itself the attention output's
-  // gradient (exit_backward is the identity): keep it in the deferred buffer directly.
-  void* dx2 = tp_.sp() ? w.dx2 : d.dattn;
+  // Without sequence parallelism (and dropout) the residual gradient dx2 is itself the attention
+  // output's gradient (exit_backward is the identity): keep it in the deferred buffer directly.
+  void* dx2 = tp_.sp() || d_.dropout > 0 ? w.dx2 : d.dattn;
   be.copy_act(dx2, dout, NlC);
   be.layernorm_backward(dx2, nullptr, nullptr, d.dln2, s.x2, ctx.param(ln2_w_), s.mean2, s.rstd2,
                         Nl, C);
   // Attention
   void* datty = w.big;
-  const void* dattn = tp_.exit_backward(dx2, d.dattn, N, C);
+  const void* dattn = tp_.exit_backward(dropped(ctx, w.dlocal, dx2, 0), d.dattn, N, C);
   keep(d.dattn, dattn, size_t(N) * C);
   be.matmul_backward(datty, nullptr, nullptr, d.dattn, s.atty, ctx.param(proj_w_), N, Cl, C, false);
   float* att = s.att;
@@ -275,6 +279,19 @@ void TransformerBlock::backward_weight(const LayerCtx& ctx, const void* x, void*
                      3 * Cl, false);
   be.layernorm_backward(nullptr, ctx.grad(ln1_w_), ctx.grad(ln1_b_), d.dln1, x, nullptr, s.mean1,
                         s.rstd1, Nl, C);
+}
+
+// ---- hidden dropout (model/gpt_dropout.h): branch 0 = attention, 1 = MLP ----
+
+void TransformerBlock::drop(const LayerCtx& ctx, void* y, const void* x, int branch) const {
+  if (ctx.training && d_.dropout > 0)
+    gpt_dropout(ctx, tp_, y, x, d_.d_model, d_.dropout, block_dropout_site(index_, branch));
+}
+
+const void* TransformerBlock::dropped(const LayerCtx& ctx, void* buf, const void* g, int branch) const {
+  if (!ctx.training || d_.dropout == 0) return g;
+  drop(ctx, buf, g, branch);
+  return buf;
 }
 
 }  // namespace baton

@@ -48,6 +48,10 @@ class TransformerBlock : public Layer {
                        void* deferred) override;
 
  private:
+  // Hidden dropout of branch 0 (attention) or 1 (MLP): y = dropout(x) (training only); dropped()
+  // applies it to a gradient g into buf and returns buf (or g when there is no dropout).
+  void drop(const LayerCtx& ctx, void* y, const void* x, int branch) const;
+  const void* dropped(const LayerCtx& ctx, void* buf, const void* g, int branch) const;
   struct Saved;      // views into the saved buffer
   struct Workspace;  // views into the shared scratch
   struct Deferred;   // views into the deferred buffer (zero bubble)

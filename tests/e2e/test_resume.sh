@@ -4,7 +4,7 @@
 #   "auto") logs bit-identical losses, grad norms, lrs and val losses to an uninterrupted run, and
 #   ends in the same state (checksums): k = 10 (right after an eval step, 2 micro-batches per step)
 #   and k = 7 (4 micro-batches per step, between eval and checkpoint cadences), and k = 5 with SGD
-#   (Nesterov momentum);
+#   (Nesterov momentum), and k = 6 with GPT dropout;
 # - kill -9 during a save (paused just before the rename) leaves `latest` at the previous
 #   checkpoint, and auto-resume from it reaches the same end state.
 source "$(dirname "$0")/lib.sh"
@@ -35,6 +35,8 @@ check_resume 7 --set train.micro_batch=2
 # SGD with Nesterov momentum: its momentum buffers (optim/momentum/<name>) resume bit for bit too.
 check_resume 5 --set optim.kind=sgd --set optim.lr=0.05 --set optim.nesterov=true
 grep -q "optim/momentum/wte" <(tensor_checksums ref5/ckpt) || fail "no momentum buffers in the SGD checkpoint"
+# Hidden dropout: its masks are keyed by (seed, batch), so a resumed run draws the same ones.
+check_resume 6 --set model.dropout=0.1
 
 # kill -9 in the middle of the final save (step 20, checkpoint every 10).
 BATON_CKPT_PAUSE_AT=before_rename@20 "$BATON" train tiny.toml --set run.dir=killed > killed.log 2>&1 &

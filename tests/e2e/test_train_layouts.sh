@@ -3,7 +3,8 @@
 # expressible or had to prove: explicit, uneven pipeline stage boundaries (parallel.stages) give
 # the single-process losses; pipedream (with vertical sync) and its replicated stages (1F1B-RR,
 # parallel.replicas) train through `baton train` and resume from their drain point bit-identically;
-# keys of features that are not built yet are one clear error each, never a silent no-op.
+# GPT dropout gives the same losses under every layout; keys of features that are not built yet
+# are one clear error each, never a silent no-op.
 source "$(dirname "$0")/lib.sh"
 use_mpirun
 make_tiny_dataset
@@ -52,6 +53,29 @@ for name in ("pd", "vs", "rr"):
         assert resumed[s]["loss"] == full[s]["loss"], f"{name} resume: step {s} {resumed[s]['loss']} != {full[s]['loss']}"
     assert all(math.isfinite(full[s]["loss"]) for s in full) and full[12]["loss"] < full[1]["loss"], name
     print(f"{name}: loss {full[1]['loss']:.4f} -> {full[12]['loss']:.4f}; resumed at step 6, steps 7..12 bit-identical")
+PY
+
+# GPT hidden dropout (model.dropout): the masks are a function of (seed, batch, token, channel,
+# site), so tensor (+ sequence) parallelism, pipelines (zero bubble's split backward too), data
+# parallelism and full recomputation train to the single process's losses; and it does change them.
+drop=(--set model.dropout=0.2 --set train.steps=4)
+"$BATON" train tiny.toml "${drop[@]}" --set run.dir=d_ref > d_ref.log
+grep -q "hidden dropout 0.2" d_ref.log || { cat d_ref.log; fail "dropout not in the model line"; }
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${drop[@]}" --set parallel.tp=2 --set parallel.sequence_parallel=true \
+  --set run.dir=d_sp > d_sp.log
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${drop[@]}" --set parallel.pp=2 --set parallel.schedule=zb-h1 \
+  --set run.dir=d_zb > d_zb.log
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${drop[@]}" --set parallel.recompute=full --set run.dir=d_dp > d_dp.log
+python3 - <<'PY'
+import json
+rows = lambda p: {r["step"]: r for r in map(json.loads, open(p))}
+ref, plain = rows("d_ref/metrics.jsonl"), rows("ref/metrics.jsonl")
+assert abs(ref[2]["loss"] - plain[2]["loss"]) > 1e-3, "dropout changed nothing"
+for name in ("d_sp", "d_zb", "d_dp"):
+    got = rows(f"{name}/metrics.jsonl")
+    worst = max(abs(got[s][k] - ref[s][k]) / abs(ref[s][k]) for s in range(1, 5) for k in ("loss", "grad_norm"))
+    assert worst <= 1e-4, f"{name}: worst relative difference {worst:.2e}"
+    print(f"dropout {name}: steps 1..4 within {worst:.1e} of the single-process run")
 PY
 
 # Not built yet, or not meaningful: a clear error, never a silent no-op.

@@ -30,9 +30,11 @@ std::vector<int32_t> random_tokens(size_t n, int vocab, uint64_t seed) {
   return t;
 }
 
-// Mean loss of one micro-batch (no gradient).
-double mean_loss(SequentialModel& m, const std::vector<int32_t>& x, const std::vector<int32_t>& y, int B, int T) {
-  return m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, false, 0.0f) / (double(B) * T);
+// Mean loss of one micro-batch (no gradient). `training`: with dropout's masks (batch 3, row 5).
+double mean_loss(SequentialModel& m, const std::vector<int32_t>& x, const std::vector<int32_t>& y, int B, int T,
+                 bool training = false) {
+  const MicroBatch mb{.B = B, .T = T, .tokens = x.data(), .targets = y.data(), .batch = 3, .row = 5};
+  return m.forward(0, mb, training, 0.0f) / (double(B) * T);
 }
 
 // Directional derivative check, one parameter tensor at a time: for a random direction u supported
@@ -40,12 +42,15 @@ double mean_loss(SequentialModel& m, const std::vector<int32_t>& x, const std::v
 // double but the model runs in fp32, so the difference quotient carries rounding noise of about
 // 1e-7 * L / h ~ 1e-5 and truncation error O(h^2) ~ 1e-6 with h = 1e-3 (weights ~0.02-1):
 // a relative tolerance of 2e-2 (with an absolute floor) separates a correct gradient from a wrong
-// one, which is typically off by O(1).
-TEST(GptModel, GradientMatchesFiniteDifferencesPerTensor) {
-  const GptDims d = tiny_dims(2, 37);
+// one, which is typically off by O(1). With dropout the loss is evaluated with the same masks as
+// the gradient (they are a function of the seed, batch and row, not of a call count).
+void check_gradient(float dropout) {
+  GptDims d = tiny_dims(2, 37);
+  d.dropout = dropout;
   auto be = make_cpu_backend();
   SequentialModel m(make_gpt(d), *be);
   m.init_weights(7);
+  m.set_seed(11);
   // Larger-than-default weights so every path carries signal (norm gains, biases nonzero).
   {
     Rng rng(99);
@@ -56,9 +61,15 @@ TEST(GptModel, GradientMatchesFiniteDifferencesPerTensor) {
   m.reserve(B, T, 1);
   auto x = random_tokens(size_t(B) * T, d.vocab, 1), y = random_tokens(size_t(B) * T, d.vocab, 2);
   m.zero_grads();
-  m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (B * T));
+  const MicroBatch mb{.B = B, .T = T, .tokens = x.data(), .targets = y.data(), .batch = 3, .row = 5};
+  const double train_loss = m.forward(0, mb, true, 1.0f / (B * T)) / (B * T);
   m.backward(0);
   std::vector<float> grad(m.grads(), m.grads() + m.table().total());
+  const bool training = dropout > 0;
+  // Dropout changes the training loss; evaluation (no dropout) gives the dropout-free loss.
+  if (training) {
+    EXPECT_GT(std::abs(train_loss - mean_loss(m, x, y, B, T)), 1e-3);
+  }
 
   const float h = 1e-3f;
   Rng rng(5);
@@ -72,14 +83,19 @@ TEST(GptModel, GradientMatchesFiniteDifferencesPerTensor) {
       gu += double(u[k]) * m.table().at(grad.data(), i)[k];
     }
     for (size_t k = 0; k < n; ++k) p[k] = saved[k] + h * u[k];
-    const double lp = mean_loss(m, x, y, B, T);
+    const double lp = mean_loss(m, x, y, B, T, training);
     for (size_t k = 0; k < n; ++k) p[k] = saved[k] - h * u[k];
-    const double lm = mean_loss(m, x, y, B, T);
+    const double lm = mean_loss(m, x, y, B, T, training);
     std::copy(saved.begin(), saved.end(), p);
     const double fd = (lp - lm) / (2.0 * h);
-    EXPECT_NEAR(fd, gu, 2e-2 * std::abs(gu) + 2e-3) << m.table().spec(i).name;
+    EXPECT_NEAR(fd, gu, 2e-2 * std::abs(gu) + 2e-3) << m.table().spec(i).name << " dropout " << dropout;
   }
 }
+
+TEST(GptModel, GradientMatchesFiniteDifferencesPerTensor) { check_gradient(0.0f); }
+// Hidden dropout (embedding output, attention and MLP branches): the backward applies the
+// forward's masks.
+TEST(GptModel, GradientWithDropoutMatchesFiniteDifferencesPerTensor) { check_gradient(0.3f); }
 
 TEST(GptModel, PaddedVocabularyRowsGetNoGradient) {
   const GptDims d = tiny_dims(1, 37);
