@@ -6,21 +6,28 @@
 // --recompute modes — or, with --evaluate, the prediction for the layout the config already has. Prints the
 // candidates and the best one as a TOML snippet that `baton train` accepts (also written to
 // --output). --profile uses `baton profile`'s measured per-layer times and memory (plan/profile.h).
-// The partitioners, for the config's model (GPT, or a CNN: model.kind = "vgg"/"resnet" with
-// n_layer 16/19 or 50/152, model.image_size, train.micro_batch images per minibatch):
-// pipedream (notes-pipedream §2): stages, replication factors, NOAM; hetpipe
-// (notes-hetpipe-madpipe §A.5–A.6): virtual workers by --policy np|ed|hd and each one's partition;
-// madpipe (§C): the phase-1 allocation, its period checked by simulating the 1F1B* schedule
-// (madpipe_check) and the memory per GPU. Assumptions are in docs/planner.md.
+// The partitioners, for the config's model (GPT, or any CNN the runtime builds — model.kind =
+// "vgg"/"resnet", described from CnnBuilder layer for layer, app/plan_model.h — with
+// train.micro_batch images per minibatch): pipedream (notes-pipedream §2): stages, replication
+// factors, NOAM; hetpipe (notes-hetpipe-madpipe §A.5–A.6): virtual workers by --policy np|ed|hd
+// and each one's partition; madpipe (§C): the phase-1 allocation, its period checked by simulating
+// the 1F1B* schedule (madpipe_check) and the memory per GPU. Each prints (and --output writes) the
+// partition as a [train]/[parallel] snippet that `baton train` runs, or the closest layout it runs
+// with a line saying what could not be expressed (app/plan_snippet.h). Assumptions are in
+// docs/planner.md.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "app/app.h"
+#include "app/plan_model.h"
+#include "app/plan_snippet.h"
+#include "backend/device.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "plan/cluster.h"
@@ -90,6 +97,16 @@ Chain make_chain(const Config& cfg, const PlanOptions& o, const plan::Cluster& c
   c.dtype = cfg.precision.compute;
   c.weight_bytes_per_param = c.dtype == "fp32" ? 4 : 2;
   const int mb = cfg.train.micro_batch;
+  std::optional<plan::MeasuredProfile> prof;
+  if (!o.profile.empty()) {
+    BATON_REQUIRE(cluster.homogeneous(),
+                  fmt::format("--profile with --algorithm {} on the mixed cluster '{}'", o.algorithm,
+                              cluster.name),
+                  "a measured profile is of one device type; drop --profile to use the "
+                  "analytical profile of every GPU type");
+    prof = plan::load_profile(o.profile);
+  }
+  const plan::DeviceType& dev = cluster.nodes[0].device;
   if (cfg.model.kind == "gpt") {
     if (cfg.model.vocab_size <= 0)
       throw Error(fmt::format("{}: model.vocab_size is 0 (taken from the tokenizer at train time)", o.config),
@@ -102,34 +119,22 @@ Chain make_chain(const Config& cfg, const PlanOptions& o, const plan::Cluster& c
     c.md = plan::gpt_desc(shape, go);
     c.label = fmt::format("GPT {} layers, d_model {}, seq {} (micro-batch {})", shape.n_layer,
                           shape.d_model, shape.seq_len, mb);
-    if (!o.profile.empty()) {
-      BATON_REQUIRE(cluster.homogeneous(),
-                    fmt::format("--profile with --algorithm {} on the mixed cluster '{}'", o.algorithm,
-                                cluster.name),
-                    "a measured profile is of one device type; drop --profile to use the "
-                    "analytical profile of every GPU type");
-      const plan::MeasuredProfile prof = plan::load_profile(o.profile);
-      plan::check_profile(prof, shape, c.dtype);
-      c.measured = plan::profiled_times(prof, shape, go, cluster.nodes[0].device, c.A, c.md);
+    if (prof) {
+      plan::check_profile(*prof, shape, c.dtype);
+      c.measured = plan::profiled_times(*prof, shape, go, dev, c.A, c.md);
     }
     return c;
   }
-  std::string name;
-  const int n = cfg.model.n_layer;
-  if (cfg.model.kind == "vgg" && (n == 16 || n == 19)) name = fmt::format("vgg{}", n);
-  if (cfg.model.kind == "resnet" && (n == 50 || n == 152)) name = fmt::format("resnet{}", n);
-  BATON_REQUIRE(!name.empty(),
-                fmt::format("{}: model.kind = \"{}\" with n_layer = {} is not a CNN the planner "
-                            "describes",
-                            o.config, cfg.model.kind, n),
-                "use vgg with n_layer 16 or 19, or resnet with n_layer 50 or 152");
-  BATON_REQUIRE(o.profile.empty(),
-                fmt::format("--profile with model.kind = \"{}\": baton profile measures GPT models only",
-                            cfg.model.kind),
-                "drop --profile: CNN plans use the analytical profile");
-  c.md = plan::cnn_desc(name, cfg.model.image_size, mb);
-  c.label = fmt::format("{} ({} px, micro-batch {})", name, cfg.model.image_size, mb);
-  c.weight_bytes_per_param = 4;  // CNN descriptions are fp32
+  // Any CNN the runtime builds (cnn_dims refuses the others), described from its builder so that
+  // the partition's layer indices are the runtime's.
+  const CnnBuilder builder(cnn_dims(cfg.model));
+  const DType act = parse_compute_dtype(c.dtype);
+  c.md = cnn_model_desc(builder, mb, act);
+  c.label = fmt::format("{} (micro-batch {})", builder.describe(), mb);
+  if (prof) {
+    plan::check_profile(*prof, cfg.model.kind, builder.describe(), c.md, c.dtype);
+    c.measured = plan::profiled_times(*prof, cnn_model_desc(builder, prof->micro_batch, act), dev, c.A, c.md);
+  }
   return c;
 }
 
@@ -137,15 +142,35 @@ double usable_bytes(const plan::DeviceType& d, const plan::Assumptions& A) {
   return std::max(0.0, d.memory_gb - A.overhead_gb) * 1e9;
 }
 
-void emit(const PlanOptions& o, const json& j, const std::string& table) {
-  if (o.format == "json")
+// Prints the plan (table or JSON) and the layout baton train runs for it as a snippet, which
+// --output also gets.
+void emit(const PlanOptions& o, const Config& cfg, const Chain& ch, json j, std::string table,
+          const RunLayout& layout, const std::string& header) {
+  const Snippet sn = make_snippet(o.config, o.overrides, cfg, ch.md.size(), layout, header);
+  const RunLayout& l = sn.layout;
+  if (!o.output.empty()) {
+    std::ofstream f(o.output);
+    if (!(f << sn.toml)) throw Error(fmt::format("cannot write {}", o.output), "check the directory exists");
+  }
+  json stages = json::array();
+  for (auto [a, b] : l.stages) stages.push_back({a, b});
+  j["runnable"] = {{"exact", l.unexpressible.empty()}, {"unexpressible", l.unexpressible},
+                   {"notes", l.notes}, {"ranks", sn.ranks}, {"pp", l.stages.size()}, {"dp", l.dp},
+                   {"stages", stages}, {"replicas", l.replicas}, {"schedule", l.schedule},
+                   {"vertical_sync", l.vertical_sync}, {"global_batch", sn.global_batch}, {"sets", sn.sets}};
+  j["toml"] = sn.toml;
+  if (o.format == "json") {
     std::puts(j.dump(2).c_str());
-  else
-    std::fputs(table.c_str(), stdout);
+    return;
+  }
+  if (!l.unexpressible.empty()) table += "not runnable as planned: " + l.unexpressible + "\n";
+  table += fmt::format("\n{} as config{}:\n{}", l.unexpressible.empty() ? "runnable layout" : "closest runnable layout",
+                       o.output.empty() ? "" : " (written to " + o.output + ")", sn.toml);
+  std::fputs(table.c_str(), stdout);
 }
 
 // ---- PipeDream ----
-int run_pipedream(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl, int mb) {
+int run_pipedream(const PlanOptions& o, const Config& cfg, const Chain& ch, const plan::Cluster& cl, int mb) {
   BATON_REQUIRE(cl.homogeneous(),
                 fmt::format("PipeDream's DP assumes identical workers; cluster '{}' mixes device types "
                             "or node sizes",
@@ -190,12 +215,14 @@ int run_pipedream(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl
       "{:>5} {:>12} {:<14} {:<14} {:>8} {:>12}\n{}",
       ch.label, N, dev.name, cl.name, p.stages.size(), config, p.noam, p.slowest * 1e3, mb / p.slowest,
       "stage", "layers", "first", "last", "replicas", "f+b ms", rows);
-  emit(o, j, table);
+  emit(o, cfg, ch, j, table, pipedream_layout(p, ch.dtype),
+       fmt::format("baton plan --algorithm pipedream: {} on {} x {} ({}): {}, NOAM {}", ch.label, N, dev.name,
+                   cl.name, config, p.noam));
   return 0;
 }
 
 // ---- HetPipe ----
-int run_hetpipe(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl, int mb) {
+int run_hetpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const plan::Cluster& cl, int mb) {
   const std::string policy = o.policy.empty() ? "hd" : o.policy;
   BATON_REQUIRE(policy == "np" || policy == "ed" || policy == "hd",
                 fmt::format("unknown --policy '{}'", policy), "use np, ed or hd (HetPipe §A.6)");
@@ -208,6 +235,9 @@ int run_hetpipe(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl, 
       policy, ch.label, cl.total_gpus(), cl.name, vws.size(), k, nm);
   double total = 0;
   int feasible = 0;
+  // The fastest feasible virtual worker: what the snippet runs (the runtime has no WSP yet).
+  RunLayout best;
+  double best_slowest = 0;
   for (size_t v = 0; v < vws.size(); ++v) {
     const auto& vw = vws[v];
     plan::HpProblem pb;
@@ -237,6 +267,16 @@ int run_hetpipe(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl, 
     }
     ++feasible;
     total += mb / p.slowest;
+    if (feasible == 1 || p.slowest < best_slowest) {
+      const bool mixed = std::any_of(vw.node.begin(), vw.node.end(), [&](int n) {
+        return cl.nodes[n].device.name != cl.nodes[vw.node[0]].device.name;
+      });
+      // first_layer may end with L (the end of the last partition): one entry per GPU here.
+      const std::vector<int> firsts(p.first_layer.begin(), p.first_layer.begin() + vw.node.size());
+      best = hetpipe_layout(firsts, ch.md.size(), static_cast<int>(vws.size()), static_cast<int>(v), label,
+                            mixed, ch.dtype);
+      best_slowest = p.slowest;
+    }
     out += fmt::format("VW {} {}: slowest partition {:.3f} ms per minibatch -> {:.1f} samples/s\n", v,
                        label, p.slowest * 1e3, mb / p.slowest);
     out += fmt::format("  {:>3} {:<6} {:<14} {:>12} {:<14} {:<14} {:>10} {:>10}\n", "gpu", "node",
@@ -265,12 +305,14 @@ int run_hetpipe(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl, 
                      total, feasible);
   json j = {{"algorithm", "hetpipe"}, {"cluster", cl.name}, {"policy", policy}, {"vw_size", k},
             {"nm", nm}, {"virtual_workers", jv}, {"samples_per_s", total}};
-  emit(o, j, out);
+  emit(o, cfg, ch, j, out, best,
+       fmt::format("baton plan --algorithm hetpipe --policy {}: {} on {} GPUs ({}), {} virtual workers of {} GPUs",
+                   policy, ch.label, cl.total_gpus(), cl.name, vws.size(), k));
   return 0;
 }
 
 // ---- MadPipe ----
-int run_madpipe(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl, int mb) {
+int run_madpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const plan::Cluster& cl, int mb) {
   bool same_device = true;
   for (const auto& n : cl.nodes) same_device = same_device && n.device.name == cl.nodes[0].device.name;
   BATON_REQUIRE(same_device,
@@ -329,16 +371,18 @@ int run_madpipe(const PlanOptions& o, const Chain& ch, const plan::Cluster& cl, 
       c.period * 1e3, c.schedule_T * 1e3, mb / c.period,
       c.fits ? "" : " (does NOT fit in memory even at the sequential period)", "stage", "layers", "first",
       "last", "gpu", "acts", "U ms", "mem GB", rows, gpus, "   (* = the special GPU)");
-  emit(o, j, table);
+  emit(o, cfg, ch, j, table, madpipe_layout(plan.stages, c.gpu_of_stage, ch.dtype),
+       fmt::format("baton plan --algorithm madpipe: {} on {} x {} ({}), period {:.3f} ms", ch.label, pb.P, dev.name,
+                   cl.name, c.period * 1e3));
   return 0;
 }
 
 int run_partitioner(const PlanOptions& o, const Config& cfg, const plan::Cluster& cluster) {
   const Chain ch = make_chain(cfg, o, cluster);
   const int mb = cfg.train.micro_batch;
-  if (o.algorithm == "pipedream") return run_pipedream(o, ch, cluster, mb);
-  if (o.algorithm == "hetpipe") return run_hetpipe(o, ch, cluster, mb);
-  return run_madpipe(o, ch, cluster, mb);
+  if (o.algorithm == "pipedream") return run_pipedream(o, cfg, ch, cluster, mb);
+  if (o.algorithm == "hetpipe") return run_hetpipe(o, cfg, ch, cluster, mb);
+  return run_madpipe(o, cfg, ch, cluster, mb);
 }
 
 }  // namespace
@@ -353,9 +397,12 @@ int run_plan(const PlanOptions& o) {
   if (alg != "hetpipe" && (!o.policy.empty() || o.nm > 0 || o.vw_size > 0))
     throw Error(fmt::format("--policy, --nm and --vw-size are HetPipe options, not {}'s", alg),
                 "add --algorithm hetpipe, or drop them");
-  if (alg != "ptdp" && (o.evaluate || !o.output.empty()))
-    throw Error(fmt::format("--evaluate and --output are about PTD-P layouts, not {} partitions", alg),
-                "drop them, or use --algorithm ptdp");
+  if (alg != "ptdp" && o.evaluate)
+    throw Error(fmt::format("--evaluate predicts the config's own PTD-P layout; it does not apply to {} partitions",
+                            alg),
+                fmt::format("drop --evaluate (--algorithm {} prints its partition as a runnable [parallel] snippet, "
+                            "--output writes it), or use --algorithm ptdp",
+                            alg));
   if (o.nm < 0 || o.vw_size < 0)
     throw Error("--nm and --vw-size must be positive", "e.g. --nm 4 --vw-size 4");
   const bool restricted = !o.schedules.empty() || !o.recompute.empty();
@@ -376,7 +423,8 @@ int run_plan(const PlanOptions& o) {
   // layout; when searching, the config's tp·pp alone (its layout is about to be replaced).
   std::vector<std::string> overrides = o.overrides;
   if (!o.evaluate)  // the search replaces the layout: validate the rest on one rank
-    for (const char* kv : {"parallel.tp=1", "parallel.pp=1", "parallel.vp=1", "parallel.schedule=1f1b"})
+    for (const char* kv : {"parallel.tp=1", "parallel.pp=1", "parallel.vp=1", "parallel.schedule=1f1b",
+                           "parallel.stages=[]", "parallel.replicas=[]", "parallel.vertical_sync=false"})
       overrides.push_back(kv);
   const Config cfg = load_config(o.config, overrides, o.evaluate ? N : 1);
   if (alg != "ptdp") return run_partitioner(o, cfg, cluster);

@@ -1,7 +1,9 @@
-// `baton profile CONFIG --out PROFILE.json`: measures each layer's forward and backward time and
-// its memory (parameters, activations kept for backward, output, scratch) on this machine's device
-// at the configured micro-batch and sequence length, driving the model's layers one by one on
-// random tokens. The planner's analytical profile (docs/planner.md) can be checked against it.
+// `baton profile CONFIG --out PROFILE.json`: measures each global layer's forward and backward time
+// and its memory (parameters, activations kept for backward, output, scratch) on this machine's
+// device at the configured micro-batch (and sequence length), driving the model's layers one by one
+// through the generic Layer interface — a GPT on random tokens, a CNN (model.kind "resnet"/"vgg")
+// on data.synthetic's random images. The planner's analytical profile (docs/planner.md) can be
+// checked against it, and `baton plan --profile` plans with it.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -15,7 +17,9 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "data/synthetic_images.h"
 #include "data/tokenizer.h"
+#include "model/cnn.h"
 #include "model/gpt.h"
 
 namespace baton::app {
@@ -26,6 +30,28 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One micro-batch of random inputs for `builder` (timing does not depend on their values): token
+// ids and next-token targets below the vocabulary for a GPT, the synthetic images and labels of
+// data.synthetic for a CNN.
+HostBatch random_batch(const Config& cfg, const ModelBuilder& builder, int B, int T, int vocab) {
+  HostBatch h{.B = B, .T = T};
+  h.targets.resize(size_t(builder.target_elements(B, T)));
+  if (builder.input_kind() == InputKind::TOKENS) {
+    h.tokens.resize(size_t(builder.input_elements(B, T)));
+    Rng rng(cfg.train.seed);
+    for (size_t i = 0; i < h.tokens.size(); ++i) {
+      h.tokens[i] = static_cast<int32_t>(rng.below(vocab));
+      h.targets[i] = static_cast<int32_t>(rng.below(vocab));
+    }
+    return h;
+  }
+  const ModelConfig& m = cfg.model;
+  const SyntheticImages images(m.in_channels, m.image_size, m.image_size, m.classes, cfg.train.seed);
+  h.images.resize(size_t(builder.input_elements(B, T)));
+  images.train_rows(0, 0, B, h.images.data(), h.targets.data());
+  return h;
+}
+
 }  // namespace
 
 int run_profile(const ProfileOptions& opts) {
@@ -33,33 +59,40 @@ int run_profile(const ProfileOptions& opts) {
   // One process measures one device: the layout keys are not applied (tp = pp = 1).
   std::vector<std::string> overrides = opts.overrides;
   overrides.insert(overrides.end(), {"parallel.tp=1", "parallel.pp=1", "parallel.vp=1",
-                                     "parallel.schedule=\"1f1b\""});
+                                     "parallel.schedule=\"1f1b\"", "parallel.stages=[]",
+                                     "parallel.replicas=[]", "parallel.vertical_sync=false"});
   const Config cfg = load_config(opts.config, overrides, 1);
-  BATON_REQUIRE(cfg.model.kind == "gpt", "baton profile measures GPT models only today",
-                "set model.kind = \"gpt\"");
+  const bool gpt = cfg.model.kind == "gpt";
   int vocab = 0;
-  if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
-    vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
-  const GptDims dims = gpt_dims(cfg.model, vocab);
+  std::shared_ptr<const ModelBuilder> builder;
+  if (gpt) {
+    int tokenizer_vocab = 0;
+    if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
+      tokenizer_vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
+    const GptDims dims = gpt_dims(cfg.model, tokenizer_vocab);
+    vocab = dims.vocab;
+    builder = make_gpt(dims);
+  } else {
+    builder = make_cnn(cnn_dims(cfg.model));
+  }
   BackendChoice choice =
       choose_backend(cfg.precision.device, parse_compute_dtype(cfg.precision.compute));
   Backend& be = *choice.backend;
-  SequentialModel model(make_gpt(dims), be);
+  SequentialModel model(builder, be);
   model.init_weights(cfg.train.seed);
-  const int B = cfg.train.micro_batch, T = cfg.model.seq_len, L = model.num_layers();
+  // Images have no positions: T = 1 (ModelBuilder::max_positions).
+  const int B = cfg.train.micro_batch, T = gpt ? cfg.model.seq_len : 1, L = model.num_layers();
 
-  // Random tokens and targets (timing does not depend on their values).
-  std::vector<int32_t> host_tok(size_t(B) * T), host_tgt(size_t(B) * T);
-  Rng rng(cfg.train.seed);
-  for (size_t i = 0; i < host_tok.size(); ++i) {
-    host_tok[i] = static_cast<int32_t>(rng.below(dims.vocab));
-    host_tgt[i] = static_cast<int32_t>(rng.below(dims.vocab));
-  }
+  const HostBatch batch = random_batch(cfg, *builder, B, T, vocab);
   auto alloc = [&](size_t bytes) { return be.alloc(std::max<size_t>(bytes, 1)); };
-  auto* tokens = static_cast<int32_t*>(be.alloc(host_tok.size() * sizeof(int32_t)));
-  auto* targets = static_cast<int32_t*>(be.alloc(host_tgt.size() * sizeof(int32_t)));
-  be.to_device(tokens, host_tok.data(), host_tok.size() * sizeof(int32_t));
-  be.to_device(targets, host_tgt.data(), host_tgt.size() * sizeof(int32_t));
+  auto upload = [&](const auto& v) -> void* {
+    void* d = alloc(v.size() * sizeof(v[0]));
+    if (!v.empty()) be.to_device(d, v.data(), v.size() * sizeof(v[0]));
+    return d;
+  };
+  void* tokens = upload(batch.tokens);
+  void* images = upload(batch.images);
+  void* targets = upload(batch.targets);
   size_t ws = 0, io = 0;
   for (int l = 0; l < L; ++l) {
     ws = std::max(ws, model.layer(l).workspace_bytes(B, T));
@@ -76,19 +109,23 @@ int run_profile(const ProfileOptions& opts) {
   ctx.table = &model.table();
   ctx.params = model.compute_params();
   ctx.grads = model.grads();
+  ctx.buffers = model.buffers();  // batch-norm statistics
   ctx.workspace = workspace;
   ctx.B = B;
   ctx.T = T;
-  ctx.tokens = tokens;
-  ctx.targets = targets;
+  ctx.tokens = static_cast<const int32_t*>(tokens);
+  ctx.tokens_host = batch.tokens.empty() ? nullptr : batch.tokens.data();
+  ctx.images = static_cast<const float*>(images);
+  ctx.targets = static_cast<const int32_t*>(targets);
   ctx.training = true;
-  ctx.loss_scale = 1.0f / float(B * T);
+  ctx.loss_scale = 1.0f / float(builder->target_elements(B, T));
   auto input_of = [&](int l) -> const void* {
     return l > 0 ? model.layer(l - 1).output(saved[l - 1], B, T) : nullptr;
   };
 
-  log::info("profiling {} layers at micro-batch {} x seq {} on {} ({} warm-up, {} timed runs each)", L,
-            B, T, choice.device_name, opts.warmup, opts.repeats);
+  log::info("profiling {}: {} layers at micro-batch {}{} on {} ({} warm-up, {} timed runs each)",
+            builder->describe(), L, B, gpt ? fmt::format(" x seq {}", T) : std::string(), choice.device_name,
+            opts.warmup, opts.repeats);
   std::vector<std::vector<double>> fwd(L), bwd(L);
   for (int run = 0; run < opts.warmup + opts.repeats; ++run) {
     for (int l = 0; l < L; ++l) {
@@ -107,6 +144,8 @@ int run_profile(const ProfileOptions& opts) {
 
   nlohmann::json j;
   j["device"] = choice.device_name;
+  j["kind"] = cfg.model.kind;
+  j["model"] = builder->describe();
   j["micro_batch"] = B;
   j["seq_len"] = T;
   j["dtype"] = dtype_name(be.act_dtype());
@@ -137,6 +176,7 @@ int run_profile(const ProfileOptions& opts) {
   be.release(dout);
   be.release(din);
   be.release(tokens);
+  be.release(images);
   be.release(targets);
 
   const std::string tmp = opts.out + ".tmp";

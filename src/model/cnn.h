@@ -4,7 +4,7 @@
 // global layers at the granularity pipelines cut them:
 //   VGG:    [conv (+BN) + ReLU (+ the max pool after it)] × depth−3, fc6, fc7, classifier head
 //   ResNet: [stem, residual block × Σ blocks, avgpool + fc head]
-// (the planner's layer tables, plan/cnn_desc.cpp, have the same granularity).
+// (the planner describes CNNs from this builder, layer for layer: app/plan_model.h).
 //
 // Adaptations, exactly:
 // - width w: every channel count c (and VGG's 4096 hidden units) becomes max(1, round(c·w)).

@@ -8,7 +8,8 @@
 // 24·b·s·h² + 4·b·s²·h FLOPs, backward twice that, the logit layer 2·b·s·h·V forward; so the sum
 // over the model of (forward + backward) without recomputation is exactly the metrics formula
 // 72·B·s·l·h²·(1 + s/6h + V/12lh) (a test checks this against src/train/metrics.h).
-// CNNs (VGG-16/19, ResNet-50/152, cnn_desc.cpp) are described layer by layer at a given image size.
+// CNNs are described from the runtime's own builder, layer for layer (app/plan_model.h): plan/
+// holds no model code.
 #pragma once
 #include <string>
 #include <vector>
@@ -66,9 +67,5 @@ struct GptOptions {
 
 // Layers: embedding, n_layer transformer blocks, LM head (tied to the embedding).
 ModelDesc gpt_desc(const GptShape& shape, const GptOptions& opt);
-
-// "vgg16" | "vgg19" | "resnet50" | "resnet152" at image × image pixels, 3 channels, 1000 classes,
-// fp32 activations, micro_batch images. Throws Error for another name.
-ModelDesc cnn_desc(const std::string& name, int image, int micro_batch);
 
 }  // namespace baton::plan

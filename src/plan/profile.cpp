@@ -31,6 +31,8 @@ MeasuredProfile parse_profile(const std::string& text, const std::string& origin
   try {
     p.device = j.value("device", std::string("?"));
     p.dtype = j.value("dtype", std::string("fp32"));
+    p.kind = j.value("kind", std::string("gpt"));
+    p.model = j.value("model", std::string());
     p.micro_batch = j.at("micro_batch").get<int>();
     p.seq_len = j.at("seq_len").get<int>();
     for (const auto& l : j.at("layers")) {
@@ -55,9 +57,24 @@ MeasuredProfile parse_profile(const std::string& text, const std::string& origin
   return p;
 }
 
+namespace {
+// A profile says nothing about another dtype's kernels.
+void check_dtype(const MeasuredProfile& p, const std::string& dtype) {
+  BATON_REQUIRE(p.dtype == dtype,
+                fmt::format("profile '{}' was measured in {}, the config computes in {}", p.source,
+                            p.dtype, dtype),
+                fmt::format("plan with --set precision.compute={} or drop --profile (analytical "
+                            "profile)",
+                            p.dtype));
+}
+}  // namespace
+
 void check_profile(const MeasuredProfile& p, const GptShape& shape, const std::string& dtype) {
   const std::string hint =
       "profile the same model: `baton profile CONFIG --out PROFILE.json` with this config";
+  BATON_REQUIRE(p.kind == "gpt",
+                fmt::format("profile '{}' measured a {} ({}), the config is a GPT", p.source, p.kind, p.model),
+                hint);
   BATON_REQUIRE(static_cast<int>(p.layers.size()) == shape.n_layer + 2,
                 fmt::format("profile '{}' has {} layers; the config's GPT has {} (embedding, {} "
                             "blocks, head)",
@@ -68,12 +85,29 @@ void check_profile(const MeasuredProfile& p, const GptShape& shape, const std::s
                             "time is quadratic in it; the planner does not rescale it)",
                             p.source, p.seq_len, shape.seq_len),
                 hint);
-  BATON_REQUIRE(p.dtype == dtype,
-                fmt::format("profile '{}' was measured in {}, the config computes in {}", p.source,
-                            p.dtype, dtype),
-                fmt::format("plan with --set precision.compute={} or drop --profile (analytical "
-                            "profile)",
-                            p.dtype));
+  check_dtype(p, dtype);
+}
+
+void check_profile(const MeasuredProfile& p, const std::string& kind, const std::string& model,
+                   const ModelDesc& md, const std::string& dtype) {
+  const std::string hint =
+      "profile the same model: `baton profile CONFIG --out PROFILE.json` with this config";
+  // A CNN's layer times depend on every shape key (a conv is not linear in the image size): the
+  // runtime's description names them all.
+  BATON_REQUIRE(p.kind == kind && p.model == model,
+                fmt::format("profile '{}' measured {} ({}), the config's model is {} ({})", p.source,
+                            p.model.empty() ? "a model without a description" : p.model, p.kind, model, kind),
+                hint);
+  BATON_REQUIRE(static_cast<int>(p.layers.size()) == md.size(),
+                fmt::format("profile '{}' has {} layers; the config's {} has {}", p.source, p.layers.size(),
+                            model, md.size()),
+                hint);
+  for (int i = 0; i < md.size(); ++i)
+    BATON_REQUIRE(p.layers[i].name == md.layers[i].name,
+                  fmt::format("profile '{}': layer {} is '{}', the config's model has '{}'", p.source, i,
+                              p.layers[i].name, md.layers[i].name),
+                  hint);
+  check_dtype(p, dtype);
 }
 
 std::vector<LayerTime> profiled_times(const MeasuredProfile& p, const GptShape& shape,
@@ -85,7 +119,11 @@ std::vector<LayerTime> profiled_times(const MeasuredProfile& p, const GptShape& 
   ref_opt.tp = 1;
   ref_opt.sequence_parallel = false;
   ref_opt.recompute = "none";
-  const ModelDesc ref = gpt_desc(shape, ref_opt);
+  return profiled_times(p, gpt_desc(shape, ref_opt), dev, a, md);
+}
+
+std::vector<LayerTime> profiled_times(const MeasuredProfile& p, const ModelDesc& ref,
+                                      const DeviceType& dev, const Assumptions& a, ModelDesc& md) {
   BATON_ASSERT(ref.size() == md.size() && md.size() == static_cast<int>(p.layers.size()),
                "profile layers {} vs model {}", p.layers.size(), md.size());
   auto ratio = [](double plan, double base) { return base > 0 ? plan / base : 1.0; };

@@ -55,7 +55,7 @@ for f, layers, workers in [("pd.json", 16, 16), ("pd_gpt.json", 6, 16)]:
 j = json.load(open("pd.json"))
 # VGG-16 (PipeDream Table 1's shape): convolutions replicated widely, the FC layers on one worker.
 assert j["stages"][0]["replicas"] >= 12 and j["stages"][-1]["replicas"] == 1, j
-assert j["stages"][-1]["first_name"] == "fc1", j
+assert j["stages"][-1]["first_name"] == "classifier.0", j  # the runtime's layer names
 PY
 "$BATON" plan vgg.toml --cluster "$CL/pipedream-cluster-a.toml" --algorithm pipedream > pd.txt
 grep -q "NOAM" pd.txt && grep -q "replicas" pd.txt || { cat pd.txt; fail "pipedream table"; }
@@ -102,6 +102,10 @@ for policy in ["np", "ed", "hd"]:
 check("hp_gpt.json", 6, "ed")
 j = json.load(open("hp_resnet.json"))
 assert j["policy"] == "hd" and len(j["virtual_workers"]) == 4
+# The snippet runs one virtual worker (no WSP in training yet), said in one line.
+r = json.load(open("hp_ed.json"))["runnable"]
+assert not r["exact"] and "4 virtual workers" in r["unexpressible"] and r["ranks"] == 4, r
+assert r["stages"][0][0] == 0 and r["stages"][-1][1] == 16 and r["vertical_sync"], r
 PY
 "$BATON" plan vgg.toml --cluster "$CL/hetpipe.toml" --algorithm hetpipe --policy ed > hp.txt
 [ "$(grep -c '^VW ' hp.txt)" = 4 ] || { cat hp.txt; fail "hetpipe table: 4 virtual workers"; }
@@ -146,9 +150,9 @@ expect_error "unknown --algorithm 'gpipe'" "$BATON" plan vgg.toml --cluster "$CL
 expect_error "HetPipe options" "$BATON" plan vgg.toml --cluster "$CL/pipedream-cluster-a.toml" --algorithm pipedream --policy np
 expect_error "unknown --policy 'xx'" "$BATON" plan vgg.toml --cluster "$CL/hetpipe.toml" --algorithm hetpipe --policy xx
 expect_error "ED needs k" "$BATON" plan vgg.toml --cluster "$CL/hetpipe.toml" --algorithm hetpipe --policy ed --vw-size 2
-expect_error "about PTD-P layouts" "$BATON" plan vgg.toml --cluster "$CL/pipedream-cluster-a.toml" --algorithm madpipe --evaluate
+expect_error "--evaluate predicts" "$BATON" plan vgg.toml --cluster "$CL/pipedream-cluster-a.toml" --algorithm madpipe --evaluate
 expect_error "n_layer = 17" "$BATON" plan vgg.toml --cluster "$CL/pipedream-cluster-a.toml" --algorithm pipedream --set model.n_layer=17
-expect_error "baton profile measures GPT models only" "$BATON" plan vgg.toml --cluster "$CL/pipedream-cluster-a.toml" --algorithm pipedream --profile x.json
+expect_error "cannot read profile 'x.json'" "$BATON" plan vgg.toml --cluster "$CL/pipedream-cluster-a.toml" --algorithm pipedream --profile x.json
 expect_error "no virtual worker" "$BATON" plan vgg.toml --cluster "$CL/hetpipe.toml" --algorithm hetpipe --set train.micro_batch=4096 --set train.global_batch=4096
 expect_error "no bf16" "$BATON" plan vgg.toml --cluster "$CL/hetpipe.toml" --algorithm hetpipe --set precision.compute=bf16
 echo "plan partitioners e2e ok"

@@ -140,30 +140,5 @@ TEST(PlanGpt, MegatronActivationSizes) {
   EXPECT_DOUBLE_EQ(gpt_desc(g, o).layers[1].stash_bytes, s * b * h * 34.0 / 4);
 }
 
-// The papers' CNNs: parameter counts of torchvision's models (exact) and forward FLOPs at 224×224.
-TEST(PlanCnn, LayerTables) {
-  struct Row { const char* name; double params; double gmacs; int layers; };
-  for (Row r : {Row{"vgg16", 138357544, 15.47, 16}, {"vgg19", 143667240, 19.63, 19},
-                {"resnet50", 25557032, 4.09, 18}, {"resnet152", 60192808, 11.5, 52}}) {
-    const ModelDesc m = cnn_desc(r.name, 224, 1);
-    EXPECT_DOUBLE_EQ(m.total_params, r.params) << r.name;
-    EXPECT_EQ(m.size(), r.layers) << r.name;
-    double fwd = 0;
-    for (const auto& l : m.layers) fwd += l.fwd_flops;
-    EXPECT_NEAR(fwd / 2e9, r.gmacs, r.gmacs * 0.03) << r.name;
-    // Linear in the batch; activations scale with it, parameters do not.
-    const ModelDesc m8 = cnn_desc(r.name, 224, 8);
-    EXPECT_DOUBLE_EQ(m8.layers[3].fwd_flops, 8 * m.layers[3].fwd_flops);
-    EXPECT_DOUBLE_EQ(m8.layers[3].out_bytes, 8 * m.layers[3].out_bytes);
-    EXPECT_DOUBLE_EQ(m8.total_params, m.total_params);
-  }
-  // HetPipe §A.8: VGG-19 "548MB" and ResNet-152 "230MB" of fp32 parameters (MiB).
-  EXPECT_NEAR(cnn_desc("vgg19", 224, 1).total_params * 4 / (1 << 20), 548, 3);
-  EXPECT_NEAR(cnn_desc("resnet152", 224, 1).total_params * 4 / (1 << 20), 230, 2);
-  // ResNet-50 at 224: the first bottleneck outputs 256×56×56.
-  EXPECT_DOUBLE_EQ(cnn_desc("resnet50", 224, 1).layers[1].out_bytes, 256.0 * 56 * 56 * 4);
-  EXPECT_THROW(cnn_desc("alexnet", 224, 1), Error);
-}
-
 }  // namespace
 }  // namespace baton::plan

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "app/plan_model.h"
 #include "core/error.h"
 #include "plan/cluster.h"
 #include "plan/hetpipe.h"
@@ -108,7 +109,11 @@ TEST(PlanPipeDream, NoamAndDegenerateCases) {
 PdPlan plan_cnn(const std::string& name, int batch, const std::string& cluster) {
   const Cluster c = load_cluster(kSrc + "/configs/clusters/" + cluster);
   const auto& dev = c.nodes[0].device;
-  const ModelDesc m = cnn_desc(name, 224, batch);
+  // The papers' VGG-16 has no batch norm (torchvision's vgg16).
+  const CnnBuilder b(CnnDims{.kind = name.substr(0, 3) == "vgg" ? "vgg" : "resnet",
+                             .depth = std::stoi(name.substr(name.find_first_of("0123456789"))),
+                             .batch_norm = false});
+  const ModelDesc m = app::cnn_model_desc(b, batch, DType::F32);
   std::vector<PdLayer> layers;
   for (const auto& l : m.layers) {
     const double t = (l.fwd_flops + l.bwd_flops) / (dev.peak_fp32 * 1e12 * 0.7) +
