@@ -36,10 +36,11 @@ void expect_runtime_layers(const CnnDims& d, int micro_batch) {
     EXPECT_DOUBLE_EQ(m.layers[g].bwd_flops, 2 * m.layers[g].fwd_flops);
     EXPECT_GT(m.layers[g].stash_bytes, 0) << what << " layer " << g;
     // A cut after layer g sends what layer g + 1 receives.
-    if (g + 1 < b.num_layers())
+    if (g + 1 < b.num_layers()) {
       EXPECT_DOUBLE_EQ(m.layers[g].out_bytes,
                        double(b.make_layer(g + 1, TensorParallel{}, *be, Recompute::NONE)->input_bytes(micro_batch, 1)))
           << what << " cut after layer " << g;
+    }
   }
   EXPECT_DOUBLE_EQ(m.model_flops_per_sample, b.flops_per_step(1)) << what;
   EXPECT_DOUBLE_EQ(m.input_bytes, double(d.in_channels) * d.image_size * d.image_size * micro_batch * 4) << what;
