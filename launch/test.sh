@@ -8,10 +8,12 @@ BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
 
 if [ "$(id -u)" -eq 0 ]; then bash launch/install-deps.sh; fi
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release
+# Tests on, whatever an earlier configure (launch/quickstart.sh's, tests off) left in the cache.
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBATON_TESTS=ON
 cmake --build "$BUILD" -j "$JOBS"
 # ctest runs JOBS tests at once on as many cores, each with OpenMP threads of its own: idle threads
 # must sleep rather than spin, or concurrent tests starve each other (a two-thread test beside
 # another ran 10-40x slower with spinning waits).
 if [ "$JOBS" -gt 1 ]; then export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}; fi
-ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" -LE 'gpu|bench' "$@"
+# --no-tests=error: a build without tests is a failure, never a green run of zero tests.
+ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -j "$JOBS" -LE 'gpu|bench' "$@"

@@ -117,6 +117,17 @@ int run_data_build(const DataBuildOptions& opts) {
     require_input_file(f);
     total_bytes += static_cast<int64_t>(fs::file_size(f));
   }
+  // The outputs replace files by rename: one that names an input would destroy it (the dataset is
+  // written while the inputs are read; a trained tokenizer's files are renamed in last).
+  std::vector<std::string> outputs = {opts.output + ".bin", opts.output + ".idx"};
+  if (opts.train_tokenizer > 0) outputs.insert(outputs.end(), {opts.output + ".model", opts.output + ".vocab"});
+  for (const auto& out : outputs)
+    for (const auto& in : opts.inputs) {
+      std::error_code ec;
+      if (fs::equivalent(out, in, ec))
+        throw Error(fmt::format("--output {} would overwrite {}, an input of this build", opts.output, in),
+                    "choose another --output prefix");
+    }
   const fs::path parent = fs::path(opts.output).parent_path();
   if (!parent.empty()) {
     std::error_code ec;

@@ -4,6 +4,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -295,11 +296,13 @@ void apply_override(Config& cfg, const std::string& text, int index) {
   // Parse "v = <value>"; it must give exactly that one key, so "1\nx = 2" stays a string.
   toml::table parsed;
   bool is_toml = false;
+  std::string toml_error;
   try {
     const std::string doc = "v = " + value;
     parsed = toml::parse(std::string_view(doc), std::string_view("--set"));
     is_toml = parsed.size() == 1 && parsed.contains("v");
-  } catch (const toml::parse_error&) {
+  } catch (const toml::parse_error& e) {
+    toml_error = std::string(e.description());
   }
   const bool wants_string =
       std::holds_alternative<config_detail::Accessor<std::string>>(desc->field);
@@ -307,6 +310,15 @@ void apply_override(Config& cfg, const std::string& text, int index) {
       std::holds_alternative<config_detail::Accessor<std::vector<std::string>>>(desc->field) ||
       std::holds_alternative<config_detail::Accessor<std::vector<int>>>(desc->field) ||
       std::holds_alternative<config_detail::Accessor<std::vector<std::vector<int>>>>(desc->field);
+  // A number TOML cannot hold (an integer beyond 64 bits) is that, not "a string".
+  const bool numeric = !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) ||
+                                          ((value[0] == '-' || value[0] == '+') && value.size() > 1 &&
+                                           std::isdigit(static_cast<unsigned char>(value[1]))));
+  if (!wants_string && !wants_list && numeric && !toml_error.empty())
+    throw Error(fmt::format("{}: {} = {} is not a number TOML can hold: {}", where, desc->full_name(), value,
+                            toml_error),
+                fmt::format("{} ({}): give a value TOML can represent (64-bit integers, finite floats)",
+                            desc->full_name(), desc->doc));
   toml::table fallback;
   const toml::node* v = is_toml ? parsed.get("v") : nullptr;
   if (v && ((wants_string && !v->is_string()) || (wants_list && !v->is_array()))) v = nullptr;

@@ -25,6 +25,32 @@ void require_input_file(const std::string& path) {
                 "pass plain-text files to --input (e.g. corpus/*.txt), not directories");
   std::ifstream probe(path, std::ios::binary);
   if (!probe) throw Error(fmt::format("cannot read input file {}", path), "check its permissions");
+  std::string head(64 << 10, '\0');
+  probe.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(probe.gcount()));
+  if (const int64_t at = first_non_text_byte(head); at >= 0)
+    throw Error(fmt::format("input {} is not text: byte {} (0x{:02x}) is {}", path, at,
+                            static_cast<unsigned char>(head[size_t(at)]),
+                            head[size_t(at)] == '\0' ? "NUL" : "not UTF-8"),
+                "pass plain-text (UTF-8) files to --input; a built dataset (.bin/.idx) or a compressed "
+                "file is not text (decompress it first)");
+}
+
+int64_t first_non_text_byte(std::string_view b) {
+  const size_t n = b.size();
+  for (size_t i = 0; i < n;) {
+    const auto c = static_cast<unsigned char>(b[i]);
+    if (c == 0) return int64_t(i);
+    if (c < 0x80) { ++i; continue; }
+    // Lead byte: 2-, 3- or 4-byte sequence (no overlong 0xC0/0xC1, nothing above U+10FFFF).
+    const size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0) return int64_t(i);
+    if (i + len > n) return -1;  // cut by the end of the probe
+    for (size_t k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(b[i + k]) & 0xC0) != 0x80) return int64_t(i);
+    i += len;
+  }
+  return -1;
 }
 
 DocumentReader::DocumentReader(const std::string& path) : path_(path) {

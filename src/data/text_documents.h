@@ -17,8 +17,14 @@ inline constexpr std::string_view kDocumentSeparator = "<|endoftext|>";
 // True for a separator line (the line without its '\n').
 bool is_document_separator(std::string_view line);
 
-// Throws baton::Error naming `path` when it is missing or not a readable regular file.
+// Throws baton::Error naming `path` when it is missing, not a readable regular file, or not text:
+// a NUL byte or a byte sequence that is not UTF-8 in its first 64 KiB (a dataset's .bin, a gzip
+// file, an image), which would otherwise be tokenized as if it were text.
 void require_input_file(const std::string& path);
+
+// The offset of the first byte of `bytes` that is NUL or breaks UTF-8 (a sequence cut by the end
+// of `bytes` does not count), or -1.
+int64_t first_non_text_byte(std::string_view bytes);
 
 // Reads the documents of one file in order, a line at a time (memory: one document).
 class DocumentReader {

@@ -107,7 +107,10 @@ constexpr const char* kVocabHint =
 // limits in their own terms.
 Error training_error(const std::string& status, const std::string& model_prefix, int vocab_size) {
   const size_t bracket = status.find("] ");
-  const std::string msg = bracket == std::string::npos ? status : status.substr(bracket + 2);
+  std::string msg = bracket == std::string::npos ? status : status.substr(bracket + 2);
+  // A failed check with no message: its status (the check's expression) is the only reason there is.
+  if (msg.find_first_not_of(" \t\n") == std::string::npos)
+    msg = status.empty() ? "SentencePiece gave no reason" : status;
   if (size_t at = msg.find("<= "); msg.find("too high") != std::string::npos && at != msg.npos)
     return Error(fmt::format("the training text supports at most {} tokenizer pieces, not {}",
                              std::atoi(msg.c_str() + at + 3), vocab_size),
@@ -173,6 +176,11 @@ std::string Tokenizer::train(const std::vector<std::string>& input_files,
       {"minloglevel", "2"},  // SentencePiece's INFO/WARNING chatter is not useful to our users
   };
   LineIterator lines(input_files);
+  // SentencePiece fails on no text with an empty message: say what is wrong instead.
+  if (lines.done())
+    throw Error(fmt::format("the input files ({}) hold no text to train a tokenizer on: only blank or "
+                            "`<|endoftext|>` lines", fmt::join(input_files, ", ")),
+                "pass text files with content to --input");
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines);
   if (!status.ok()) throw training_error(status.ToString(), model_prefix, vocab_size);
   const std::string model_path = model_prefix + ".model";

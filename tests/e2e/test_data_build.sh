@@ -63,6 +63,23 @@ expect_failure "missing.txt" data build --input missing.txt --output out/train -
 expect_failure "nope.model" data build --input train.txt --output out/train --tokenizer nope.model
 expect_failure "too small" data build --input train.txt --output out/train --train-tokenizer 50
 expect_failure "train-tokenizer" data build --input train.txt --output out/train
+# Binary input (a built dataset, a gzip file, text with an invalid UTF-8 byte) is not text; an
+# --output prefix naming an input would overwrite it: refused, nothing written.
+expect_failure "out/train.bin is not text: byte .* is NUL" data build --input out/train.bin --output out/x --tokenizer out/train.model
+gzip -k -c train.txt > train.txt.gz
+expect_failure "train.txt.gz is not text" data build --input train.txt.gz --output out/x --tokenizer out/train.model
+{ head -n 3 train.txt; printf 'caf\xe9 latin-1\n'; } > latin1.txt
+expect_failure "latin1.txt is not text: byte .* not UTF-8" data build --input latin1.txt --output out/x --tokenizer out/train.model
+printf 'na\xc3\xafve caf\xc3\xa9 \xe2\x80\x94 UTF-8 text\n' >> valid.txt  # multi-byte UTF-8 is text
+"$BATON" data build --input valid.txt --output out/valid2 --tokenizer out/train.model > valid2.log \
+  || { cat valid2.log; fail "UTF-8 text refused"; }
+# Text with nothing to train a tokenizer on: the reason, not an empty one.
+printf '  \n<|endoftext|>\n\n' > blank.txt
+expect_failure "hold no text to train a tokenizer on" data build --input blank.txt --output out/blank --train-tokenizer 320
+cp train.txt self.bin
+expect_failure "would overwrite self.bin" data build --input self.bin --output self --tokenizer out/train.model
+cmp -s self.bin train.txt || fail "the refused build changed its input"
+[ ! -e out/x.bin ] && [ ! -e out/x.idx ] || fail "a refused build wrote out/x"
 [ "$(cksum out/train.bin out/train.idx out/train.model)" = "$before" ] \
   || fail "a failed build changed the existing dataset or tokenizer"
 

@@ -600,6 +600,10 @@ TEST(ConfigOverrides, ErrorsNameSet) {
   EXPECT_CONFIG_ERROR(load_fails("", {"train.steps=abc"}), "--set",
                       "train.steps must be an integer, got string");
   EXPECT_CONFIG_ERROR(load_fails("", {"train.steps=0"}), "--set", "train.steps must be >= 1");
+  // A number TOML cannot hold is reported as that (it used to read "got string").
+  EXPECT_CONFIG_ERROR(load_fails("", {"train.steps=99999999999999999999"}), "--set",
+                      "train.steps = 99999999999999999999 is not a number TOML can hold");
+  EXPECT_CONFIG_ERROR(load_fails("", {"optim.lr=1e999"}), "--set", "optim.lr = 1e999 is not a number TOML can hold");
   EXPECT_CONFIG_ERROR(load_fails("", {"parallel.zero1=yes"}), "--set", "parallel.zero1");
   EXPECT_CONFIG_ERROR(load_fails("", {"precision.device=gpu"}), "--set", "precision.device");
 }

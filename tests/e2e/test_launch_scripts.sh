@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The README's first commands, as scripts (issue 15, item 8):
+# - launch/test.sh after launch/quickstart.sh (which configures the build directory with tests
+#   off) turns tests back on and runs them; a build that registers no tests is a failure, never a
+#   green run of zero tests. Checked on a stand-in project (a CMakeLists.txt with one test, or
+#   none) so that it takes a second, with the real launch/test.sh.
+# - launch/install-deps.sh as a user without root: through sudo when there is one, else one clear
+#   error (minimal containers run as root and have no sudo; root needs neither).
+source "$(dirname "$0")/lib.sh"
+
+mkdir -p fake/launch
+cp "$SRC/launch/test.sh" fake/launch/test.sh
+printf '#!/usr/bin/env bash\nexit 0\n' > fake/launch/install-deps.sh
+cat > fake/CMakeLists.txt <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(fake NONE)
+option(BATON_TESTS "Build the tests" ON)
+option(FAKE_NO_TESTS "register no test even with BATON_TESTS" OFF)
+if(BATON_TESTS AND NOT FAKE_NO_TESTS)
+  enable_testing()
+  add_test(NAME fake.passes COMMAND true)
+endif()
+CMAKE
+# As launch/quickstart.sh leaves it: tests off.
+cmake -S fake -B fake/build -DBATON_TESTS=OFF > /dev/null
+BUILD=build JOBS=1 bash fake/launch/test.sh > run1.log 2>&1 || { cat run1.log; fail "test.sh after a tests-off configure"; }
+grep -q "100% tests passed, 0 tests failed out of 1" run1.log || { cat run1.log; fail "test.sh did not run the test"; }
+# No tests at all: a failure.
+cmake -S fake -B fake/build2 -DFAKE_NO_TESTS=ON > /dev/null
+rc=0
+BUILD=build2 JOBS=1 bash fake/launch/test.sh > run2.log 2>&1 || rc=$?
+[ "$rc" -ne 0 ] || { cat run2.log; fail "test.sh passed with no tests"; }
+grep -qi "no tests were found" run2.log || { cat run2.log; fail "no 'No tests were found' from ctest"; }
+
+if [ "$(id -u)" -eq 0 ] && id nobody > /dev/null 2>&1 && command -v setpriv > /dev/null; then
+  if command -v sudo > /dev/null; then
+    echo "skipped install-deps without root: sudo is installed here (the script would ask it)"
+  else
+    rc=0
+    setpriv --reuid=nobody --regid=nogroup --clear-groups bash "$SRC/launch/install-deps.sh" > deps.log 2>&1 || rc=$?
+    [ "$rc" -ne 0 ] || { cat deps.log; fail "install-deps without root or sudo succeeded"; }
+    grep -q "^error: .*needs root, and sudo is not installed" deps.log || { cat deps.log; fail "install-deps error"; }
+    grep -q "^hint: " deps.log || { cat deps.log; fail "install-deps hint"; }
+  fi
+fi
+echo "PASS"
