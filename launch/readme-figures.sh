@@ -16,6 +16,7 @@ if [ "${1:-}" = "--cnn" ]; then
   README=${1:-README.md}
   RUN_DIR=runs/readme-fashion
   rm -rf "$RUN_DIR"
+  mkdir -p runs
   [ -x build/baton ] || { echo "error: build/baton not built" >&2; exit 1; }
   start=$(date +%s.%N)
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/baton train configs/fashion-resnet.toml \
@@ -44,7 +45,7 @@ momentum and a cosine schedule: {metrics[-1]['step']} steps of 250 images (8 epo
 minutes on the 2-core development VM and reach **{100 * last['val_top1']:.2f}% top-1** on the whole
 10,000-image test set. Evaluations (every 2 epochs, the whole test set):
 
-| step | train loss | val loss | top-1 | top-5 |
+| step | loss (that step) | val loss | top-1 | top-5 |
 | --- | --- | --- | --- | --- |
 {table}
 

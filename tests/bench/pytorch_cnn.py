@@ -14,7 +14,8 @@ with the same number of threads:
   - PyTorch runs in its default NCHW layout and in channels_last (oneDNN's preferred layout on the
     CPU); the ratio is against the faster of the two;
   - timing as baton bench: `warmup` untimed steps, then `steps` timed ones; images/s = images / the
-    timed steps' total time.
+    timed steps' total time; the three runs alternate `--repeats` times (default 3) and each reports
+    its median, so that a noisy moment of the machine hits all of them alike.
 
   python3 tests/bench/pytorch_cnn.py                          # every case
   python3 tests/bench/pytorch_cnn.py --cases fashion --json out.json
@@ -26,6 +27,7 @@ are >= 1.3x at 28-32 px and >= 1.0x at 224 px.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # name: (depth, width, image_size, in_channels, classes, batch, warmup, steps)
 CASES = {
     "fashion": (18, 0.25, 28, 1, 10, 250, 3, 10),      # configs/fashion-resnet.toml's model and batch
+    "fashion-b32": (18, 0.25, 28, 1, 10, 32, 5, 40),   # the same at a small batch: more per-op overhead
     "cifar": (18, 0.5, 32, 3, 10, 128, 3, 10),
     "resnet18-224": (18, 1.0, 224, 3, 1000, 32, 2, 5),
     "resnet50-224": (50, 1.0, 224, 3, 1000, 16, 2, 4),
@@ -138,24 +141,26 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--baton", default=os.path.join(REPO, "build", "baton"))
+    ap.add_argument("--repeats", type=int, default=3, help="alternating runs of each; the median is reported")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
     import torch
     results = []
     env = "OPENBLAS_CORETYPE=" + os.environ.get("OPENBLAS_CORETYPE", "(unset)")
-    print(f"threads {a.threads} | torch {torch.__version__} | {env}")
+    print(f"threads {a.threads} | torch {torch.__version__} | {env} | median of {a.repeats} alternating runs")
     print(f"{'case':<14} {'batch':>5} {'baton img/s':>12} {'torch NCHW':>11} {'torch NHWC':>11} {'ratio':>6}")
     for case in a.cases.split(","):
         if case not in CASES:
             sys.exit(f"error: unknown case '{case}' (use {', '.join(CASES)})")
-        b = baton_images_per_s(a.baton, case, a.threads)
-        t1 = torch_images_per_s(case, a.threads, False)
-        t2 = torch_images_per_s(case, a.threads, True)
+        runs = [(baton_images_per_s(a.baton, case, a.threads), torch_images_per_s(case, a.threads, False),
+                 torch_images_per_s(case, a.threads, True)) for _ in range(a.repeats)]
+        b, t1, t2 = (statistics.median(r[i] for r in runs) for i in range(3))
         r = b / max(t1, t2)
         results.append(dict(case=case, batch=CASES[case][5], baton=b, torch_nchw=t1, torch_channels_last=t2, ratio=r))
         print(f"{case:<14} {CASES[case][5]:>5} {b:>12.1f} {t1:>11.1f} {t2:>11.1f} {r:>5.2f}x", flush=True)
     if a.json:
-        json.dump(dict(threads=a.threads, torch=torch.__version__, env=env, results=results), open(a.json, "w"), indent=2)
+        json.dump(dict(threads=a.threads, torch=torch.__version__, env=env, repeats=a.repeats, results=results),
+                  open(a.json, "w"), indent=2)
 
 
 if __name__ == "__main__":
