@@ -19,6 +19,14 @@ class Error : public std::runtime_error {
   std::string hint_;
 };
 
+// An error every rank of the job raises at the same point, from values they all agree on after a
+// collective (e.g. a diverged loss): reported once, by rank 0, instead of once per rank
+// (dist/guard.h).
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Internal invariant violated: a bug in baton, not in the user's input.
 [[noreturn]] void internal_error(const char* file, int line, const std::string& msg);
 

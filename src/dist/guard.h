@@ -3,6 +3,7 @@
 // - in a multi-rank job, MpiRuntime::abort(1) ends every rank at once: the other ranks are
 //   probably blocked in a collective this rank will never join, so returning would hang the job;
 // - in a one-rank job (or without MPI), it returns 1 so main can clean up and exit normally.
+// An AgreedError (core/error.h: every rank raises the same one) is printed once, by rank 0.
 // Otherwise returns body's result.
 #pragma once
 #include <functional>

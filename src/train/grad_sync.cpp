@@ -63,10 +63,12 @@ UpdateStats GradSync::reduce(double loss_sum, int64_t update) {
   r.grad_norm = std::sqrt(stats[0]);
   if (s_.grad_clip > 0 && r.grad_norm > s_.grad_clip)
     r.clip_scale = static_cast<float>(s_.grad_clip / (r.grad_norm + 1e-6));
-  BATON_REQUIRE(std::isfinite(r.loss_sum) && std::isfinite(r.grad_norm),
-                fmt::format("training diverged at step {} (loss sum {}, grad norm {})", update,
-                            r.loss_sum, r.grad_norm),
-                "lower optim.lr or raise optim.warmup_steps");
+  // The loss sum and the norm come out of the same reductions on every rank: each raises this at
+  // the same update, and the job reports it once.
+  if (!std::isfinite(r.loss_sum) || !std::isfinite(r.grad_norm))
+    throw AgreedError(fmt::format("training diverged at step {} (loss sum {}, grad norm {})", update, r.loss_sum,
+                                  r.grad_norm),
+                      "lower optim.lr or raise optim.warmup_steps");
   return r;
 }
 
