@@ -12,7 +12,9 @@ namespace baton {
 
 void check_trainable(const Config& cfg) {
   BATON_REQUIRE(cfg.hetero == HeteroConfig{},
-                "the [hetero] section (HetPipe virtual workers kept in sync by WSP) is not built yet",
+                "the [hetero] section (HetPipe virtual workers kept in sync by WSP) is not built yet: "
+                "the WSP protocol exists, its parameter server and training runtime do not "
+                "(docs/hetpipe.md)",
                 "remove the [hetero] keys (or leave them at their defaults: sync = \"allreduce\", "
                 "staleness = 0, no cluster, no virtual_workers); `baton plan --algorithm hetpipe` "
                 "partitions heterogeneous clusters today");
