@@ -13,6 +13,8 @@
 
 #include "app/app.h"
 #include "config/config.h"
+#include "config/config_diff.h"
+#include "core/build_info.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/comm.h"
@@ -32,6 +34,33 @@ void share_cores_between_local_ranks() {
   if (local.local_size <= 1) return;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   omp_set_num_threads(std::max(1, cores / local.local_size));
+}
+
+// Every rank must run the same binary on the same config: a rank with another train.steps would
+// hang the job at the end, one with another optim.lr train silently apart. Rank 0's resolved
+// config and build identity go to every rank; the lowest rank that differs says where, once.
+void require_same_config_everywhere(const Config& cfg, dist::Comm& world) {
+  if (world.size() == 1) return;
+  namespace b = baton::build;
+  const std::string mine = fmt::format("[build]\nidentity = baton {} {} {} cuda {} mpi {}\n", b::version, b::build_type,
+                                       b::compiler, b::cuda ? b::cuda_archs : "off", b::mpi_version) +
+                           cfg.to_toml();
+  int64_t len = static_cast<int64_t>(mine.size());
+  world.broadcast(&len, 1, DType::I64, 0);
+  std::string rank0(static_cast<size_t>(len), '\0');
+  if (world.rank() == 0) rank0 = mine;
+  world.broadcast(rank0.data(), rank0.size(), DType::U8, 0);
+  const std::string diff = first_config_difference(mine, rank0, "rank 0");
+  const double first = world.all_reduce_scalar(diff.empty() ? 1e9 : world.rank(), dist::ReduceOp::MIN);
+  if (first >= 1e9) return;
+  const int who = static_cast<int>(first);
+  int64_t n = static_cast<int64_t>(diff.size());
+  world.broadcast(&n, 1, DType::I64, who);
+  std::string what(static_cast<size_t>(n), '\0');
+  if (world.rank() == who) what = diff;
+  world.broadcast(what.data(), what.size(), DType::U8, who);
+  throw AgreedError(fmt::format("rank {} runs another config or build than rank 0: {}", who, what),
+                    "start every rank with the same baton binary, config file and --set arguments");
 }
 
 }  // namespace
@@ -57,6 +86,7 @@ int run_with_config(const std::string& config, const std::vector<std::string>& o
     const double failed = world->size() > 1 ? world->all_reduce_scalar(bad ? 1.0 : 0.0) : (bad ? 1 : 0);
     if (failed == world->size() && world->rank() != 0) return 1;
     if (bad) throw *bad;
+    require_same_config_everywhere(cfg, *world);
     return body(cfg, *world);
   });
   dist::MpiRuntime::finalize();

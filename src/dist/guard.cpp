@@ -42,7 +42,7 @@ static int fail_job_agreed(const std::string& what, const std::string& hint) {
   }
   if (size == 1) return fail_job(what, hint);
   if (rank == 0) {
-    std::fprintf(stderr, "error: %s (every rank)\n", what.c_str());
+    std::fprintf(stderr, "error: %s\n", what.c_str());
     if (!hint.empty()) std::fprintf(stderr, "hint: %s\n", hint.c_str());
     std::fflush(stderr);
   }

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "config/config.h"
+#include "config/config_diff.h"
 #include "config/config_keys.h"
 #include "core/error.h"
 
@@ -711,6 +712,25 @@ TEST(ConfigToToml, ResolvedConfigFileLoadsBack) {
   const Config back = load_config(path);
   EXPECT_EQ(back, c);
   EXPECT_EQ(back.train.steps, 77);
+}
+
+}  // namespace
+}  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(ConfigDiff, NamesTheFirstDifferingKeyInTableOrder) {
+  const Config a = load_config_string("", "x", {"train.steps=20", "optim.lr=1e-3"});
+  const Config b = load_config_string("", "x", {"train.steps=10", "optim.lr=2e-3"});
+  EXPECT_EQ(first_config_difference(a.to_toml(), a.to_toml(), "rank 0"), "");
+  EXPECT_EQ(first_config_difference(a.to_toml(), b.to_toml(), "rank 0"), "train.steps = 20 here, 10 on rank 0");
+  const Config c = load_config_string("", "x", {"train.steps=20", "optim.lr=2e-3"});
+  EXPECT_EQ(first_config_difference(a.to_toml(), c.to_toml(), "rank 3"), "optim.lr = 0.001 here, 0.002 on rank 3");
+  // A key missing on one side (another baton's key table) is named as that.
+  std::string fewer = a.to_toml();
+  fewer.erase(fewer.find("steps = "), fewer.find('\n', fewer.find("steps = ")) - fewer.find("steps = ") + 1);
+  EXPECT_NE(first_config_difference(a.to_toml(), fewer, "rank 1").find("another baton version?"), std::string::npos);
 }
 
 }  // namespace
