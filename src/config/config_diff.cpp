@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 #include <string_view>
@@ -34,6 +35,20 @@ std::vector<Line> key_lines(const std::string& text) {
 }
 
 }  // namespace
+
+std::vector<ConfigChange> config_changes(const std::string& before, const std::string& after) {
+  std::vector<ConfigChange> out;
+  if (before == after) return out;
+  const std::vector<Line> a = key_lines(before), b = key_lines(after);
+  for (const Line& x : a) {
+    auto it = std::find_if(b.begin(), b.end(), [&](const Line& y) { return y.key == x.key; });
+    if (it == b.end()) out.push_back({x.key, x.value, ""});
+    else if (it->value != x.value) out.push_back({x.key, x.value, it->value});
+  }
+  for (const Line& y : b)
+    if (std::none_of(a.begin(), a.end(), [&](const Line& x) { return x.key == y.key; })) out.push_back({y.key, "", y.value});
+  return out;
+}
 
 std::string first_config_difference(const std::string& mine, const std::string& theirs, const std::string& who) {
   if (mine == theirs) return {};

@@ -30,6 +30,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.images_per_s) j["images_per_s"] = *m.images_per_s;
   for (const auto& [name, value] : m.val_metrics) j["val_" + name] = value;
+  for (const auto& [key, change] : m.resumed_changes) j["resumed_changes"][key] = {change.first, change.second};
   const std::string line = j.dump() + "\n";
   std::fputs(line.c_str(), file_);
   std::fflush(file_);

@@ -25,6 +25,8 @@ struct StepMetrics {
   // "val_<name>" (val_top1, val_top5: fractions in [0, 1]).
   std::optional<double> images_per_s;
   std::vector<std::pair<std::string, double>> val_metrics;
+  // The first step after a resume with changed settings: key -> (old, new) as TOML text.
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>> resumed_changes;
 };
 
 class MetricsWriter {

@@ -243,17 +243,41 @@ HostTrainState& TrainSession::host() {
   return *host_;
 }
 
+// What a checkpoint's model is cannot change under it: its shape (the tensors would not fit, or
+// would fit and mean something else) and kind. Refused before any tensor is read, naming the keys.
+void TrainSession::refuse_model_changes(const std::string& saved, const std::string& now, const std::string& path) {
+  std::string changed;
+  for (const ConfigChange& c : config_changes(saved, now))
+    if (c.key.rfind("model.", 0) == 0 && c.key != "model.dropout")
+      changed += fmt::format("{}{} {} -> {}", changed.empty() ? "" : ", ", c.key, c.before, c.after);
+  BATON_REQUIRE(changed.empty(),
+                fmt::format("checkpoint '{}' holds another model than the config: {}", path, changed),
+                "resume with the model keys the checkpoint was trained with (`baton ckpt inspect PATH --config` "
+                "prints them), or start a new run (another run.dir, or checkpoint.resume = \"never\")");
+}
+
 std::optional<int64_t> TrainSession::resume() {
   const std::string ckpt_dir = cfg_.checkpoint_dir();
+  const std::string now = cfg_.to_toml();
   const auto resumed = choose_resume_point(cfg_.checkpoint, ckpt_dir, [&](const std::string& path) {
+    refuse_model_changes(CheckpointReader(path).meta().config_toml, now, path);
     return read_train_state(path, model_->table(), host(), shard_layout_);
   });
   int64_t start_step = 0;
   if (resumed) {
     restore_train_state(host(), *model_, *opt_, shard_layout_);
     start_step = resumed->meta.step;
+    resumed_at_ = start_step;
     log::info("resumed from {} at step {} ({} tokens consumed)", resumed->path, start_step,
               human_count(static_cast<double>(resumed->meta.tokens_consumed)));
+    resume_changes_.clear();
+    for (ConfigChange& c : config_changes(resumed->meta.config_toml, now))
+      if (c.key != "checkpoint.resume") resume_changes_.push_back(std::move(c));
+    if (!resume_changes_.empty()) {
+      std::string list;
+      for (const ConfigChange& c : resume_changes_) list += fmt::format("{}{} {} -> {}", list.empty() ? "" : ", ", c.key, c.before, c.after);
+      log::info("resumed with changed settings: {}", list);
+    }
   }
   require_no_newer_checkpoints(ckpt_dir, start_step);
   if (!resumed) return std::nullopt;
@@ -305,6 +329,8 @@ StepMetrics TrainSession::metrics(int64_t step, double lr, const TimedStep& t) c
   StepMetrics m;
   m.step = step + 1;
   m.loss = t.result.loss;
+  if (step == resumed_at_ && !resume_changes_.empty())
+    for (const ConfigChange& c : resume_changes_) m.resumed_changes.emplace_back(c.key, std::make_pair(c.before, c.after));
   m.lr = lr;
   m.grad_norm = t.result.grad_norm;
   m.step_ms = t.seconds * 1e3;

@@ -22,6 +22,7 @@
 
 #include "backend/device.h"
 #include "config/config.h"
+#include "config/config_diff.h"
 #include "dist/comm.h"
 #include "dist/layout.h"
 #include "dist/process_groups.h"
@@ -130,8 +131,14 @@ class TrainSession {
   int64_t tokens_per_step() const { return int64_t(cfg_.train.global_batch) * builder_->max_positions(); }
   std::string checkpoint_dir() const { return cfg_.checkpoint_dir(); }
 
+  // Settings that differ from the resumed checkpoint's config (none before resume()).
+  const std::vector<ConfigChange>& resume_changes() const { return resume_changes_; }
+
  private:
   HostTrainState& host();
+  static void refuse_model_changes(const std::string& saved, const std::string& now, const std::string& path);
+  std::vector<ConfigChange> resume_changes_;
+  int64_t resumed_at_ = -1;
 
   Config cfg_;
   dist::Comm& world_;

@@ -138,8 +138,21 @@ fi
 # ---- truncated file, another model shape, resume = never over an old run ----
 head -c 100000 pristine.h5 > truncated.h5
 expect_error "cannot open checkpoint 'truncated.h5': truncated file" "$BATON" ckpt inspect truncated.h5
-expect_error "tensor 'params/wte' in checkpoint 'run/ckpt/step-0000016.h5' has shape \[384, 32\], the model expects \[384, 48\]" \
+expect_error "checkpoint 'run/ckpt/step-0000016.h5' holds another model than the config: model.d_model 32 -> 48" \
   "$BATON" train tiny.toml --set model.d_model=48 --set train.steps=20
+grep -q "ckpt inspect PATH --config" err.txt || fail "model change: hint"
+# Settings that may change on resume are listed (old -> new) in the log and the first metrics record.
+"$BATON" train tiny.toml --set train.steps=18 --set optim.lr=5e-3 --set checkpoint.every=0 > changed.log
+grep -q "^resumed with changed settings: train.steps 16 -> 18, optim.lr 0.01 -> 0.005, checkpoint.every 4 -> 0" changed.log ||
+  { grep resumed changed.log; fail "changed settings line"; }
+python3 - <<'PY'
+import json
+rows = [json.loads(l) for l in open("run/metrics.jsonl")]
+first = next(r for r in rows if r["step"] == 17)
+assert first["resumed_changes"] == {"train.steps": ["16", "18"], "optim.lr": ["0.01", "0.005"],
+                                    "checkpoint.every": ["4", "0"]}, first
+assert "resumed_changes" not in next(r for r in rows if r["step"] == 18)
+PY
 expect_error "refusing to mix runs" "$BATON" train tiny.toml --set checkpoint.resume=never
 expect_error "no checkpoint in 'tiny-empty'" "$BATON" generate --checkpoint "$(mkdir -p tiny-empty && echo tiny-empty)" --prompt x
 ls run/ckpt | grep -q "step-0000016.h5" || fail "a failed run removed a checkpoint"
