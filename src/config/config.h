@@ -49,6 +49,8 @@ struct TrainConfig {
   int log_every = 10;
   int eval_every = 100;  // 0 = never
   int eval_steps = 10;   // validation batches per evaluation
+  double spike_factor = 10;  // stop when a step's loss exceeds this × the recent median (0 = off)
+  int spike_window = 100;    // steps in that median
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -72,6 +72,9 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(train, log_every, "steps between log lines", .range = at_least(1)),
       BATON_KEY(train, eval_every, "steps between evaluations (0 = never)", .range = at_least(0)),
       BATON_KEY(train, eval_steps, "validation batches per evaluation", .range = at_least(1)),
+      BATON_KEY(train, spike_factor, "stop when a step's loss exceeds this times the median of recent steps (0 = off)",
+                .range = at_least(0)),
+      BATON_KEY(train, spike_window, "steps in the loss-spike median", .range = at_least(1)),
 
       BATON_KEY(optim, kind, "optimizer", .allowed = {"adamw", "sgd"}),
       BATON_KEY(optim, lr, "peak learning rate", .range = above(0)),

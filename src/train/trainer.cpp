@@ -20,6 +20,7 @@
 #include "dist/self_comm.h"
 #include "model/gpt.h"
 #include "train/image_batches.h"
+#include "train/loss_spike.h"
 #include "train/session.h"
 
 namespace baton {
@@ -222,9 +223,19 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   Timer run_timer;
   double loss_window = 0;
   int window_steps = 0;
+  LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     lr = sched.at(step);
     const TimedStep t = session.step(step, lr);
+    // Every rank holds the same step loss (reduced over the job): all stop here, before this
+    // step's state can reach a checkpoint, and the job reports it once.
+    if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
+      throw AgreedError(*spike,
+                        fmt::format("{}; lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor "
+                                    "(0 turns the check off)",
+                                    saved_step >= 0 ? fmt::format("checkpoint.resume = \"auto\" restarts from step {}, "
+                                                                  "before the spike", saved_step)
+                                                    : std::string("no checkpoint was written before it")));
     summary.steps_done++;
     summary.last_step = step + 1;
     summary.last_loss = t.result.loss;

@@ -2,7 +2,8 @@
 # A diverged run (NaN loss) ends with one clear error, never a hang: on one rank, and on four ranks
 # (tp 2 x dp 2), where every rank detects it at the same update and the job prints it once
 # (core/error.h AgreedError), not once per rank (issue 15, item 8); ranks started with different
-# configs are one error naming the key, before any step.
+# configs are one error naming the key, before any step; a finite loss explosion stops the run
+# before its state is checkpointed.
 source "$(dirname "$0")/lib.sh"
 use_mpirun
 make_tiny_dataset
@@ -25,6 +26,30 @@ took=$(( $(date +%s) - start ))
 [ "$(grep -c '^error: ' four.err)" -eq 1 ] || { cat four.err; fail "four ranks: $(grep -c '^error: ' four.err) error lines, want 1"; }
 grep -q "^error: training diverged at step 2 " four.err || { cat four.err; fail "four ranks: error line"; }
 [ "$took" -le 20 ] || fail "four ranks took $took s to end"
+
+# A finite explosion (issue 15, item 7): the learning rate jumps 1000x at step 25 (a step schedule
+# with step_gamma 1000); the loss of step 27 is ~40x the median of the steps before. The run stops
+# there with one error, before that state reaches a checkpoint: the newest stays step 20, and the
+# hint says auto resume restarts there. On four ranks it is reported once; spike_factor = 0 turns
+# the check off.
+spike=(--set optim.decay=step --set optim.step_size=25 --set optim.step_gamma=1000 --set optim.warmup_steps=0
+       --set train.steps=40 --set checkpoint.every=10)
+rc=0
+timeout 60 "$BATON" train tiny.toml "${spike[@]}" --set run.dir=spike > spike.log 2> spike.err || rc=$?
+[ "$rc" -eq 1 ] || { cat spike.err; fail "spike: exit $rc, want 1"; }
+grep -q "^error: loss spike at step 27: [0-9.e+]* is [0-9.]*x the median [0-9.]* of the previous 26 steps" spike.err ||
+  { cat spike.err; fail "spike: error line"; }
+grep -q '^hint: checkpoint.resume = "auto" restarts from step 20, before the spike' spike.err || { cat spike.err; fail "spike: hint"; }
+[ "$(cat spike/ckpt/latest)" = "step-0000020.h5" ] && [ ! -e spike/ckpt/step-0000030.h5 ] || { ls spike/ckpt; fail "spike: checkpoints"; }
+rc=0
+timeout 60 "${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${spike[@]}" --set parallel.tp=2 --set run.dir=spike4 \
+  > spike4.log 2> spike4.err || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat spike4.err; fail "spike, four ranks: exit $rc"; }
+[ "$(grep -c '^error: ' spike4.err)" -eq 1 ] && grep -q "^error: loss spike at step 27" spike4.err ||
+  { cat spike4.err; fail "spike, four ranks: not one error line"; }
+"$BATON" train tiny.toml "${spike[@]}" --set train.spike_factor=0 --set run.dir=nospike > nospike.log 2>&1 || true
+grep -q "loss spike" nospike.log && fail "spike_factor = 0 still checked"
+grep -q "^step     27/40" nospike.log || { cat nospike.log; fail "spike_factor = 0: did not pass step 27"; }
 
 # Ranks that run different configs fail at start, naming the first differing key (issue 15, item 4):
 # another train.steps hung the job at its end, another optim.lr trained silently apart.
