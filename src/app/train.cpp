@@ -17,6 +17,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/agree.h"
 #include "dist/comm.h"
 #include "dist/guard.h"
 #include "dist/node_local.h"
@@ -51,16 +52,8 @@ void require_same_config_everywhere(const Config& cfg, dist::Comm& world) {
   if (world.rank() == 0) rank0 = mine;
   world.broadcast(rank0.data(), rank0.size(), DType::U8, 0);
   const std::string diff = first_config_difference(mine, rank0, "rank 0");
-  const double first = world.all_reduce_scalar(diff.empty() ? 1e9 : world.rank(), dist::ReduceOp::MIN);
-  if (first >= 1e9) return;
-  const int who = static_cast<int>(first);
-  int64_t n = static_cast<int64_t>(diff.size());
-  world.broadcast(&n, 1, DType::I64, who);
-  std::string what(static_cast<size_t>(n), '\0');
-  if (world.rank() == who) what = diff;
-  world.broadcast(what.data(), what.size(), DType::U8, who);
-  throw AgreedError(fmt::format("rank {} runs another config or build than rank 0: {}", who, what),
-                    "start every rank with the same baton binary, config file and --set arguments");
+  dist::agree_on_problems(world, diff.empty() ? "" : "runs another config or build than rank 0: " + diff,
+                          "start every rank with the same baton binary, config file and --set arguments");
 }
 
 }  // namespace

@@ -157,6 +157,7 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
   shard_layout_ = shard_layout(layout_, rank, model, world.size() > 1 && mpi ? mpi->handle() : MPI_COMM_NULL,
                                dpg_.get(), groups_.tp.get());
   opt_ = make_optimizer(be, dpg_->segments(), dpg_->state_size(), cfg_.optim);
+  opt_states_ = opt_->state().size();
   runner_ = std::make_unique<StepRunner>(StepRunnerSetup{
       .model = &model, .optimizer = opt_.get(), .grads = dpg_.get(), .layout = &layout_, .rank = rank,
       .groups = &groups_, .schedule = cfg_.parallel.schedule,
@@ -211,6 +212,7 @@ void TrainSession::log_header() {
     if ((model.table().spec(i).tp_dim >= 0 || tpc_.rank == 0) && model.owns_param(i) && me.replica == 0)
       n_params += static_cast<double>(model.table().numel(i));
   if (world_size() > 1) n_params = world_.all_reduce_scalar(n_params) / layout_.dp();
+  n_params_ = n_params;
   log::info("model: {} | {} parameters", builder_->describe(), human_count(n_params));
   if (builder_->input_kind() == InputKind::IMAGES)
     log::info("data: {} | {} images/step = {} x {} micro-batches", data_->describe(), tokens_per_step(),

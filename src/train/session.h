@@ -130,6 +130,11 @@ class TrainSession {
   // Positions (tokens of a GPT) per step over the job.
   int64_t tokens_per_step() const { return int64_t(cfg_.train.global_batch) * builder_->max_positions(); }
   std::string checkpoint_dir() const { return cfg_.checkpoint_dir(); }
+  // A checkpoint's size: the job's parameters (known after log_header) with the optimizer's
+  // state tensors per parameter and the buffers, fp32.
+  double checkpoint_bytes_estimate() const {
+    return 4.0 * (n_params_ * (1.0 + double(opt_states_)) + double(model_->table().buffers_total()));
+  }
 
   // Settings that differ from the resumed checkpoint's config (none before resume()).
   const std::vector<ConfigChange>& resume_changes() const { return resume_changes_; }
@@ -138,6 +143,8 @@ class TrainSession {
   HostTrainState& host();
   static void refuse_model_changes(const std::string& saved, const std::string& now, const std::string& path);
   std::vector<ConfigChange> resume_changes_;
+  double n_params_ = 0;
+  size_t opt_states_ = 0;  // state tensors per parameter (AdamW 2, SGD with momentum 1)
   int64_t resumed_at_ = -1;
 
   Config cfg_;

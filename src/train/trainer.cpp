@@ -21,6 +21,7 @@
 #include "model/gpt.h"
 #include "train/image_batches.h"
 #include "train/loss_spike.h"
+#include "train/preflight.h"
 #include "train/session.h"
 
 namespace baton {
@@ -204,6 +205,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   session.log_header();
 
   // ---- resume ----
+  preflight_outputs(cfg, session);
   const std::optional<int64_t> resumed = session.resume();
   const int64_t start_step = resumed.value_or(0);
   if (resumed && rank0) truncate_metrics_after(cfg.run.dir, start_step);

@@ -59,7 +59,7 @@ for diff in "train.steps=10" "optim.lr=1e-3"; do
     --set run.dir=mix --set "$diff" > mix.log 2> mix.err || rc=$?
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat mix.err; fail "mixed configs ($diff): exit $rc"; }
   [ "$(grep -c '^error: ' mix.err)" -eq 1 ] || { cat mix.err; fail "mixed configs: not one error line"; }
-  grep -q "^error: rank 1 runs another config or build than rank 0: ${diff%%=*} = " mix.err || { cat mix.err; fail "mixed configs: error line"; }
+  grep -q "^error: rank 1: runs another config or build than rank 0: ${diff%%=*} = " mix.err || { cat mix.err; fail "mixed configs: error line"; }
   grep -q "^hint: start every rank with the same baton binary" mix.err || { cat mix.err; fail "mixed configs: hint"; }
   [ ! -e mix/metrics.jsonl ] || fail "mixed configs trained"
 done

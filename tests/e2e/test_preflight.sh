@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Preflight before the first step (issue 15, item 3): an output directory that cannot be written,
+# or a file system without room for one checkpoint, is one clear error before any training — not a
+# bare `filesystem error` at the first save, after all the training when checkpoint.every = 0 —
+# on one rank and on two; nothing is trained or left behind.
+source "$(dirname "$0")/lib.sh"
+use_mpirun
+make_tiny_dataset
+write_tiny_config
+echo "a file" > plain
+
+expect_error "checkpoint.dir = plain/ckpt cannot be created: Not a directory" \
+  "$BATON" train tiny.toml --set run.dir=r1 --set checkpoint.dir=plain/ckpt --set checkpoint.every=0
+[ ! -e r1/metrics.jsonl ] || fail "trained with an unwritable checkpoint.dir"
+expect_error "run.dir = plain/run cannot be created" "$BATON" train tiny.toml --set run.dir=plain/run
+rc=0
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set run.dir=r2 --set checkpoint.dir=plain/ckpt > two.log 2> two.err || rc=$?
+[ "$rc" -ne 0 ] || fail "two ranks trained with an unwritable checkpoint.dir"
+[ "$(grep -c '^error: ' two.err)" -eq 1 ] || { cat two.err; fail "two ranks: not one error line"; }
+grep -q "^error: checkpoint.dir = plain/ckpt cannot be created" two.err || { cat two.err; fail "two ranks: error line"; }
+
+# A file system with less room than a checkpoint (a 256 KiB tmpfs; the tiny GPT's checkpoint is
+# ~0.5 MB): needs root and a private mount namespace, as the bundle test does.
+if [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
+  mkdir -p small
+  rc=0
+  unshare -m bash -c "mount -t tmpfs -o size=256k none small && \"$BATON\" train tiny.toml --set run.dir=r3 \
+    --set checkpoint.dir=small/ckpt" > small.log 2> small.err || rc=$?
+  [ "$rc" -ne 0 ] || { cat small.log; fail "trained without room for a checkpoint"; }
+  grep -q "^error: checkpoint.dir = small/ckpt has 0.[0-9] MB free, a checkpoint of this run needs about 0.[0-9] MB" small.err ||
+    { cat small.err; fail "no free-space error"; }
+  [ ! -e r3/metrics.jsonl ] || fail "trained without room for a checkpoint"
+else
+  echo "skipped the free-space case: needs root and unshare -m"
+fi
+echo "PASS"
