@@ -6,6 +6,7 @@
 #   OMP_NUM_THREADS  OpenMP threads per rank (default: cores / N, at least 1)
 #   OVERSUBSCRIBE=1  allow more ranks than cores (tests, small machines)
 #   MPIRUN_ARGS      extra mpirun flags, e.g. "--hostfile hosts" or "--mca btl tcp,self"
+# SIGTERM/SIGINT to this script stop the job cleanly with exit code 130 (see the end).
 # Each rank gets OMP_NUM_THREADS cores of its own (--map-by slot:PE=T --bind-to core), so ranks
 # do not fight over cores; oversubscribed runs are not bound.
 set -euo pipefail
@@ -34,4 +35,24 @@ if [ "$(id -u)" -eq 0 ]; then flags+=(--allow-run-as-root); fi  # containers oft
 flags+=(${MPIRUN_ARGS:-})
 
 echo "+ mpirun ${flags[*]} $BATON train $config $*" >&2
-exec mpirun "${flags[@]}" "$BATON" train "$config" "$@"
+# SIGTERM / SIGINT go to the ranks on this node, not to mpirun: they stop after the current step
+# (the others follow: ranks agree on stopping), checkpoint and exit 130, which mpirun then returns.
+# Signalled itself, mpirun would forward the signal and exit 1 (Open MPI's rule). A second signal
+# goes to mpirun: the hard stop.
+mpirun "${flags[@]}" "$BATON" train "$config" "$@" &
+pid=$!
+signalled=0
+forward() {
+  if [ "$signalled" -eq 0 ] && pkill -"$1" -P "$pid" 2>/dev/null; then
+    signalled=1
+  else
+    kill -"$1" "$pid" 2>/dev/null || true
+  fi
+}
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+while :; do
+  rc=0
+  wait "$pid" || rc=$?
+  kill -0 "$pid" 2>/dev/null || exit "$rc"  # else a trapped signal interrupted the wait
+done

@@ -6,6 +6,7 @@
 #   none) so that it takes a second, with the real launch/test.sh.
 # - launch/install-deps.sh as a user without root: through sudo when there is one, else one clear
 #   error (minimal containers run as root and have no sudo; root needs neither).
+# - SIGTERM to launch/mpirun.sh ends the job cleanly with exit code 130.
 source "$(dirname "$0")/lib.sh"
 
 mkdir -p fake/launch
@@ -43,4 +44,20 @@ if [ "$(id -u)" -eq 0 ] && id nobody > /dev/null 2>&1 && command -v setpriv > /d
     grep -q "^hint: " deps.log || { cat deps.log; fail "install-deps hint"; }
   fi
 fi
+# SIGTERM to launch/mpirun.sh (as a batch system sends it): the ranks stop after their step,
+# checkpoint, and the script exits 130 as the README says (mpirun signalled itself exits 1).
+make_tiny_dataset
+write_tiny_config
+OVERSUBSCRIBE=1 OMP_NUM_THREADS=1 BATON="$BATON" bash "$SRC/launch/mpirun.sh" 2 tiny.toml --set run.dir=sig \
+  --set train.steps=1000000 --set train.log_every=100000 --set checkpoint.every=0 > sig.log 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do [ -e sig/metrics.jsonl ] && break; sleep 0.2; done
+[ -e sig/metrics.jsonl ] || { cat sig.log; fail "the job did not start"; }
+kill -TERM "$pid"
+rc=0
+timeout 60 tail --pid="$pid" -f /dev/null || fail "the job did not stop within 60 s"
+wait "$pid" || rc=$?
+[ "$rc" -eq 130 ] || { cat sig.log; fail "launch/mpirun.sh exit $rc after SIGTERM, want 130"; }
+grep -q "stop requested (signal 15): stopping after step" sig.log || { cat sig.log; fail "no stop line"; }
+ls sig/ckpt | grep -q "^step-" || fail "no checkpoint after SIGTERM"
 echo "PASS"
