@@ -9,7 +9,12 @@ namespace baton::h5 {
 
 void init() {
   static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  std::call_once(once, [] {
+    // Files are closed by their handles; HDF5's own cleanup at exit, after a failed write (a full
+    // disk), closed a half-written dataset again and crashed the process (exit 139).
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  });
 }
 
 std::string last_error() {
@@ -23,6 +28,14 @@ std::string last_error() {
            },
            &msg);
   H5Eclear2(H5E_DEFAULT);
+  // A failed write's description spans lines ("file write failed: time = ..., errno = 28, error
+  // message = 'No space left on device', ..."): keep the system's message, on one line.
+  if (const size_t at = msg.find("error message = '"); at != std::string::npos) {
+    const size_t from = at + 17, to = msg.find('\'', from);
+    if (to != std::string::npos) return msg.substr(0, msg.find(':')) + ": " + msg.substr(from, to - from);
+  }
+  for (char& c : msg)
+    if (c == '\n') c = ' ';
   return msg;
 }
 

@@ -1,5 +1,6 @@
 // write_checkpoint_file(): one checkpoint file from this rank's shards (see checkpoint.h).
 #include <chrono>
+#include <filesystem>
 #include <ctime>
 #include <map>
 #include <sstream>
@@ -97,6 +98,34 @@ void write_box(hid_t dataset, const TensorShard& s, const std::string& path) {
                 "check free disk space in checkpoint.dir");
 }
 
+// A full disk found by HDF5 mid-write ended with a multi-line HDF5 error and a crash at exit (one
+// process) or a hang (several): the file's size is known before it is created, so a file system
+// without room for it is one error first — the same on every rank (rank 0 looks, all agree).
+void require_room(const std::string& path, const Manifest& manifest, const CheckpointMeta& meta, MPI_Comm comm,
+                  int nranks) {
+  double need = 65536.0 + double(meta.config_toml.size());  // metadata, B-tree nodes, attributes
+  for (const auto& [name, shape] : manifest) {
+    double n = 4.0;
+    for (int64_t d : shape) n *= double(d);
+    need += n + 256.0;  // the data, its object header and checksum attribute
+  }
+  double room[2] = {-1, need};  // available bytes (-1: unknown), needed bytes
+  if (checkpoint_comm_rank(comm) == 0) {
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    const auto space = std::filesystem::space(dir.empty() ? "." : dir, ec);
+    if (!ec) room[0] = double(space.available);
+  }
+  if (nranks > 1) MPI_Bcast(room, 2, MPI_DOUBLE, 0, comm);
+  if (room[0] < 0 || room[0] >= room[1]) return;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  const std::string shown = path.ends_with(".tmp") ? path.substr(0, path.size() - 4) : path;
+  throw AgreedError(fmt::format("no room for checkpoint '{}': {:.1f} MB free in {}, it needs {:.1f} MB", shown,
+                                room[0] / 1e6, dir.string(), room[1] / 1e6),
+                    "free space there (older checkpoints are intact; checkpoint.keep prunes them) or point "
+                    "checkpoint.dir elsewhere; checkpoint.resume = \"auto\" continues from the newest");
+}
+
 }  // namespace
 
 int64_t TensorShard::numel() const {
@@ -158,6 +187,8 @@ void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta_i
       ++i;
     }
   }
+
+  require_room(path, manifest, meta, comm, nranks);
 
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
   if (nranks > 1) {

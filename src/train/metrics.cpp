@@ -1,5 +1,7 @@
 #include "train/metrics.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -32,8 +34,11 @@ void MetricsWriter::write(const StepMetrics& m) {
   for (const auto& [name, value] : m.val_metrics) j["val_" + name] = value;
   for (const auto& [key, change] : m.resumed_changes) j["resumed_changes"][key] = {change.first, change.second};
   const std::string line = j.dump() + "\n";
-  std::fputs(line.c_str(), file_);
-  std::fflush(file_);
+  // A failed write (a full disk) is an error, not a record cut mid-line and a run that goes on.
+  if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0)
+    throw Error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)),
+                "free space in run.dir (or point run.dir elsewhere); checkpoint.resume = \"auto\" continues, and "
+                "a torn last record is dropped on resume");
 }
 
 }  // namespace baton

@@ -112,6 +112,8 @@ class DatasetTokens final : public BatchSource {
   std::unique_ptr<TokenLoader> train_, valid_;
 };
 
+// A torn record (a write cut by a full disk or a crash: no newline at the end, not JSON) is dropped
+// too, so that the next record starts its own line.
 // A resumed run appends to metrics.jsonl; lines of steps after the checkpoint (logged by the run
 // that crashed before its next checkpoint) are dropped first, so each step appears once.
 void truncate_metrics_after(const std::string& run_dir, int64_t step) {
@@ -122,7 +124,7 @@ void truncate_metrics_after(const std::string& run_dir, int64_t step) {
   bool dropped = false;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > step) {
+    if (j.is_discarded() || (j.contains("step") && j["step"].get<int64_t>() > step)) {
       dropped = true;
       continue;
     }
