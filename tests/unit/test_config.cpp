@@ -123,6 +123,8 @@ seed = 42
 log_every = 5
 eval_every = 250
 eval_steps = 20
+spike_factor = 5.0
+spike_window = 50
 
 [optim]
 kind = "adamw"
@@ -299,6 +301,8 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_EQ(c.train.log_every, 5);
   EXPECT_EQ(c.train.eval_every, 250);
   EXPECT_EQ(c.train.eval_steps, 20);
+  EXPECT_DOUBLE_EQ(c.train.spike_factor, 5.0);
+  EXPECT_EQ(c.train.spike_window, 50);
   EXPECT_EQ(c.optim.kind, "adamw");
   EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);
   EXPECT_DOUBLE_EQ(c.optim.min_lr, 3e-5);
