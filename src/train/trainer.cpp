@@ -21,6 +21,7 @@
 #include "model/gpt.h"
 #include "train/image_batches.h"
 #include "train/session.h"
+#include "train/wsp_trainer.h"
 
 namespace baton {
 namespace {
@@ -195,6 +196,10 @@ ModelAndData model_and_data(const Config& cfg) {
 }
 
 TrainSummary train(const Config& cfg, dist::Comm* world) {
+  if (cfg.hetero.sync == "wsp") {
+    BATON_REQUIRE(world != nullptr, "hetero.sync = \"wsp\" needs the job's ranks", "run it with `baton train`");
+    return train_wsp(cfg, *world);
+  }
   ModelAndData md = model_and_data(cfg);
   std::unique_ptr<Tokenizer> tokenizer = std::move(md.tokenizer);
   dist::SelfComm alone;
