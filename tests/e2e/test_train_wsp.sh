@@ -10,33 +10,15 @@
 source "$(dirname "$0")/lib.sh"
 use_mpirun
 make_tiny_dataset
-cat > sgd.toml <<'TOML'
-[model]
-n_layer = 2
-n_head = 4
-d_model = 32
-seq_len = 16
-[data]
-train = "tiny"
-tokenizer = "tiny.model"
-[train]
-steps = 12
-global_batch = 8
-micro_batch = 2
-log_every = 1
-[optim]
-kind = "sgd"
-lr = 0.4
-momentum = 0.0
-weight_decay = 0.0
-warmup_steps = 0
-decay = "constant"
-grad_clip = 0.0
-TOML
+# tiny.toml (lib.sh) as plain SGD: no momentum, weight decay, warm-up, decay or clipping, 12 steps.
+write_tiny_config
+SGD=(--set optim.kind=sgd --set optim.lr=0.4 --set optim.momentum=0 --set optim.weight_decay=0
+     --set optim.warmup_steps=0 --set optim.decay=constant --set optim.grad_clip=0 --set train.steps=12
+     --set checkpoint.every=0)
 
 for n in 2 4; do
-  "${MPIRUN[@]}" $n "$BATON" train sgd.toml --set run.dir=dp$n > dp$n.log
-  "${MPIRUN[@]}" $n "$BATON" train sgd.toml --set run.dir=wsp$n --set hetero.sync='"wsp"' \
+  "${MPIRUN[@]}" $n "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=dp$n > dp$n.log
+  "${MPIRUN[@]}" $n "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=wsp$n --set hetero.sync='"wsp"' \
     --set optim.lr=$(python3 -c "print(0.4 / $n)") > wsp$n.log
   grep -q "WSP (HetPipe §5): $n virtual workers" wsp$n.log || { cat wsp$n.log; fail "no WSP header"; }
 done
@@ -62,7 +44,7 @@ for n in (2, 4):
 PY
 
 # WSP with staleness: 3 VWs, D = 2, Nm = 2 (s_global = (D+1)·Nm + Nm − 2 = 6), 24 minibatches each.
-"${MPIRUN[@]}" 3 "$BATON" train sgd.toml --set run.dir=stale --set hetero.sync='"wsp"' --set hetero.staleness=2 \
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=stale --set hetero.sync='"wsp"' --set hetero.staleness=2 \
   --set hetero.nm=2 --set train.global_batch=12 --set train.steps=24 --set optim.lr=0.15 > stale.log
 grep -q "waiting for the parameter server" stale.log || { cat stale.log; fail "no waiting summary in the log"; }
 python3 - <<'PY'
@@ -83,15 +65,15 @@ for k in range(3):
           f"waited {v[-1]['wait_total_s']:.3f} s")
 PY
 
-expect_error "pipelines inside virtual workers" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train sgd.toml --set run.dir=bad \
+expect_error "pipelines inside virtual workers" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
   --set hetero.sync='"wsp"' --set hetero.virtual_workers='["0,1"]'
-expect_error "places 1 of the job's 2 ranks" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train sgd.toml --set run.dir=bad \
+expect_error "places 1 of the job's 2 ranks" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
   --set hetero.sync='"wsp"' --set hetero.virtual_workers='["1"]'
-expect_error "not a list of ranks" "$BATON" train sgd.toml --set run.dir=bad --set hetero.sync='"wsp"' \
+expect_error "not a list of ranks" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' \
   --set hetero.virtual_workers='["v100"]'
-expect_error "not a whole number of waves" "$BATON" train sgd.toml --set run.dir=bad --set hetero.sync='"wsp"' \
+expect_error "not a whole number of waves" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' \
   --set hetero.nm=5
-expect_error "need hetero.sync = \"wsp\"" "$BATON" train sgd.toml --set run.dir=bad --set hetero.staleness=2
-expect_error "checkpoints of WSP runs" "$BATON" train sgd.toml --set run.dir=bad --set hetero.sync='"wsp"' \
+expect_error "need hetero.sync = \"wsp\"" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.staleness=2
+expect_error "checkpoints of WSP runs" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' \
   --set checkpoint.every=4
 echo "PASS"
