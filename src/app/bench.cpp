@@ -35,6 +35,9 @@ std::string human_rate(double x) {
 }
 
 int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
+  BATON_REQUIRE(cfg.hetero.sync != "wsp", "baton bench does not run WSP virtual workers yet",
+                "bench the same model without [hetero] (data parallelism); `baton train` runs hetero.sync = "
+                "\"wsp\" and logs each virtual worker's minibatch time and waiting");
   // The session sees a run of exactly the benchmarked steps (an asynchronous pipeline drains at
   // its end) and never a checkpoint.
   cfg.train.steps = opts.warmup + opts.steps;

@@ -131,8 +131,8 @@ RunLayout hetpipe_layout(const std::vector<int>& first_layer, int L, int vws, in
     l.stages.push_back({first_layer[q], q + 1 < first_layer.size() ? first_layer[q + 1] : L});
   if (vws > 1)
     l.unexpressible = fmt::format(
-        "HetPipe's {} virtual workers kept in sync by WSP ([hetero]) do not train yet: the snippet runs virtual "
-        "worker {} ({}) alone",
+        "HetPipe's {} virtual workers of several stages kept in sync by WSP ([hetero]) do not train yet (only "
+        "virtual workers of one rank do): the snippet runs virtual worker {} ({}) alone",
         vws, chosen, label);
   if (mixed)
     l.notes.push_back(fmt::format("its GPUs differ: launch so that rank q runs on GPU q of {}", label));

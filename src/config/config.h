@@ -125,7 +125,9 @@ struct HeteroConfig {
   std::string sync = "allreduce";  // "allreduce" | "wsp"
   int staleness = 0;               // D
   std::string cluster;
+  // One entry per VW: its ranks, one per pipeline stage ("0", or "2,3"); empty = one VW per rank.
   std::vector<std::string> virtual_workers;
+  int nm = 1;  // Nm, minibatches per wave (HetPipe §4-5)
 
   bool operator==(const HeteroConfig&) const = default;
 };
@@ -180,7 +182,8 @@ Config load_config_string(const std::string& toml_text, const std::string& origi
 void validate(Config& cfg, int world_size);
 
 // What this build can train (`baton train`, `baton bench`): the model and optimizer kinds, the
-// schedule's executability, precision against weight stashing, and no [hetero] section yet.
+// schedule's executability, precision against weight stashing, and of [hetero] only WSP with
+// virtual workers of one stage each (docs/hetpipe.md).
 // Throws baton::Error (what + hint), the same on every rank.
 void check_trainable(const Config& cfg);
 

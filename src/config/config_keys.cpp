@@ -129,7 +129,9 @@ std::vector<KeyDesc> make_table() {
                 .allowed = {"allreduce", "wsp"}),
       BATON_KEY(hetero, staleness, "WSP clock distance bound D", .range = at_least(0)),
       BATON_KEY(hetero, cluster, "cluster description file"),
-      BATON_KEY(hetero, virtual_workers, "virtual workers (pipelines of possibly different GPUs)"),
+      BATON_KEY(hetero, virtual_workers, "virtual workers: one entry per VW listing its ranks, one per "
+                "pipeline stage, e.g. [\"0\", \"1\"] (empty = one VW per rank)"),
+      BATON_KEY(hetero, nm, "WSP minibatches per wave (Nm)", .range = at_least(1)),
   };
 }
 

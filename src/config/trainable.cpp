@@ -5,19 +5,60 @@
 #include <vector>
 
 #include "config/config.h"
+#include "config/virtual_workers.h"
 #include "core/error.h"
 #include "pipeline/schedules.h"
 
 namespace baton {
+namespace {
+
+// [hetero]: WSP with virtual workers of one stage each runs (train/wsp_trainer.h); everything
+// else of HetPipe is refused until it is built (docs/hetpipe.md "Not built yet").
+void check_hetero_trainable(const Config& cfg) {
+  const HeteroConfig& h = cfg.hetero;
+  if (h.sync != "wsp") {
+    BATON_REQUIRE(h == HeteroConfig{},
+                  "hetero.sync = \"allreduce\" (the synchronous baseline between virtual workers) is not "
+                  "built yet; the other [hetero] keys need hetero.sync = \"wsp\"",
+                  "set hetero.sync = \"wsp\" to train virtual workers of one stage kept in sync by WSP, or "
+                  "remove the [hetero] keys and use data parallelism (launch N ranks) for synchronous training");
+    return;
+  }
+  BATON_REQUIRE(h.cluster.empty(),
+                "hetero.cluster (virtual workers derived by the HetPipe partitioner) does not train yet",
+                "give the virtual workers explicitly in hetero.virtual_workers (or leave it empty: one per "
+                "rank); `baton plan --algorithm hetpipe` partitions a cluster file");
+  for (const std::vector<int>& vw : virtual_worker_ranks(h, 0))
+    BATON_REQUIRE(vw.size() == 1,
+                  fmt::format("a virtual worker of {} stages (ranks {}) does not train yet: pipelines inside "
+                              "virtual workers (HetPipe §4) are not built", vw.size(), fmt::join(vw, ",")),
+                  "give each virtual worker one rank, e.g. virtual_workers = [\"0\", \"1\"]");
+  const ParallelConfig& p = cfg.parallel;
+  BATON_REQUIRE(p.tp == 1 && p.pp == 1 && p.vp == 1 && p.replicas.empty() && p.stages.empty() && !p.zero1,
+                "hetero.sync = \"wsp\" runs virtual workers of one rank each: parallel.tp, pp, vp, replicas, "
+                "stages and zero1 do not apply",
+                "leave the [parallel] section at its defaults (tp = pp = vp = 1, no replicas or stages, "
+                "zero1 = false); the virtual workers come from hetero.virtual_workers");
+  BATON_REQUIRE(pipeline::schedule_traits(p.schedule).synchronous(),
+                fmt::format("parallel.schedule = \"{}\" updates asynchronously inside a step; a WSP "
+                            "virtual worker of one stage runs one update per minibatch", p.schedule),
+                "leave parallel.schedule at its default (a flush schedule)");
+  BATON_REQUIRE(cfg.train.steps % h.nm == 0,
+                fmt::format("train.steps = {} is not a whole number of waves of hetero.nm = {} minibatches",
+                            cfg.train.steps, h.nm),
+                fmt::format("use train.steps = {} (every virtual worker runs train.steps minibatches, "
+                            "pushing after each wave of nm)", (cfg.train.steps / h.nm + 1) * h.nm));
+  BATON_REQUIRE(cfg.checkpoint.every == 0 && (cfg.checkpoint.resume == "auto" || cfg.checkpoint.resume == "never"),
+                "checkpoints of WSP runs (global weights, each VW's local state and clocks) are not built "
+                "yet",
+                "set checkpoint.every = 0 and checkpoint.resume = \"never\" (or \"auto\"); a WSP run "
+                "neither writes nor reads checkpoints");
+}
+
+}  // namespace
 
 void check_trainable(const Config& cfg) {
-  BATON_REQUIRE(cfg.hetero == HeteroConfig{},
-                "the [hetero] section (HetPipe virtual workers kept in sync by WSP) is not built yet: "
-                "the WSP protocol exists, its parameter server and training runtime do not "
-                "(docs/hetpipe.md)",
-                "remove the [hetero] keys (or leave them at their defaults: sync = \"allreduce\", "
-                "staleness = 0, no cluster, no virtual_workers); `baton plan --algorithm hetpipe` "
-                "partitions heterogeneous clusters today");
+  check_hetero_trainable(cfg);
   // PTD-P scatter/gather (notes-dissertation §3) splits what crosses a stage boundary over tp;
   // with sequence parallelism it is split already (Megatron disables scatter/gather there), and
   // without both pipeline and tensor parallelism there is nothing to split. (The planner's configs

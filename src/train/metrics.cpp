@@ -9,10 +9,10 @@
 
 namespace baton {
 
-MetricsWriter::MetricsWriter(const std::string& dir, bool append) {
+MetricsWriter::MetricsWriter(const std::string& dir, bool append, const std::string& name) {
   if (dir.empty()) return;
   std::filesystem::create_directories(dir);
-  path_ = dir + "/metrics.jsonl";
+  path_ = dir + "/" + name;
   file_ = std::fopen(path_.c_str(), append ? "a" : "w");
   BATON_REQUIRE(file_ != nullptr, fmt::format("cannot open {} for writing", path_),
                 "check that run.dir is writable");
@@ -33,6 +33,15 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.images_per_s) j["images_per_s"] = *m.images_per_s;
   for (const auto& [name, value] : m.val_metrics) j["val_" + name] = value;
   for (const auto& [key, change] : m.resumed_changes) j["resumed_changes"][key] = {change.first, change.second};
+  if (m.vw) {
+    j["vw"] = m.vw->vw;
+    j["clock"] = m.vw->clock;
+    j["c_global"] = m.vw->c_global;
+    j["staleness"] = m.vw->staleness;
+    j["wait_s"] = m.vw->wait_s;
+    j["wait_total_s"] = m.vw->wait_total_s;
+    j["push_s"] = m.vw->push_s;
+  }
   const std::string line = j.dump() + "\n";
   // A failed write (a full disk) is an error, not a record cut mid-line and a run that goes on.
   if (std::fputs(line.c_str(), file_) < 0 || std::fflush(file_) != 0)

@@ -11,6 +11,17 @@
 
 namespace baton {
 
+// A WSP virtual worker's state at a logged minibatch (docs/hetpipe.md "Metrics").
+struct VwMetrics {
+  int vw = 0;
+  int clock = 0;            // c_local after the minibatch
+  int c_global = 0;         // waves every VW had pushed at the VW's last pull
+  int staleness = 0;        // (p − 1) − the newest minibatch index all VWs' updates reach in p's weights
+  double wait_s = 0;        // seconds blocked waiting for the server before this minibatch
+  double wait_total_s = 0;  // since the run started
+  double push_s = 0;        // seconds spent pushing after this minibatch
+};
+
 struct StepMetrics {
   int64_t step = 0;
   double loss = 0;
@@ -27,12 +38,13 @@ struct StepMetrics {
   std::vector<std::pair<std::string, double>> val_metrics;
   // The first step after a resume with changed settings: key -> (old, new) as TOML text.
   std::vector<std::pair<std::string, std::pair<std::string, std::string>>> resumed_changes;
+  std::optional<VwMetrics> vw;  // WSP runs
 };
 
 class MetricsWriter {
  public:
-  // Appends to <dir>/metrics.jsonl when `append`, else truncates. No-op writer if dir is empty.
-  MetricsWriter(const std::string& dir, bool append);
+  // Appends to <dir>/<name> when `append`, else truncates. No-op writer if dir is empty.
+  MetricsWriter(const std::string& dir, bool append, const std::string& name = "metrics.jsonl");
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

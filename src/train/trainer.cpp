@@ -23,6 +23,7 @@
 #include "train/loss_spike.h"
 #include "train/preflight.h"
 #include "train/session.h"
+#include "train/wsp_trainer.h"
 
 namespace baton {
 namespace {
@@ -199,6 +200,10 @@ ModelAndData model_and_data(const Config& cfg) {
 }
 
 TrainSummary train(const Config& cfg, dist::Comm* world) {
+  if (cfg.hetero.sync == "wsp") {
+    BATON_REQUIRE(world != nullptr, "hetero.sync = \"wsp\" needs the job's ranks", "run it with `baton train`");
+    return train_wsp(cfg, *world);
+  }
   ModelAndData md = model_and_data(cfg);
   std::unique_ptr<Tokenizer> tokenizer = std::move(md.tokenizer);
   dist::SelfComm alone;

@@ -166,6 +166,7 @@ sync = "wsp"
 staleness = 3
 cluster = "configs/clusters/mixed.toml"
 virtual_workers = ["v100,v100", "rtx:4"]
+nm = 4
 )";
 
 const char* kFullImageConfig = R"(# the CNN, image-data, SGD and pipeline-layout keys, none at its default
@@ -330,6 +331,7 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_EQ(c.run.dir, "runs/gpt2");
   EXPECT_EQ(c.hetero.sync, "wsp");
   EXPECT_EQ(c.hetero.staleness, 3);
+  EXPECT_EQ(c.hetero.nm, 4);
   EXPECT_EQ(c.hetero.cluster, "configs/clusters/mixed.toml");
   EXPECT_EQ(c.hetero.virtual_workers, (std::vector<std::string>{"v100,v100", "rtx:4"}));
   // Derived: 8 ranks / (tp 2 x pp 2) = dp 2; 512 / 2 / 4 = 64 micro-batches per step.

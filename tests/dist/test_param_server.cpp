@@ -1,0 +1,141 @@
+// The WSP parameter server's data path (dist/param_server.h) under mpirun, every rank one VW and one
+// shard: pushes add exactly, a pull returns exactly w0 + every VW's waves before its c_global (a
+// wave pushed by some VWs only is not in it) and only once the clock rule allows, concurrent pushes
+// from every VW are not lost, and a waiting pull wakes up when the last VW pushes. Values are small
+// integers, so every float sum is exact in any order.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "dist/mpi_comm.h"
+#include "dist/param_server.h"
+
+namespace baton::dist {
+namespace {
+
+// Tensors of several sizes with gaps between them in the flat buffer (the gaps are not w_global).
+std::vector<TensorSpan> spans() { return {{0, 1}, {3, 7}, {10, 1000}, {1011, 3}, {1020, 64}, {1084, 5}}; }
+constexpr size_t kFlat = 1100;
+
+float w0(size_t j) { return static_cast<float>(j % 17); }
+// VW v's wave k: a different integer pattern per (v, k, position).
+float delta(int v, int k, size_t j) { return static_cast<float>((v + 1) * (k + 1) + int(j % 5) - 2); }
+
+std::vector<float> initial() {
+  std::vector<float> w(kFlat, -1.0f);
+  for (const TensorSpan& t : spans())
+    for (size_t j = t.offset; j < t.offset + t.count; ++j) w[j] = w0(j);
+  return w;
+}
+
+std::vector<float> wave(int v, int k) {
+  std::vector<float> d(kFlat, 1e6f);  // gaps: a push must not carry them anywhere
+  for (size_t j = 0; j < kFlat; ++j) d[j] = delta(v, k, j);
+  return d;
+}
+
+// w0 + every VW's waves 0 … c_global − 1, on the tensors; `gap` elsewhere.
+void expect_snapshot(const std::vector<float>& got, int64_t c_global, int n, float gap) {
+  const std::vector<int64_t> counters(n, c_global);
+  std::vector<bool> in(kFlat, false);
+  for (const TensorSpan& t : spans())
+    for (size_t j = t.offset; j < t.offset + t.count; ++j) in[j] = true;
+  for (size_t j = 0; j < kFlat; ++j) {
+    float want = gap;
+    if (in[j]) {
+      want = w0(j);
+      for (size_t v = 0; v < counters.size(); ++v)
+        for (int k = 0; k < counters[v]; ++k) want += delta(static_cast<int>(v), k, j);
+    }
+    ASSERT_EQ(got[j], want) << "element " << j;
+  }
+}
+
+TEST(ParamServer, ShardsRoundRobin) {
+  auto world = MpiRuntime::world();
+  ParamServer ps(MPI_COMM_WORLD, spans(), world->size(), 0);
+  EXPECT_EQ(ps.shards(), world->size());
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(ps.shard_of(i), i % world->size());
+}
+
+TEST(ParamServer, PushesAddExactly) {
+  auto world = MpiRuntime::world();
+  const int n = world->size(), me = world->rank();
+  ParamServer ps(MPI_COMM_WORLD, spans(), n, 2);
+  ps.init(initial().data());
+  std::vector<float> out(kFlat, -7.0f);
+  auto c = ps.try_pull(0, out.data());
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(*c, 0);
+  expect_snapshot(out, *c, n, -7.0f);
+
+  for (int k = 0; k < 3; ++k) ps.push(me, k, wave(me, k).data());  // D = 2: three waves ahead is allowed
+  world->barrier();
+  c = ps.try_pull(3, out.data());
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(*c, 3);
+  expect_snapshot(out, *c, n, -7.0f);
+  world->barrier();  // nobody frees the window while a peer still reads
+}
+
+TEST(ParamServer, PullWaitsForTheClockRule) {
+  auto world = MpiRuntime::world();
+  const int n = world->size(), me = world->rank();
+  ParamServer ps(MPI_COMM_WORLD, spans(), n, 0);
+  ps.init(initial().data());
+  std::vector<float> out(kFlat, 0.0f);
+  // Only VW 0 has pushed wave 0: c_global = 0 (1 with a single VW).
+  if (me == 0) ps.push(0, 0, wave(0, 0).data());
+  world->barrier();
+  const auto early = ps.try_pull(1, out.data());
+  EXPECT_EQ(early.has_value(), n == 1);
+  if (n > 1) {  // a pull of an earlier clock returns w_global as of c_global = 0: w0, not VW 0's wave
+    const auto c0 = ps.try_pull(0, out.data());
+    ASSERT_TRUE(c0.has_value());
+    EXPECT_EQ(*c0, 0);
+    expect_snapshot(out, 0, n, 0.0f);
+  }
+  world->barrier();
+  // The last VWs push after a delay; a waiting pull on rank 0 returns once they have.
+  if (me != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ps.push(me, 0, wave(me, 0).data());
+  }
+  double waited = 0;
+  const int64_t got = ps.pull(1, out.data(), &waited);
+  EXPECT_EQ(got, 1);
+  expect_snapshot(out, got, n, 0.0f);
+  if (me == 0 && n > 1) EXPECT_GT(waited, 0.05);
+  world->barrier();
+}
+
+// Every VW runs waves back to back with D = 1 (pull at the end of clock k ≥ 1 needs c_global ≥ k),
+// no barriers: each pull's data is exactly the waves before its c_global, and the final w_global
+// holds every push once (the two wave slots are reused 20 times each).
+TEST(ParamServer, ConcurrentPushesAreNotLost) {
+  auto world = MpiRuntime::world();
+  const int n = world->size(), me = world->rank();
+  constexpr int kWaves = 40, kD = 1;
+  ParamServer ps(MPI_COMM_WORLD, spans(), n, kD);
+  ps.init(initial().data());
+  std::vector<float> out(kFlat, 0.0f);
+  for (int k = 0; k < kWaves; ++k) {
+    ps.push(me, k, wave(me, k).data());
+    if (k < kD) continue;
+    const int64_t c = ps.pull(k - kD + 1, out.data());
+    ASSERT_GE(c, k - kD + 1);
+    ASSERT_LE(c, k + 1) << "c_global cannot pass this VW's own pushes";
+    expect_snapshot(out, c, n, 0.0f);
+  }
+  world->barrier();
+  const auto c = ps.try_pull(kWaves, out.data());
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(*c, kWaves);
+  expect_snapshot(out, *c, n, 0.0f);
+  world->barrier();
+}
+
+}  // namespace
+}  // namespace baton::dist
