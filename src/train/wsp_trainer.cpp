@@ -14,6 +14,7 @@
 #include "dist/param_server.h"
 #include "dist/self_comm.h"
 #include "optim/lr_schedule.h"
+#include "train/loss_spike.h"
 #include "train/metrics.h"
 #include "train/session.h"
 #include "wsp/worker_clock.h"
@@ -127,6 +128,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   double wait_total = 0, loss_window = 0;
   int window = 0;
   Timer run_timer;
+  LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);  // each VW's own losses
   for (int64_t step = 0; step < cfg.train.steps; ++step) {
     // A pull the server already allows returns now (fresher weights); one that gates this
     // minibatch is waited for, sleeping (dist/param_server.h).
@@ -147,6 +149,9 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
                  vw, p, staleness);
     const double lr = sched.at(step);
     const TimedStep t = session.step(step, lr);
+    if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
+      throw Error(fmt::format("virtual worker {}: {}", vw, *spike),
+                  "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor (0 turns the check off)");
     // u_p = the optimizer's effect on the weights; w_local already holds it (§4: applied at once).
     be.to_host(after.data(), model.params(), F * sizeof(float));
     for (size_t j = 0; j < F; ++j) partial[j] += after[j] - w[j];

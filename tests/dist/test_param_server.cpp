@@ -107,7 +107,9 @@ TEST(ParamServer, PullWaitsForTheClockRule) {
   const int64_t got = ps.pull(1, out.data(), &waited);
   EXPECT_EQ(got, 1);
   expect_snapshot(out, got, n, 0.0f);
-  if (me == 0 && n > 1) EXPECT_GT(waited, 0.05);
+  if (me == 0 && n > 1) {
+    EXPECT_GT(waited, 0.05);
+  }
   world->barrier();
 }
 
