@@ -8,7 +8,8 @@
 # Needs root and `unshare -m` (as the bundle and preflight tests do); skipped otherwise.
 source "$(dirname "$0")/lib.sh"
 use_mpirun
-if [ "$(id -u)" -ne 0 ] || ! unshare -m true 2>/dev/null; then
+mkdir -p probe
+if [ "$(id -u)" -ne 0 ] || ! unshare -m bash -c "mount -t tmpfs -o size=64k none probe" 2>/dev/null; then
   echo "SKIP: needs root and unshare -m to mount a small tmpfs"
   exit 0
 fi

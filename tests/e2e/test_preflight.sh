@@ -21,7 +21,8 @@ grep -q "^error: checkpoint.dir = plain/ckpt cannot be created" two.err || { cat
 
 # A file system with less room than a checkpoint (a 256 KiB tmpfs; the tiny GPT's checkpoint is
 # ~0.5 MB): needs root and a private mount namespace, as the bundle test does.
-if [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
+mkdir -p probe
+if [ "$(id -u)" -eq 0 ] && unshare -m bash -c "mount -t tmpfs -o size=64k none probe" 2>/dev/null; then
   mkdir -p small
   rc=0
   unshare -m bash -c "mount -t tmpfs -o size=256k none small && \"$BATON\" train tiny.toml --set run.dir=r3 \
@@ -31,6 +32,6 @@ if [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
     { cat small.err; fail "no free-space error"; }
   [ ! -e r3/metrics.jsonl ] || fail "trained without room for a checkpoint"
 else
-  echo "skipped the free-space case: needs root and unshare -m"
+  echo "skipped the free-space case: needs root and unshare -m to mount a tmpfs"
 fi
 echo "PASS"
