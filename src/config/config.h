@@ -117,6 +117,7 @@ struct CheckpointConfig {
 
 struct RunConfig {
   std::string dir = "runs/default";
+  double stall_timeout_s = 1800;  // end a job with no progress for this long (train/stall_watchdog.h); 0 = off
 
   bool operator==(const RunConfig&) const = default;
 };

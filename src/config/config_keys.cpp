@@ -124,6 +124,9 @@ std::vector<KeyDesc> make_table() {
                 .non_empty = true),
 
       BATON_KEY(run, dir, "run directory (metrics, resolved config, checkpoints)", .non_empty = true),
+      BATON_KEY(run, stall_timeout_s,
+                "end a multi-rank job that makes no progress for this long, naming the stuck rank (0 = off)",
+                .range = at_least(0)),
 
       BATON_KEY(hetero, sync, "synchronization between virtual workers",
                 .allowed = {"allreduce", "wsp"}),

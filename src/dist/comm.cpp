@@ -3,8 +3,10 @@
 #include "dist/comm.h"
 
 #include <chrono>
+#include <mutex>
 
 #include "core/error.h"
+#include "dist/wait_state.h"
 
 namespace baton::dist {
 
@@ -18,13 +20,40 @@ double Comm::all_reduce_host_scalar(double x, ReduceOp op) {
 
 namespace {
 double g_blocked = 0;  // the trainer's thread is the only caller of Comm
+std::mutex g_wait_mutex;
+WaitState g_wait;  // guarded by g_wait_mutex (the watchdog's thread reads it)
+}  // namespace
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-}  // namespace
+
+WaitState current_wait() {
+  std::lock_guard<std::mutex> lock(g_wait_mutex);
+  return g_wait;
+}
+
+namespace wait_detail {
+void enter(const char* op, const std::string* whom) {
+  std::lock_guard<std::mutex> lock(g_wait_mutex);
+  g_wait.waiting = true;
+  g_wait.op = op;
+  g_wait.whom = whom ? *whom : std::string();
+  g_wait.since = now_seconds();
+}
+void leave() {
+  std::lock_guard<std::mutex> lock(g_wait_mutex);
+  g_wait.waiting = false;
+}
+}  // namespace wait_detail
 
 double blocked_seconds() { return g_blocked; }
-BlockedTimer::BlockedTimer() : start_(now_seconds()) {}
-BlockedTimer::~BlockedTimer() { g_blocked += now_seconds() - start_; }
+BlockedTimer::BlockedTimer(const char* op, const std::string* whom) : start_(now_seconds()) {
+  wait_detail::enter(op, whom);
+}
+BlockedTimer::~BlockedTimer() {
+  wait_detail::leave();
+  g_blocked += now_seconds() - start_;
+}
 
 }  // namespace baton::dist

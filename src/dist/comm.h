@@ -75,11 +75,12 @@ class Comm {
 
 // Seconds this process has spent blocked in communication (blocking calls and Request::wait) since
 // it started: the trainer reports the share of step time it takes. Implementations add to it with
-// a BlockedTimer around each blocking section.
+// a BlockedTimer around each blocking section, which also records what is waited on, for whom
+// (dist/wait_state.h: the stall watchdog's report).
 double blocked_seconds();
 class BlockedTimer {
  public:
-  BlockedTimer();
+  explicit BlockedTimer(const char* op = "communication", const std::string* whom = nullptr);
   ~BlockedTimer();
   BlockedTimer(const BlockedTimer&) = delete;
   BlockedTimer& operator=(const BlockedTimer&) = delete;

@@ -3,6 +3,10 @@
 
 #include <climits>
 
+#include <fmt/ranges.h>
+
+#include <vector>
+
 #include "core/error.h"
 #include "dist/mpi_types.h"
 
@@ -27,12 +31,12 @@ int tag_upper_bound() {
 // length: a short message is legal MPI but always a pairing bug in baton's schedules.
 class MpiRequest : public Request {
  public:
-  MpiRequest(MPI_Request r, MPI_Datatype dt, int expected_count)
-      : req_(r), dt_(dt), expected_(expected_count) {}
+  MpiRequest(MPI_Request r, MPI_Datatype dt, int expected_count, const char* op, std::string whom)
+      : req_(r), dt_(dt), expected_(expected_count), op_(op), whom_(std::move(whom)) {}
 
   void wait() override {
     if (req_ == MPI_REQUEST_NULL) return;
-    BlockedTimer blocked;
+    BlockedTimer blocked(op_, &whom_);
     MPI_Status st;
     check_mpi(MPI_Wait(&req_, &st), "MPI_Wait");
     check_length(st);
@@ -59,10 +63,13 @@ class MpiRequest : public Request {
   MPI_Request req_;
   MPI_Datatype dt_;
   int expected_;  // -1: not a receive
+  const char* op_;   // for the wait record (dist/wait_state.h)
+  std::string whom_;
 };
 
-RequestPtr wrap(MPI_Request r, MPI_Datatype dt = MPI_DATATYPE_NULL, int expected = -1) {
-  return std::make_unique<MpiRequest>(r, dt, expected);
+RequestPtr wrap(MPI_Request r, const char* op, std::string whom, MPI_Datatype dt = MPI_DATATYPE_NULL,
+                int expected = -1) {
+  return std::make_unique<MpiRequest>(r, dt, expected, op, std::move(whom));
 }
 
 }  // namespace
@@ -82,7 +89,20 @@ MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  // The members' world ranks, once: the wait record names them (dist/wait_state.h).
+  MPI_Group group, world;
+  check_mpi(MPI_Comm_group(comm_, &group), "MPI_Comm_group");
+  check_mpi(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+  std::vector<int> mine(size_), theirs(size_);
+  for (int i = 0; i < size_; ++i) mine[i] = i;
+  check_mpi(MPI_Group_translate_ranks(group, size_, mine.data(), world, theirs.data()), "MPI_Group_translate_ranks");
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  world_ranks_ = theirs;
+  members_ = fmt::format("ranks {}", fmt::join(theirs, ","));
 }
+
+std::string MpiComm::peer_name(int peer) const { return fmt::format("rank {}", world_ranks_[peer]); }
 
 MpiComm::~MpiComm() {
   int finalized = 1;
@@ -92,7 +112,7 @@ MpiComm::~MpiComm() {
 }
 
 void MpiComm::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
-  BlockedTimer blocked;
+  BlockedTimer blocked("all_reduce", &members_);
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, to_count(count, "all_reduce"), mpi::datatype(dtype),
                           mpi::op(op, dtype), comm_),
             "MPI_Allreduce");
@@ -103,12 +123,12 @@ RequestPtr MpiComm::all_reduce_async(void* buf, size_t count, DType dtype, Reduc
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, to_count(count, "all_reduce_async"),
                            mpi::datatype(dtype), mpi::op(op, dtype), comm_, &r),
             "MPI_Iallreduce");
-  return wrap(r);
+  return wrap(r, "all_reduce (async)", members_);
 }
 
 void MpiComm::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                              ReduceOp op) {
-  BlockedTimer blocked;
+  BlockedTimer blocked("reduce_scatter", &members_);
   check_mpi(MPI_Reduce_scatter_block(send, recv, to_count(recv_count, "reduce_scatter"),
                                      mpi::datatype(dtype), mpi::op(op, dtype), comm_),
             "MPI_Reduce_scatter_block");
@@ -120,11 +140,11 @@ RequestPtr MpiComm::reduce_scatter_async(const void* send, void* recv, size_t re
   check_mpi(MPI_Ireduce_scatter_block(send, recv, to_count(recv_count, "reduce_scatter_async"),
                                       mpi::datatype(dtype), mpi::op(op, dtype), comm_, &r),
             "MPI_Ireduce_scatter_block");
-  return wrap(r);
+  return wrap(r, "reduce_scatter (async)", members_);
 }
 
 void MpiComm::all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
-  BlockedTimer blocked;
+  BlockedTimer blocked("all_gather", &members_);
   const int n = to_count(send_count, "all_gather");
   const auto* own_block =
       static_cast<const char*>(recv) + static_cast<size_t>(rank_) * send_count * dtype_size(dtype);
@@ -135,7 +155,7 @@ void MpiComm::all_gather(const void* send, void* recv, size_t send_count, DType 
 }
 
 void MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
-  BlockedTimer blocked;
+  BlockedTimer blocked("broadcast", &members_);
   BATON_ASSERT(root >= 0 && root < size_, "broadcast root {} outside group of {}", root, size_);
   check_mpi(MPI_Bcast(buf, to_count(count, "broadcast"), mpi::datatype(dtype), root, comm_),
             "MPI_Bcast");
@@ -148,7 +168,7 @@ RequestPtr MpiComm::send(const void* buf, size_t count, DType dtype, int peer, i
   MPI_Request r;
   check_mpi(MPI_Isend(buf, to_count(count, "send"), mpi::datatype(dtype), peer, tag, comm_, &r),
             "MPI_Isend");
-  return wrap(r);
+  return wrap(r, "send", peer_name(peer));
 }
 
 RequestPtr MpiComm::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
@@ -158,11 +178,11 @@ RequestPtr MpiComm::recv(void* buf, size_t count, DType dtype, int peer, int tag
   const int n = to_count(count, "recv");
   MPI_Request r;
   check_mpi(MPI_Irecv(buf, n, mpi::datatype(dtype), peer, tag, comm_, &r), "MPI_Irecv");
-  return wrap(r, mpi::datatype(dtype), n);
+  return wrap(r, "recv", peer_name(peer), mpi::datatype(dtype), n);
 }
 
 void MpiComm::barrier() {
-  BlockedTimer blocked;
+  BlockedTimer blocked("barrier", &members_);
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 

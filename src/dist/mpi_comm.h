@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dist/comm.h"
 
@@ -51,9 +52,12 @@ class MpiComm : public Comm {
   std::unique_ptr<Comm> split(int color, int key) override;
 
  private:
+  std::string peer_name(int peer) const;  // "rank W": the peer's world rank
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;  // of the members, in group order
+  std::string members_;           // "ranks 0,2,4", for the wait record
 };
 
 // Throws baton::Error("<what> failed: <MPI's message>") unless rc == MPI_SUCCESS.

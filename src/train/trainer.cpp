@@ -22,6 +22,7 @@
 #include "train/image_batches.h"
 #include "train/loss_spike.h"
 #include "train/preflight.h"
+#include "train/stall_watchdog.h"
 #include "train/session.h"
 #include "train/wsp_trainer.h"
 
@@ -233,9 +234,11 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   double loss_window = 0;
   int window_steps = 0;
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);
+  StallWatchdog watchdog(cfg.run.stall_timeout_s, cfg.run.dir, session.world().rank(), session.world_size());
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     lr = sched.at(step);
     const TimedStep t = session.step(step, lr);
+    watchdog.step_done(step + 1, t.seconds);
     // Every rank holds the same step loss (reduced over the job): all stop here, before this
     // step's state can reach a checkpoint, and the job reports it once.
     if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
@@ -255,6 +258,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     const bool last = step + 1 == cfg.train.steps;
     const bool eval_now = (cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last;
     if (eval_now) {
+      watchdog.phase("evaluating");
       if (const std::optional<EvalResult> r = session.evaluate()) {
         m.val_loss = r->loss;
         const std::vector<std::string> names = session.model().builder().metric_names();
@@ -273,9 +277,11 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
       window_steps = 0;
     }
     if (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) {
+      watchdog.phase("saving a checkpoint");
       summary.checkpoint_path = session.save(step + 1, lr);
       saved_step = step + 1;
     }
+    watchdog.phase("");
     // Every rank stops after the same step, whichever of them got the signal.
     if (session.stop_requested_anywhere()) {
       summary.stopped_by_signal = true;
@@ -285,6 +291,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   }
 
   // ---- final checkpoint (also when stopped by a signal) and a sample ----
+  watchdog.phase("saving a checkpoint");
   save_final(session, summary, start_step, saved_step, lr);
   if (tokenizer && !summary.stopped_by_signal && session.model().is_whole_model() &&
       session.layout().tp() == 1 && rank0)

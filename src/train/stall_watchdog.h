@@ -1,0 +1,57 @@
+// StallWatchdog: a job that makes no progress — a stopped process (SIGSTOP, a frozen node), a
+// deadlock, a rank spinning in compute — used to stall forever, every other rank blocked in a
+// collective. A thread on every rank notices when no step has finished for longer than the limit
+// and ends the job with one report naming the rank that stopped and what the others wait on
+// (dist/wait_state.h: the operation and its peer or group).
+//
+// The limit: run.stall_timeout_s (default 1800 s; 0 = off) while starting, evaluating or saving;
+// once five steps are timed, min(run.stall_timeout_s, max(60 s, 50 × the median step time)).
+// Who stopped: each rank's thread rewrites <run.dir>/.heartbeat/rank-R every second (its step,
+// what it is doing, what it waits on); a stopped process's file goes stale. The lowest rank whose
+// heartbeat is fresh reports (so the job prints one report), then ends its process, and mpirun
+// ends the job; the others follow after a grace period in case it cannot. With a run.dir that is
+// not shared between nodes a rank sees only its own node's heartbeats: the report says so.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace baton {
+
+class StallWatchdog {
+ public:
+  // Starts the thread (nothing when timeout_s <= 0 or world == 1).
+  StallWatchdog(double timeout_s, const std::string& run_dir, int rank, int world);
+  ~StallWatchdog();
+  StallWatchdog(const StallWatchdog&) = delete;
+  StallWatchdog& operator=(const StallWatchdog&) = delete;
+
+  // A step finished (1-based step, its wall time).
+  void step_done(int64_t step, double seconds);
+  // What the rank does between steps: "evaluating", "saving a checkpoint"; "" = training.
+  void phase(const std::string& what);
+
+ private:
+  void run();
+  double limit_locked() const;
+  void write_heartbeat(double now_unix);
+  [[noreturn]] void report(double idle, double limit);
+
+  double timeout_;
+  std::string dir_;
+  int rank_, world_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  int64_t step_ = 0;
+  double last_progress_ = 0;  // steady clock
+  std::string phase_ = "starting";
+  std::vector<double> step_seconds_;
+  double silent_since_ = -1;  // last_progress_ when this process found itself frozen
+  std::thread thread_;
+};
+
+}  // namespace baton
