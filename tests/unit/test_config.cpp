@@ -160,6 +160,7 @@ resume = "never"
 
 [run]
 dir = "runs/gpt2"
+stall_timeout_s = 600.0
 
 [hetero]
 sync = "wsp"
@@ -329,6 +330,7 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_EQ(c.checkpoint.keep, 5);
   EXPECT_EQ(c.checkpoint.resume, "never");
   EXPECT_EQ(c.run.dir, "runs/gpt2");
+  EXPECT_DOUBLE_EQ(c.run.stall_timeout_s, 600.0);
   EXPECT_EQ(c.hetero.sync, "wsp");
   EXPECT_EQ(c.hetero.staleness, 3);
   EXPECT_EQ(c.hetero.nm, 4);
