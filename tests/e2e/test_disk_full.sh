@@ -38,20 +38,27 @@ for np in 1 2; do
   echo "np $np: one error line, ended in ${took}s, step 2 and 4 intact"
 done
 
-# ---- metrics.jsonl: run.dir on a 64 KiB tmpfs mostly taken by a filler file ----
-rc=0
-unshare -m bash -c "mount -t tmpfs -o size=64k none disk && dd if=/dev/zero of=disk/fill bs=1k count=56 status=none; \
-  \"$BATON\" train tiny.toml --set run.dir=disk/r --set checkpoint.dir=ck --set train.steps=40 > m.log 2> m.err; \
-  echo \$? > mrc; rm disk/fill; \"$BATON\" train tiny.toml --set run.dir=disk/r --set checkpoint.dir=ck \
-  --set train.steps=40 > m2.log 2> m2.err; echo \$? > mrc2; cp disk/r/metrics.jsonl metrics.jsonl"
+# ---- metrics.jsonl: run.dir on a small tmpfs that fills up while the run logs (the preflight found
+# room; checkpoints every 10 steps go elsewhere) ----
+unshare -m bash -c "mount -t tmpfs -o size=256k none disk && \
+  \"$BATON\" train tiny.toml --set run.dir=disk/r --set checkpoint.dir=ck --set train.steps=20 > m0.log 2>&1; \
+  echo \$? > mrc0; \
+  \"$BATON\" train tiny.toml --set run.dir=disk/r --set checkpoint.dir=ck --set train.steps=100000 > m.log 2> m.err & p=\$!; \
+  for i in \$(seq 1 100); do [ \$(wc -l < disk/r/metrics.jsonl) -gt 30 ] && break; sleep 0.1; done; \
+  dd if=/dev/zero of=disk/fill bs=1k count=4096 status=none 2>/dev/null; wait \$p; echo \$? > mrc; rm disk/fill; \
+  last=\$(sed 's/step-0*\\([0-9]*\\).h5/\\1/' ck/latest); echo \$((last + 20)) > end; \
+  \"$BATON\" train tiny.toml --set run.dir=disk/r --set checkpoint.dir=ck --set train.steps=\$((last + 20)) > m2.log 2> m2.err; \
+  echo \$? > mrc2; cp disk/r/metrics.jsonl metrics.jsonl"
+[ "$(cat mrc0)" -eq 0 ] || { cat m0.log; fail "the first 20 steps"; }
 [ "$(cat mrc)" -eq 1 ] || { cat m.err; fail "metrics write failure: exit $(cat mrc)"; }
 grep -q "^error: cannot write disk/r/metrics.jsonl: No space left on device" m.err || { cat m.err; fail "metrics error line"; }
 [ "$(cat mrc2)" -eq 0 ] || { cat m2.err; fail "resume after the metrics failure: exit $(cat mrc2)"; }
 grep -q "^resumed from ck/step-" m2.log || { cat m2.log; fail "no resume"; }
 python3 - <<'PY'
 import json
+end = int(open("end").read())
 steps = [json.loads(l)["step"] for l in open("metrics.jsonl")]  # every line a whole record
-assert steps == sorted(steps) and len(set(steps)) == len(steps) and steps[-1] == 40, steps
-print(f"metrics.jsonl: {len(steps)} whole records after the resume, steps 1..40 in order")
+assert steps == list(range(1, end + 1)), steps
+print(f"metrics.jsonl: {len(steps)} whole records after the resume, steps 1..{end} in order")
 PY
 echo "PASS"
