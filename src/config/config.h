@@ -117,6 +117,8 @@ struct CheckpointConfig {
 
 struct RunConfig {
   std::string dir = "runs/default";
+  bool trace = false;       // <dir>/trace.json: the measured timeline of every rank + the prediction
+  int64_t trace_steps = 20;  // steps recorded from the run's first (0 = every step)
 
   bool operator==(const RunConfig&) const = default;
 };
