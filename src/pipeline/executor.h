@@ -158,7 +158,8 @@ class Executor {
   // Both return whether there was a send to wait for.
   bool wait_sends(int slot);
   bool wait_all_sends();
-  // After a wait for sends that began at `start`: the time now, and the wait on the timeline.
+  // After a wait for sends that began at `start`: with a timeline, the wait on it and the time now
+  // (where the instruction's own span starts); without, `start`.
   double after_send_wait(bool waited, const Instr& in, double start);
   // Where a boundary message's payload starts and how many floats it has (a 1/tp slice under
   // scatter/gather).
