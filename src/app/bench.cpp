@@ -73,6 +73,7 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
     comm.push_back(t.comm_seconds);
   }
 
+  session.write_trace();  // run.trace: <run.dir>/trace.json of the warm-up and timed steps
   // A step of the job lasts as long as its slowest rank.
   const int ranks = session.world_size();
   const double total_local = [&] { double s = 0; for (double x : seconds) s += x; return s; }();

@@ -118,6 +118,8 @@ struct CheckpointConfig {
 struct RunConfig {
   std::string dir = "runs/default";
   double stall_timeout_s = 1800;  // end a job with no progress for this long (train/stall_watchdog.h); 0 = off
+  bool trace = false;       // <dir>/trace.json: the measured timeline of every rank + the prediction
+  int64_t trace_steps = 20;  // steps recorded from the run's first (0 = every step)
 
   bool operator==(const RunConfig&) const = default;
 };

@@ -127,6 +127,10 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(run, stall_timeout_s,
                 "end a multi-rank job that makes no progress for this long, naming the stuck rank (0 = off)",
                 .range = at_least(0)),
+      BATON_KEY(run, trace, "write <run.dir>/trace.json: every rank's executed instructions with wall-clock "
+                "times beside the simulator's prediction (Chrome trace; open in ui.perfetto.dev)"),
+      BATON_KEY(run, trace_steps, "steps run.trace records, from the run's first (0 = every step)",
+                .range = at_least(0)),
 
       BATON_KEY(hetero, sync, "synchronization between virtual workers",
                 .allowed = {"allreduce", "wsp"}),

@@ -59,6 +59,11 @@ void check_hetero_trainable(const Config& cfg) {
 
 void check_trainable(const Config& cfg) {
   check_hetero_trainable(cfg);
+  // WSP's virtual workers run their own loop (train/wsp_trainer.h), which records no timeline yet.
+  BATON_REQUIRE(!cfg.run.trace || cfg.hetero.sync != "wsp",
+                "run.trace = true is not built for hetero.sync = \"wsp\" yet",
+                "set run.trace = false for WSP runs; the timeline records the pipeline and data-parallel layouts "
+                "(tp, pp, dp, any executable schedule)");
   // PTD-P scatter/gather (notes-dissertation §3) splits what crosses a stage boundary over tp;
   // with sequence parallelism it is split already (Megatron disables scatter/gather there), and
   // without both pipeline and tensor parallelism there is nothing to split. (The planner's configs

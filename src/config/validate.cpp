@@ -176,6 +176,12 @@ void validate(Config& cfg, int world_size) {
                              "\"{}\"", p.schedule),
                  "vertical sync is PipeDream's option for its weight stashing: set schedule = "
                  "\"pipedream\" or vertical_sync = false");
+  // trace_steps only bounds a trace; changed alone it would silently do nothing. (At its default it
+  // is fine: a resolved config lists every key.)
+  if (cfg.run.trace_steps != RunConfig{}.trace_steps && !cfg.run.trace)
+    inconsistent(latest(cfg, {"run.trace_steps", "run.trace"}),
+                 fmt::format("run.trace_steps = {} is set but run.trace = false", cfg.run.trace_steps),
+                 "set run.trace = true to record the timeline (<run.dir>/trace.json), or remove run.trace_steps");
   if (p.vp > 1 && p.pp == 1)
     inconsistent(latest(cfg, {"parallel.vp", "parallel.pp"}),
                  fmt::format("parallel.vp = {} needs pipeline parallelism, but parallel.pp = 1", p.vp),

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 
 #include "core/error.h"
@@ -15,9 +14,7 @@
 namespace baton::pipeline {
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return Timeline::now(); }  // the timeline's clock, so its spans and ExecStats agree
 
 bool is_recv(Op op) { return op == Op::RECV_ACT || op == Op::RECV_GRAD; }
 
@@ -102,15 +99,25 @@ void Executor::post(Stage& stage, int i) {
                         tag(grad, from_stage, in.microbatch, program_.num_stages()));
 }
 
-void Executor::wait_sends(int slot) {
+bool Executor::wait_sends(int slot) {
   auto it = sends_.find(slot);
-  if (it == sends_.end()) return;
+  if (it == sends_.end()) return false;
   for (auto& r : it->second) r->wait();
   sends_.erase(it);
+  return true;
 }
 
-void Executor::wait_all_sends() {
+bool Executor::wait_all_sends() {
+  const bool any = !sends_.empty();
   while (!sends_.empty()) wait_sends(sends_.begin()->first);
+  return any;
+}
+
+double Executor::after_send_wait(bool waited, const Instr& in, double start) {
+  if (!opt_.timeline) return start;  // only the timeline separates the wait (no clock read when off)
+  const double t = now();
+  if (waited) opt_.timeline->send_wait(in, start, t);
+  return t;
 }
 
 void Executor::start(Stage& stage) {
@@ -167,7 +174,6 @@ size_t Executor::send(Stage& stage, const Instr& in) {
 }
 
 void Executor::compute(Stage& stage, const Instr& in, ExecStats& st, double start) {
-  wait_sends(in.slot);  // the slot's previous output may still be on its way
   stage.select_version(in.stage, in.weight_version);
   const int c = in.stage / program_.spec.pp;  // chunk c of rank r is model stage c·pp + r
   if (in.op == Op::FWD) {
@@ -195,6 +201,7 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
     const size_t i = pc_;
     const Instr& in = list[i];
     const double start = now();
+    double begin = start;  // where the instruction's own work starts (after waits for sends)
     switch (in.op) {
       case Op::RECV_ACT:
       case Op::RECV_GRAD:
@@ -207,6 +214,8 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
       case Op::BWD:
       case Op::BWD_INPUT:
       case Op::BWD_WEIGHT:
+        // The slot's previous output may still be on its way.
+        begin = after_send_wait(wait_sends(in.slot), in, start);
         compute(stage, in, st, start);
         st.compute += now() - start;
         st.last_compute_end = now() - t0;
@@ -221,7 +230,7 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
       case Op::REDUCE_GRADS:
         // Flush kinds: every message of the step has been sent; finish them before the
         // collectives. Asynchronous kinds keep their sends in flight across updates.
-        if (program_.traits().synchronous()) wait_all_sends();
+        if (program_.traits().synchronous()) begin = after_send_wait(wait_all_sends(), in, start);
         stage.reduce_grads(in.stage);
         st.update += now() - start;
         break;
@@ -233,6 +242,7 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
         break;
     }
     if (opt_.record) st.trace.push_back(in);
+    if (opt_.timeline) opt_.timeline->instr(in, begin, now());
     ++pc_;
     for (int j : to_post_[i + 1]) post(stage, j);
   }

@@ -36,6 +36,7 @@
 
 #include "dist/comm.h"
 #include "pipeline/instr.h"
+#include "pipeline/timeline.h"
 
 namespace baton::pipeline {
 
@@ -99,6 +100,9 @@ struct ExecOptions {
   // Record every instruction as it runs (ExecStats::trace): tests check that what runs is exactly
   // the lowered program.
   bool record = false;
+  // `run.trace`: every instruction with its wall-clock span, and the waits for earlier sends
+  // (null: off, one branch per instruction).
+  Timeline* timeline = nullptr;
 };
 
 class Executor {
@@ -151,8 +155,12 @@ class Executor {
   size_t send(Stage& stage, const Instr& in);
   void compute(Stage& stage, const Instr& in, ExecStats& st, double start);
   void post(Stage& stage, int i);
-  void wait_sends(int slot);
-  void wait_all_sends();
+  // Both return whether there was a send to wait for.
+  bool wait_sends(int slot);
+  bool wait_all_sends();
+  // After a wait for sends that began at `start`: with a timeline, the wait on it and the time now
+  // (where the instruction's own span starts); without, `start`.
+  double after_send_wait(bool waited, const Instr& in, double start);
   // Where a boundary message's payload starts and how many floats it has (a 1/tp slice under
   // scatter/gather).
   std::pair<size_t, size_t> payload(size_t floats) const;

@@ -18,6 +18,7 @@
 #include "model/gpt.h"
 #include "pipeline/schedules.h"
 #include "train/checkpoint_resume.h"
+#include "train/run_trace.h"
 
 namespace baton {
 namespace {
@@ -160,17 +161,23 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
                                dpg_.get(), groups_.tp.get());
   opt_ = make_optimizer(be, dpg_->segments(), dpg_->state_size(), cfg_.optim);
   opt_states_ = opt_->state().size();
+  if (cfg_.run.trace) timeline_ = std::make_unique<pipeline::Timeline>(cfg_.run.trace_steps);
   runner_ = std::make_unique<StepRunner>(StepRunnerSetup{
       .model = &model, .optimizer = opt_.get(), .grads = dpg_.get(), .layout = &layout_, .rank = rank,
       .groups = &groups_, .schedule = cfg_.parallel.schedule,
       .scatter_gather = cfg_.parallel.scatter_gather, .vertical_sync = cfg_.parallel.vertical_sync,
       .global_batch = cfg_.train.global_batch, .micro_batch = cfg_.train.micro_batch, .T = T,
       .grad_clip = cfg_.optim.grad_clip, .total_steps = cfg_.train.steps,
-      .drain_every = cfg_.checkpoint.every, .record = options.record_instructions});
+      .drain_every = cfg_.checkpoint.every, .record = options.record_instructions,
+      .timeline = timeline_.get()});
   BatchSource* src = data_.get();
   batch_ = [src](int64_t step, int row, int n, HostBatch& out) { src->train_rows(step, row, n, out); };
   flops_ = builder_->flops_per_step(cfg_.train.global_batch);
   peak_ = dense_peak_tflops(choice_.device_name, parse_compute_dtype(cfg_.precision.compute));
+  if (timeline_) {  // one origin for the job: every rank leaves the barrier at about the same time
+    world_.barrier();
+    trace_origin_ = pipeline::Timeline::now();
+  }
 }
 
 TrainSession::~TrainSession() = default;
@@ -289,6 +296,8 @@ std::optional<int64_t> TrainSession::resume() {
 }
 
 TimedStep TrainSession::step(int64_t step, double lr) {
+  if (timeline_) timeline_->begin_step(step + 1);
+  const double trace_start = timeline_ ? pipeline::Timeline::now() : 0;
   Timer step_timer;
   const double blocked_before = dist::blocked_seconds();
   TimedStep t;
@@ -296,6 +305,7 @@ TimedStep TrainSession::step(int64_t step, double lr) {
   choice_.backend->synchronize();
   t.seconds = step_timer.seconds();
   t.comm_seconds = dist::blocked_seconds() - blocked_before;
+  if (timeline_) timeline_->span(pipeline::Activity::STEP, trace_start, pipeline::Timeline::now());
   if (!memory_logged_) {  // every buffer exists after one step (issue 6: peak memory in the log)
     memory_logged_ = true;
     const std::string mem = choice_.backend->memory_summary();
@@ -311,7 +321,10 @@ std::optional<EvalResult> TrainSession::evaluate(int batches) {
   const BatchFn rows_fn = [src, rows](int64_t b, int row, int n, HostBatch& out) {
     src->valid_rows(static_cast<int>(b), rows, row, n, out);
   };
-  return runner_->evaluate(rows_fn, batches > 0 ? batches : cfg_.train.eval_steps, rows);
+  const double start = pipeline::Timeline::now();
+  EvalResult r = runner_->evaluate(rows_fn, batches > 0 ? batches : cfg_.train.eval_steps, rows);
+  if (timeline_) timeline_->span(pipeline::Activity::EVAL, start, pipeline::Timeline::now());
+  return r;
 }
 
 CheckpointMeta TrainSession::load(const std::string& path) {
@@ -321,7 +334,9 @@ CheckpointMeta TrainSession::load(const std::string& path) {
 }
 
 std::string TrainSession::save(int64_t step, double lr) {
+  const double start = pipeline::Timeline::now();
   const SaveResult r = save_train_state(cfg_, *model_, *opt_, host(), step, lr, shard_layout_);
+  if (timeline_) timeline_->span(pipeline::Activity::CHECKPOINT, start, pipeline::Timeline::now());
   log::info("saved {} ({:.1f} MB) in {:.2f} s", std::filesystem::path(r.path).filename().string(),
             r.bytes / 1e6, r.seconds);
   return r.path;
@@ -349,6 +364,31 @@ StepMetrics TrainSession::metrics(int64_t step, double lr, const TimedStep& t) c
 bool TrainSession::stop_requested_anywhere() const {
   return lockstep_->size() > 1 ? lockstep_->all_reduce_scalar(stop_requested() ? 1.0 : 0.0) > 0
                                : stop_requested();
+}
+
+}  // namespace baton
+
+namespace baton {
+
+std::string TrainSession::write_trace() {
+  // Every rank begins the same steps, so all agree on whether there is anything to gather.
+  if (!timeline_ || timeline_->steps().empty()) return "";
+  const std::string path = cfg_.run.dir + "/trace.json";
+  const RunTraceSummary s =
+      write_run_trace(*timeline_, trace_origin_, world_, layout_, runner_->executor().program(), path);
+  if (!rank0()) return "";
+  const std::vector<int64_t>& steps = timeline_->steps();
+  auto percents = [](const std::vector<double>& v) {
+    std::string out;
+    for (double x : v) out += fmt::format("{}{:.0f}%", out.empty() ? "" : " ", 100 * x);
+    return out;
+  };
+  log::info("trace: {} ({} events of steps {}-{} on {} rank{}, beside the simulator's prediction) | idle share "
+            "per rank {} (predicted per pipeline rank {}) | open it in https://ui.perfetto.dev (Open trace file) "
+            "or chrome://tracing",
+            path, s.events, steps.front(), steps.back(), world_size(), world_size() > 1 ? "s" : "",
+            percents(s.idle_share), percents(s.predicted_idle_share));
+  return path;
 }
 
 }  // namespace baton

@@ -30,6 +30,7 @@
 #include "model/sequential_model.h"
 #include "optim/optimizer.h"
 #include "optim/data_parallel.h"
+#include "pipeline/timeline.h"
 #include "train/batch_source.h"
 #include "train/checkpoint_state.h"
 #include "train/metrics.h"
@@ -111,6 +112,10 @@ class TrainSession {
   // Whether any rank that steps in lockstep with this one got SIGINT/SIGTERM (collective over
   // them), so that all stop after the same step.
   bool stop_requested_anywhere() const;
+  // run.trace: gathers every rank's timeline into <run.dir>/trace.json beside the simulator's
+  // prediction (train/run_trace.h) and logs how to open it; returns its path on rank 0 ("" on the
+  // others, without run.trace, or when no step was recorded). Collective.
+  std::string write_trace();
 
   const Config& config() const { return cfg_; }
   const ModelBuilder& builder() const { return *builder_; }
@@ -166,6 +171,10 @@ class TrainSession {
   ShardLayout shard_layout_;
   BatchFn batch_;
   std::unique_ptr<StepRunner> runner_;
+  // run.trace (null when off): this rank's timeline, its clock's origin (a barrier's exit on every
+  // rank, so the ranks' timelines line up).
+  std::unique_ptr<pipeline::Timeline> timeline_;
+  double trace_origin_ = 0;
   bool memory_logged_ = false;  // the backend's memory summary, once after the first step
   double flops_ = 0, peak_ = 0;
 };

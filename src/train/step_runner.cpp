@@ -84,6 +84,7 @@ pipeline::Program StepRunner::program(int steps) const {
 pipeline::ExecOptions StepRunner::exec_options() const {
   pipeline::ExecOptions o;
   o.record = s_.record;
+  o.timeline = s_.timeline;
   if (s_.scatter_gather) {
     const TensorParallel& tp = s_.model->tp();
     BATON_ASSERT(tp.active() && !tp.sp(), "scatter/gather needs tp > 1 without sequence parallelism");

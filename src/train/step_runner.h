@@ -64,6 +64,7 @@ struct StepRunnerSetup {
   int64_t total_steps = 0;
   int64_t drain_every = 0;
   bool record = false;          // keep the executed instructions (last_stats().trace)
+  pipeline::Timeline* timeline = nullptr;  // run.trace: every instruction with its wall-clock span
 };
 
 // An evaluation: the mean loss per loss term, and each of the model's metrics

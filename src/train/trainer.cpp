@@ -303,6 +303,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   // ---- final checkpoint (also when stopped by a signal) and a sample ----
   watchdog.phase("saving a checkpoint");
   save_final(session, summary, start_step, saved_step, lr);
+  session.write_trace();
   if (tokenizer && !summary.stopped_by_signal && session.model().is_whole_model() &&
       session.layout().tp() == 1 && rank0)
     log_sample(session, *tokenizer);

@@ -204,6 +204,10 @@ schedule = "pipedream"
 vertical_sync = true
 stages = [[0, 5], [5, 12]]
 bucket_mb = 4.5
+
+[run]
+trace = true
+trace_steps = 5
 )";
 
 // The keys neither file can set: replicated stages exclude vertical sync and tensor parallelism;
@@ -270,6 +274,8 @@ TEST(Config, FullImageFileParses) {
   EXPECT_TRUE(c.parallel.vertical_sync);
   EXPECT_EQ(c.parallel.stages, (std::vector<std::vector<int>>{{0, 5}, {5, 12}}));
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 4.5);
+  EXPECT_TRUE(c.run.trace);
+  EXPECT_EQ(c.run.trace_steps, 5);
   const Config back = load_config_string(c.to_toml(), "resolved.toml", {}, 2);
   EXPECT_EQ(back, c);
 }
@@ -535,6 +541,15 @@ TEST(ConfigErrors, ReplicasRules) {
   // --set takes the list as a bare comma list as well.
   EXPECT_EQ(load_config_string(pd, "x.toml", {"parallel.replicas=2,2"}, 4).parallel.replicas,
             (std::vector<int>{2, 2}));
+}
+
+// run.trace_steps bounds run.trace: changed without it, it would do nothing.
+TEST(ConfigErrors, TraceStepsWithoutTrace) {
+  const Failure f = load_fails("[run]\ntrace_steps = 3\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:2", "run.trace_steps = 3 is set but run.trace = false");
+  EXPECT_THAT(f.hint, HasSubstr("set run.trace = true"));
+  EXPECT_NO_THROW(load_config_string("[run]\ntrace = true\ntrace_steps = 3\n", "x.toml"));
+  EXPECT_NO_THROW(load_config_string("[run]\ntrace_steps = 20\n", "x.toml"));  // the default, as resolved configs list it
 }
 
 TEST(ConfigErrors, DefaultsAreLabelled) {
