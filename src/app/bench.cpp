@@ -16,6 +16,7 @@
 
 #include "app/app.h"
 #include "config/config.h"
+#include "config/virtual_workers.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/tokenizer.h"
@@ -35,9 +36,11 @@ std::string human_rate(double x) {
 }
 
 int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
-  BATON_REQUIRE(cfg.hetero.sync != "wsp", "baton bench does not run WSP virtual workers yet",
+  BATON_REQUIRE(!trains_virtual_workers(cfg.hetero),
+                fmt::format("baton bench does not run {} virtual workers yet",
+                            cfg.hetero.sync == "wsp" ? "WSP" : "allreduce (hetero.sync = \"allreduce\")"),
                 "bench the same model without [hetero] (data parallelism); `baton train` runs hetero.sync = "
-                "\"wsp\" and logs each virtual worker's minibatch time and waiting");
+                "\"wsp\" and \"allreduce\" and logs each virtual worker's minibatch time and waiting");
   // The session sees a run of exactly the benchmarked steps (an asynchronous pipeline drains at
   // its end) and never a checkpoint.
   cfg.train.steps = opts.warmup + opts.steps;

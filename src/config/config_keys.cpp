@@ -132,13 +132,15 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(run, trace_steps, "steps run.trace records, from the run's first (0 = every step)",
                 .range = at_least(0)),
 
-      BATON_KEY(hetero, sync, "synchronization between virtual workers",
+      BATON_KEY(hetero, sync, "synchronization between virtual workers (allreduce trains virtual workers "
+                "only when virtual_workers or nm > 1 is set; else it is the plain homogeneous layout)",
                 .allowed = {"allreduce", "wsp"}),
       BATON_KEY(hetero, staleness, "WSP clock distance bound D", .range = at_least(0)),
       BATON_KEY(hetero, cluster, "cluster description file"),
       BATON_KEY(hetero, virtual_workers, "virtual workers: one entry per VW listing its ranks, one per "
                 "pipeline stage, e.g. [\"0\", \"1\"] (empty = one VW per rank)"),
-      BATON_KEY(hetero, nm, "WSP minibatches per wave (Nm)", .range = at_least(1)),
+      BATON_KEY(hetero, nm, "minibatches per wave (Nm) of WSP and allreduce virtual workers",
+                .range = at_least(1)),
   };
 }
 

@@ -12,17 +12,19 @@
 namespace baton {
 namespace {
 
-// [hetero]: WSP with virtual workers of one stage each runs (train/wsp_trainer.h); everything
-// else of HetPipe is refused until it is built (docs/hetpipe.md "Not built yet").
+// [hetero]: virtual workers of one stage each run under WSP and under the synchronous allreduce
+// baseline (train/wsp_trainer.h); everything else of HetPipe is refused until it is built
+// (docs/hetpipe.md "Not built yet").
 void check_hetero_trainable(const Config& cfg) {
   const HeteroConfig& h = cfg.hetero;
   if (h.sync != "wsp") {
-    BATON_REQUIRE(h == HeteroConfig{},
-                  "hetero.sync = \"allreduce\" (the synchronous baseline between virtual workers) is not "
-                  "built yet; the other [hetero] keys need hetero.sync = \"wsp\"",
-                  "set hetero.sync = \"wsp\" to train virtual workers of one stage kept in sync by WSP, or "
-                  "remove the [hetero] keys and use data parallelism (launch N ranks) for synchronous training");
-    return;
+    BATON_REQUIRE(h.staleness == 0 && h.cluster.empty(),
+                  "hetero.sync = \"allreduce\" (the synchronous baseline: virtual workers average every wave, "
+                  "staleness 0) takes hetero.virtual_workers and hetero.nm; the other [hetero] keys need "
+                  "hetero.sync = \"wsp\"",
+                  "set hetero.sync = \"wsp\" for a clock-distance bound (staleness); hetero.cluster does not "
+                  "train yet: give the virtual workers in hetero.virtual_workers");
+    if (!trains_virtual_workers(h)) return;  // [hetero] at its defaults: the homogeneous layout
   }
   BATON_REQUIRE(h.cluster.empty(),
                 "hetero.cluster (virtual workers derived by the HetPipe partitioner) does not train yet",
@@ -35,12 +37,12 @@ void check_hetero_trainable(const Config& cfg) {
                   "give each virtual worker one rank, e.g. virtual_workers = [\"0\", \"1\"]");
   const ParallelConfig& p = cfg.parallel;
   BATON_REQUIRE(p.tp == 1 && p.pp == 1 && p.vp == 1 && p.replicas.empty() && p.stages.empty() && !p.zero1,
-                "hetero.sync = \"wsp\" runs virtual workers of one rank each: parallel.tp, pp, vp, replicas, "
-                "stages and zero1 do not apply",
+                fmt::format("hetero.sync = \"{}\" runs virtual workers of one rank each: parallel.tp, pp, vp, "
+                            "replicas, stages and zero1 do not apply", h.sync),
                 "leave the [parallel] section at its defaults (tp = pp = vp = 1, no replicas or stages, "
                 "zero1 = false); the virtual workers come from hetero.virtual_workers");
   BATON_REQUIRE(pipeline::schedule_traits(p.schedule).synchronous(),
-                fmt::format("parallel.schedule = \"{}\" updates asynchronously inside a step; a WSP "
+                fmt::format("parallel.schedule = \"{}\" updates asynchronously inside a step; a "
                             "virtual worker of one stage runs one update per minibatch", p.schedule),
                 "leave parallel.schedule at its default (a flush schedule)");
   BATON_REQUIRE(cfg.train.steps % h.nm == 0,
@@ -49,21 +51,24 @@ void check_hetero_trainable(const Config& cfg) {
                 fmt::format("use train.steps = {} (every virtual worker runs train.steps minibatches, "
                             "pushing after each wave of nm)", (cfg.train.steps / h.nm + 1) * h.nm));
   BATON_REQUIRE(cfg.checkpoint.every == 0 && (cfg.checkpoint.resume == "auto" || cfg.checkpoint.resume == "never"),
-                "checkpoints of WSP runs (global weights, each VW's local state and clocks) are not built "
-                "yet",
-                "set checkpoint.every = 0 and checkpoint.resume = \"never\" (or \"auto\"); a WSP run "
-                "neither writes nor reads checkpoints");
+                h.sync == "wsp" ? "checkpoints of WSP runs (global weights, each VW's local state and clocks) "
+                                  "are not built yet"
+                                : "checkpoints of virtual-worker runs under hetero.sync = \"allreduce\" (each VW's "
+                                  "optimizer state) are not built yet",
+                "set checkpoint.every = 0 and checkpoint.resume = \"never\" (or \"auto\"); a virtual-worker "
+                "run neither writes nor reads checkpoints");
 }
 
 }  // namespace
 
 void check_trainable(const Config& cfg) {
   check_hetero_trainable(cfg);
-  // WSP's virtual workers run their own loop (train/wsp_trainer.h), which records no timeline yet.
-  BATON_REQUIRE(!cfg.run.trace || cfg.hetero.sync != "wsp",
-                "run.trace = true is not built for hetero.sync = \"wsp\" yet",
-                "set run.trace = false for WSP runs; the timeline records the pipeline and data-parallel layouts "
-                "(tp, pp, dp, any executable schedule)");
+  // Virtual workers (WSP, allreduce) run their own loop (train/wsp_trainer.h): no timeline yet.
+  BATON_REQUIRE(!cfg.run.trace || !trains_virtual_workers(cfg.hetero),
+                fmt::format("run.trace = true is not built for hetero.sync = \"{}\" with virtual workers yet",
+                            cfg.hetero.sync),
+                "set run.trace = false for virtual-worker runs; the timeline records the pipeline and "
+                "data-parallel layouts (tp, pp, dp, any executable schedule)");
   // PTD-P scatter/gather (notes-dissertation §3) splits what crosses a stage boundary over tp;
   // with sequence parallelism it is split already (Megatron disables scatter/gather there), and
   // without both pipeline and tensor parallelism there is nothing to split. (The planner's configs

@@ -62,6 +62,10 @@ std::vector<std::vector<int>> virtual_worker_ranks(const HeteroConfig& h, int wo
   return vws;
 }
 
+bool trains_virtual_workers(const HeteroConfig& h) {
+  return h.sync == "wsp" || (h.sync == "allreduce" && (!h.virtual_workers.empty() || h.nm > 1));
+}
+
 int virtual_worker_of(const std::vector<std::vector<int>>& vws, int rank) {
   for (size_t k = 0; k < vws.size(); ++k)
     for (int r : vws[k])

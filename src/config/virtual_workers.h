@@ -12,6 +12,12 @@ namespace baton {
 // rank named twice, and — when world_size > 0 — ranks outside [0, world_size) or left out.
 std::vector<std::vector<int>> virtual_worker_ranks(const HeteroConfig& h, int world_size);
 
+// Whether `baton train` runs virtual workers (train/wsp_trainer.h): hetero.sync = "wsp", or
+// hetero.sync = "allreduce" (the synchronous baseline) with hetero.virtual_workers named or
+// hetero.nm > 1. A [hetero] section at its defaults (sync = "allreduce" and nothing else, as every
+// resolved config writes it) is no HetPipe run: the homogeneous layout (tp, pp, dp) trains.
+bool trains_virtual_workers(const HeteroConfig& h);
+
 // The VW that `rank` belongs to.
 int virtual_worker_of(const std::vector<std::vector<int>>& vws, int rank);
 

@@ -103,7 +103,7 @@ void training_preflight(const Config& cfg, int world_size) {
   if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
     vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
   layout_from_config(cfg, world_size, *model_builder(cfg, vocab));
-  if (cfg.hetero.sync == "wsp") virtual_worker_ranks(cfg.hetero, world_size);  // every rank in one VW
+  if (trains_virtual_workers(cfg.hetero)) virtual_worker_ranks(cfg.hetero, world_size);  // every rank in one VW
 }
 
 TrainSession::TrainSession(const Config& cfg, dist::Comm& world,

@@ -25,6 +25,7 @@
 #include "train/stall_watchdog.h"
 #include "train/session.h"
 #include "train/wsp_trainer.h"
+#include "config/virtual_workers.h"
 
 namespace baton {
 namespace {
@@ -211,8 +212,10 @@ ModelAndData model_and_data(const Config& cfg) {
 }
 
 TrainSummary train(const Config& cfg, dist::Comm* world) {
-  if (cfg.hetero.sync == "wsp") {
-    BATON_REQUIRE(world != nullptr, "hetero.sync = \"wsp\" needs the job's ranks", "run it with `baton train`");
+  if (trains_virtual_workers(cfg.hetero)) {
+    BATON_REQUIRE(world != nullptr, fmt::format("hetero.sync = \"{}\" with virtual workers needs the job's ranks",
+                                                cfg.hetero.sync),
+                  "run it with `baton train`");
     return train_wsp(cfg, *world);
   }
   ModelAndData md = model_and_data(cfg);

@@ -1,8 +1,10 @@
-// One rank = one WSP virtual worker of one stage (see wsp_trainer.h for the rules).
+// One rank = one virtual worker of one stage under WSP or the allreduce baseline (see wsp_trainer.h
+// for the rules).
 #include "train/wsp_trainer.h"
 
 #include <algorithm>
 #include <deque>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -62,27 +64,128 @@ int observed_staleness(const wsp::VersionVector& w, int p, int num_vw) {
   return p - 1 - reach;
 }
 
-}  // namespace
-
-TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
-  auto* mpi = dynamic_cast<dist::MpiComm*>(&world);
-  BATON_REQUIRE(mpi != nullptr, "hetero.sync = \"wsp\" needs the MPI runtime (its parameter server is one-sided MPI)",
-                "run `baton train` (under mpirun for several virtual workers)");
-  const std::vector<std::vector<int>> vws = virtual_worker_ranks(cfg.hetero, world.size());
-  const int N = static_cast<int>(vws.size());
-  const int vw = virtual_worker_of(vws, world.rank());
+// The VW's own session: the whole model on this rank, its minibatch = its rows of each global batch.
+std::unique_ptr<TrainSession> vw_session(const Config& cfg, int N, int vw, dist::SelfComm& alone) {
   const int rows = cfg.train.global_batch / N;  // validate(): a multiple of micro_batch × N
-
-  // The VW's own session: the whole model on this rank, its minibatch = its rows of each batch.
   Config local = cfg;
   local.hetero = HeteroConfig{};
   local.train.global_batch = rows;
   local.dp = 1;
   ModelAndData md = model_and_data(local);
   md.data = std::make_unique<VwRows>(std::move(md.data), vw * rows, rows);
+  auto session = std::make_unique<TrainSession>(local, alone, std::move(md.builder), std::move(md.data));
+  session->log_header();
+  return session;
+}
+
+// hetero.sync = "allreduce" (the synchronous baseline, wsp_trainer.h): every VW trains its waves of
+// Nm minibatches locally; at the end of wave c every VW's weights become
+// w_start(c) + (Σ_k ũ_k) / N with ũ_k = w_end_k − w_start(c), the VW's own wave update.
+TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, int N, int vw) {
   dist::SelfComm alone;
-  TrainSession session(local, alone, std::move(md.builder), std::move(md.data));
-  session.log_header();
+  std::unique_ptr<TrainSession> session_ptr = vw_session(cfg, N, vw, alone);
+  TrainSession& session = *session_ptr;
+  const int nm = cfg.hetero.nm;
+  log::info("allreduce between virtual workers (HetPipe's synchronous baseline): {} virtual workers of one "
+            "rank each | Nm = {} minibatches per wave | at each wave's end every VW's weights become the wave's "
+            "start + the mean of the VWs' wave updates | minibatch = {} rows of each global batch of {} | "
+            "no checkpoints yet",
+            N, nm, cfg.train.global_batch / N, cfg.train.global_batch);
+  SequentialModel& model = session.model();
+  Backend& be = session.backend();
+  const size_t F = model.flat_size();
+  // start = w at the start of the wave (the same on every VW), u = the wave update, then the sum.
+  std::vector<float> start(F), u(F);
+  be.to_host(start.data(), model.params(), F * sizeof(float));  // w0: every VW initialises from the same seed
+  // The parameters' positions in the flat buffer (the gaps between tensors stay as they are).
+  std::vector<char> in_tensor(F, 0);
+  for (int i = 0; i < model.table().size(); ++i)
+    std::fill_n(in_tensor.begin() + static_cast<std::ptrdiff_t>(model.table().offset(i)), model.table().numel(i), 1);
+
+  if (world.rank() == 0) write_resolved_config(cfg, cfg.run.dir);
+  MetricsWriter metrics(cfg.run.dir, false, vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw));
+  const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
+  TrainSummary summary;
+  double wait_total = 0, loss_window = 0;
+  int window = 0, waves = 0;
+  Timer run_timer;
+  LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);  // each VW's own losses
+  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+    // Minibatch p = step + 1 runs on every VW's waves before its own wave plus its own minibatches
+    // of this wave: it misses the other VWs' (p − 1) mod Nm newest minibatches.
+    const int staleness = N > 1 ? static_cast<int>(step % nm) : 0;
+    const double lr = sched.at(step);
+    const TimedStep t = session.step(step, lr);
+    if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
+      throw Error(fmt::format("virtual worker {}: {}", vw, *spike),
+                  "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor (0 turns the check off)");
+    double wait = 0, sync_s = 0;
+    if ((step + 1) % nm == 0) {  // the wave's end: average the VWs' wave updates
+      Timer sync_timer;
+      be.to_host(u.data(), model.params(), F * sizeof(float));
+      for (size_t j = 0; j < F; ++j) u[j] = in_tensor[j] ? u[j] - start[j] : 0.0f;
+      Timer wait_timer;
+      world.all_reduce(u.data(), F, DType::F32, dist::ReduceOp::SUM);  // waits for the slowest VW
+      wait = wait_timer.seconds();
+      const float inv_n = 1.0f / static_cast<float>(N);
+      for (size_t j = 0; j < F; ++j) start[j] += u[j] * inv_n;
+      be.to_device(model.params(), start.data(), F * sizeof(float));
+      model.refresh_compute_params();
+      ++waves;
+      sync_s = sync_timer.seconds() - wait;
+    }
+    wait_total += wait;
+
+    summary.steps_done++;
+    summary.last_step = step + 1;
+    summary.last_loss = t.result.loss;
+    loss_window += t.result.loss;
+    window++;
+    StepMetrics m = session.metrics(step, lr, t);
+    // clock = the wave this minibatch belongs to, c_global = waves averaged after it, wait_s = the
+    // all-reduce at its end (waiting for the slowest VW included), push_s = the rest of that sync.
+    m.vw = VwMetrics{.vw = vw, .clock = static_cast<int>(step / nm), .c_global = waves, .staleness = staleness,
+                     .wait_s = wait, .wait_total_s = wait_total, .push_s = sync_s};
+    const bool last = step + 1 == cfg.train.steps;
+    if ((cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last)
+      if (const std::optional<EvalResult> r = session.evaluate()) {
+        m.val_loss = r->loss;
+        summary.last_val_loss = r->loss;
+      }
+    if ((step + 1) % cfg.train.log_every == 0 || last || step == 0 || m.val_loss) {
+      metrics.write(m);
+      log::info("vw {} step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | wave {} ({} averaged) | waited {:.1f} ms "
+                "({:.2f} s in all) | {:.0f} ms",
+                vw, step + 1, cfg.train.steps, loss_window / window,
+                m.val_loss ? fmt::format(" | val {:.4f}", *m.val_loss) : std::string(), lr, step / nm, waves,
+                1e3 * wait, wait_total, 1e3 * t.seconds);
+      loss_window = 0;
+      window = 0;
+    }
+  }
+  log::info("vw {}: {} minibatches in {:.1f} s, {:.2f} s ({:.0f}%) in the all-reduce (waiting for the other "
+            "virtual workers included)", vw, summary.steps_done, run_timer.seconds(), wait_total,
+            100 * wait_total / std::max(1e-9, run_timer.seconds()));
+  return summary;
+}
+
+}  // namespace
+
+TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
+  auto* mpi = dynamic_cast<dist::MpiComm*>(&world);
+  BATON_REQUIRE(mpi != nullptr,
+                fmt::format("hetero.sync = \"{}\" with virtual workers needs the MPI runtime (the parameter server "
+                            "is one-sided MPI; allreduce averages host copies of the weights)", cfg.hetero.sync),
+                "run `baton train` (under mpirun for several virtual workers)");
+  const std::vector<std::vector<int>> vws = virtual_worker_ranks(cfg.hetero, world.size());
+  const int N = static_cast<int>(vws.size());
+  const int vw = virtual_worker_of(vws, world.rank());
+  if (cfg.hetero.sync == "allreduce") return train_allreduce(cfg, world, N, vw);
+  const int rows = cfg.train.global_batch / N;
+
+  dist::SelfComm alone;
+  std::unique_ptr<TrainSession> session_ptr = vw_session(cfg, N, vw, alone);
+  TrainSession& session = *session_ptr;
   const wsp::WspParams params{.num_vw = N, .nm = cfg.hetero.nm, .staleness = cfg.hetero.staleness};
   log::info("WSP (HetPipe §5): {} virtual workers of one rank each | Nm = {} minibatches per wave | D = {} | "
             "s_global = {} | minibatch = {} rows of each global batch of {} | parameter server: {} shards "

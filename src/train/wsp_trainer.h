@@ -13,6 +13,12 @@
 //   w_local = w_global + the partial wave ũ_partial (the merge rule, wsp/worker_clock.h).
 // One stage runs one minibatch at a time, so each starts on the latest w_local (everything the VW
 // finished); the Nm weight copies of a pipelined VW (§4) are not needed here.
+//
+// hetero.sync = "allreduce" (HetPipe's synchronous, Horovod-like baseline) runs the same VWs, data
+// split and waves of Nm minibatches without a parameter server: at the end of every wave each VW's
+// wave update ũ_k = w_end_k − w_start (its optimizer's deltas over the wave) is all-reduced and
+// every VW sets w = w_start + Σ_k ũ_k / N, so all VWs hold the same weights after each wave
+// (staleness 0 between waves). With Nm = 1 and plain SGD it is data parallelism at the same lr.
 #pragma once
 #include "config/config.h"
 #include "dist/comm.h"
@@ -20,7 +26,8 @@
 
 namespace baton {
 
-// Collective over `world` (the parameter server's windows); each rank trains its VW. Rank 0's VW
+// Collective over `world` (the parameter server's windows, or the allreduce of every wave); each
+// rank trains its VW. Rank 0's VW
 // logs and writes <run.dir>/metrics.jsonl, VW k > 0 writes <run.dir>/metrics-vw<k>.jsonl.
 TrainSummary train_wsp(const Config& cfg, dist::Comm& world);
 

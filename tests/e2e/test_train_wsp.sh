@@ -6,6 +6,10 @@
 #   tolerance measured here (2e-8 relative measured: float sums in another order; tested at 1e-6);
 # - a WSP run with D = 2, Nm = 2 over 3 VWs trains, and every VW's metrics report its clock, the
 #   c_global of its last pull, its waiting time and observed staleness (at most s_global = 7);
+# - hetero.sync = "allreduce" (the synchronous baseline: every VW's weights become the wave's start
+#   + the mean of the VWs' wave updates): with Nm = 1 and plain SGD at the same lr it is data
+#   parallelism (N = 2; 2e-8 relative measured, tested at 1e-6), and with Nm = 2
+#   over 3 VWs all VWs evaluate the same weights after every wave (identical val_loss);
 # - what does not run yet is refused with error + hint.
 source "$(dirname "$0")/lib.sh"
 use_mpirun
@@ -65,6 +69,51 @@ for k in range(3):
           f"waited {v[-1]['wait_total_s']:.3f} s")
 PY
 
+# The allreduce baseline. (a) Nm = 1, SGD, 2 VWs at the data-parallel lr (0.4, not 0.4 / N: the
+# average, not WSP's sum); the VWs are named, since sync = "allreduce" alone is the default [hetero].
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=ar2 --set hetero.sync='"allreduce"' \
+  --set hetero.virtual_workers='["0", "1"]' > ar2.log
+grep -q "allreduce between virtual workers (HetPipe's synchronous baseline): 2 virtual workers" ar2.log \
+  || { cat ar2.log; fail "no allreduce header"; }
+# (b) Nm = 2 over 3 VWs (one per rank: nm > 1 selects the VWs), evaluated after every wave.
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=ar3 --set hetero.sync='"allreduce"' --set hetero.nm=2 \
+  --set train.global_batch=12 --set data.valid='"tiny"' --set train.eval_every=2 --set train.eval_steps=2 > ar3.log
+grep -q "in the all-reduce" ar3.log || { cat ar3.log; fail "no all-reduce summary in the log"; }
+python3 - <<'PY'
+import json
+def rows(path):
+    return [json.loads(l) for l in open(path)]
+dp = {r["step"]: r["loss"] for r in rows("dp2/metrics.jsonl")}
+vws = [rows("ar2/metrics.jsonl"), rows("ar2/metrics-vw1.jsonl")]
+worst = 0.0
+for s in range(1, 13):
+    mean = sum(next(r["loss"] for r in v if r["step"] == s) for v in vws) / 2
+    worst = max(worst, abs(mean - dp[s]) / abs(dp[s]))
+assert worst < 1e-6, f"allreduce Nm=1 differs from data parallelism by {worst:.2e}"
+for k, v in enumerate(vws):
+    assert [r["vw"] for r in v] == [k] * 12 and [r["clock"] for r in v] == list(range(12))
+    assert [r["c_global"] for r in v] == list(range(1, 13)) and all(r["staleness"] == 0 for r in v)
+print(f"allreduce (Nm=1, SGD lr, 2 VWs) = data parallelism dp=2 within {worst:.1e} relative over 12 steps")
+
+vws = [rows("ar3/metrics.jsonl")] + [rows(f"ar3/metrics-vw{k}.jsonl") for k in (1, 2)]
+for k, v in enumerate(vws):
+    assert [r["step"] for r in v] == list(range(1, 13)) and all(r["vw"] == k for r in v)
+    assert [r["clock"] for r in v] == [(s - 1) // 2 for s in range(1, 13)]
+    assert [r["c_global"] for r in v] == [s // 2 for s in range(1, 13)]
+    assert [r["staleness"] for r in v] == [(s - 1) % 2 for s in range(1, 13)]
+    assert all(r["wait_s"] == 0 for r in v if r["step"] % 2 == 1), "an all-reduce inside a wave"
+    assert abs(v[-1]["wait_total_s"] - sum(r["wait_s"] for r in v)) < 1e-6
+    first, last = sum(r["loss"] for r in v[:2]) / 2, sum(r["loss"] for r in v[-2:]) / 2
+    assert last < first - 0.1, f"VW {k} did not train: {first:.3f} -> {last:.3f}"
+# After every wave all VWs hold the same weights: the same validation loss, bit for bit (their
+# training losses differ: each is over the VW's own rows).
+for s in range(2, 13, 2):
+    vals = [next(r["val_loss"] for r in v if r["step"] == s) for v in vws]
+    assert vals[0] == vals[1] == vals[2], f"step {s}: the VWs' weights differ after the wave: {vals}"
+    assert len({next(r["loss"] for r in v if r["step"] == s) for v in vws}) > 1, "VWs trained on the same rows"
+print("allreduce (Nm=2, 3 VWs): identical val_loss on every VW after each of the 6 waves")
+PY
+
 expect_error "pipelines inside virtual workers" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
   --set hetero.sync='"wsp"' --set hetero.virtual_workers='["0,1"]'
 expect_error "places 1 of the job's 2 ranks" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
@@ -76,4 +125,17 @@ expect_error "not a whole number of waves" "$BATON" train tiny.toml "${SGD[@]}" 
 expect_error "need hetero.sync = \"wsp\"" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.staleness=2
 expect_error "checkpoints of WSP runs" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' \
   --set checkpoint.every=4
+# (c) What the allreduce baseline refuses: WSP's staleness bound, pipelines inside VWs, checkpoints,
+# waves that do not divide train.steps, `baton bench`, tensor parallelism.
+expect_error "the other \[hetero\] keys need hetero.sync = \"wsp\"" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
+  --set hetero.sync='"allreduce"' --set hetero.nm=2 --set hetero.staleness=1
+expect_error "pipelines inside virtual workers" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
+  --set hetero.sync='"allreduce"' --set hetero.virtual_workers='["0,1"]'
+expect_error "checkpoints of virtual-worker runs under hetero.sync = \"allreduce\"" "$BATON" train tiny.toml "${SGD[@]}" \
+  --set run.dir=bad --set hetero.sync='"allreduce"' --set hetero.nm=2 --set checkpoint.every=4
+expect_error "not a whole number of waves" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"allreduce"' \
+  --set hetero.nm=5
+expect_error "baton bench does not run allreduce" "$BATON" bench tiny.toml "${SGD[@]}" --set hetero.nm=2 --warmup 1 --steps 3
+expect_error "hetero.sync = \"allreduce\" runs virtual workers of one rank each" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml \
+  "${SGD[@]}" --set run.dir=bad --set hetero.sync='"allreduce"' --set hetero.nm=2 --set parallel.tp=2
 echo "PASS"
