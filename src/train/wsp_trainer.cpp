@@ -78,6 +78,46 @@ std::unique_ptr<TrainSession> vw_session(const Config& cfg, int N, int vw, dist:
   return session;
 }
 
+// A VW's bookkeeping after its step: the summary, evaluation at train.eval_every (and at the end),
+// its metrics record and log line; `sync` is the sync mode's part of the line.
+class VwLog {
+ public:
+  VwLog(const Config& cfg, TrainSession& session, MetricsWriter& metrics, TrainSummary& summary, int vw)
+      : cfg_(cfg), session_(session), metrics_(metrics), summary_(summary), vw_(vw) {}
+  void step(int64_t step, double lr, const TimedStep& t, const VwMetrics& vm, const std::string& sync) {
+    summary_.steps_done++;
+    summary_.last_step = step + 1;
+    summary_.last_loss = t.result.loss;
+    loss_window_ += t.result.loss;
+    window_++;
+    StepMetrics m = session_.metrics(step, lr, t);
+    m.vw = vm;
+    const bool last = step + 1 == cfg_.train.steps;
+    if ((cfg_.train.eval_every > 0 && (step + 1) % cfg_.train.eval_every == 0) || last)
+      if (const std::optional<EvalResult> r = session_.evaluate()) {
+        m.val_loss = r->loss;
+        summary_.last_val_loss = r->loss;
+      }
+    if ((step + 1) % cfg_.train.log_every != 0 && !last && step != 0 && !m.val_loss) return;
+    metrics_.write(m);
+    log::info("vw {} step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | {} | waited {:.1f} ms ({:.2f} s in all) | {:.0f} ms",
+              vw_, step + 1, cfg_.train.steps, loss_window_ / window_,
+              m.val_loss ? fmt::format(" | val {:.4f}", *m.val_loss) : std::string(), lr, sync, 1e3 * vm.wait_s,
+              vm.wait_total_s, 1e3 * t.seconds);
+    loss_window_ = 0;
+    window_ = 0;
+  }
+
+ private:
+  const Config& cfg_;
+  TrainSession& session_;
+  MetricsWriter& metrics_;
+  TrainSummary& summary_;
+  int vw_;
+  double loss_window_ = 0;
+  int window_ = 0;
+};
+
 // hetero.sync = "allreduce" (the synchronous baseline, wsp_trainer.h): every VW trains its waves of
 // Nm minibatches locally; at the end of wave c every VW's weights become
 // w_start(c) + (Σ_k ũ_k) / N with ũ_k = w_end_k − w_start(c), the VW's own wave update.
@@ -106,8 +146,9 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, int N, int vw
   MetricsWriter metrics(cfg.run.dir, false, vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw));
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   TrainSummary summary;
-  double wait_total = 0, loss_window = 0;
-  int window = 0, waves = 0;
+  VwLog vwlog(cfg, session, metrics, summary, vw);
+  double wait_total = 0;
+  int waves = 0;
   Timer run_timer;
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);  // each VW's own losses
   for (int64_t step = 0; step < cfg.train.steps; ++step) {
@@ -136,32 +177,12 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, int N, int vw
     }
     wait_total += wait;
 
-    summary.steps_done++;
-    summary.last_step = step + 1;
-    summary.last_loss = t.result.loss;
-    loss_window += t.result.loss;
-    window++;
-    StepMetrics m = session.metrics(step, lr, t);
     // clock = the wave this minibatch belongs to, c_global = waves averaged after it, wait_s = the
     // all-reduce at its end (waiting for the slowest VW included), push_s = the rest of that sync.
-    m.vw = VwMetrics{.vw = vw, .clock = static_cast<int>(step / nm), .c_global = waves, .staleness = staleness,
-                     .wait_s = wait, .wait_total_s = wait_total, .push_s = sync_s};
-    const bool last = step + 1 == cfg.train.steps;
-    if ((cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last)
-      if (const std::optional<EvalResult> r = session.evaluate()) {
-        m.val_loss = r->loss;
-        summary.last_val_loss = r->loss;
-      }
-    if ((step + 1) % cfg.train.log_every == 0 || last || step == 0 || m.val_loss) {
-      metrics.write(m);
-      log::info("vw {} step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | wave {} ({} averaged) | waited {:.1f} ms "
-                "({:.2f} s in all) | {:.0f} ms",
-                vw, step + 1, cfg.train.steps, loss_window / window,
-                m.val_loss ? fmt::format(" | val {:.4f}", *m.val_loss) : std::string(), lr, step / nm, waves,
-                1e3 * wait, wait_total, 1e3 * t.seconds);
-      loss_window = 0;
-      window = 0;
-    }
+    vwlog.step(step, lr, t,
+               VwMetrics{.vw = vw, .clock = static_cast<int>(step / nm), .c_global = waves, .staleness = staleness,
+                         .wait_s = wait, .wait_total_s = wait_total, .push_s = sync_s},
+               fmt::format("wave {} ({} averaged)", step / nm, waves));
   }
   log::info("vw {}: {} minibatches in {:.1f} s, {:.2f} s ({:.0f}%) in the all-reduce (waiting for the other "
             "virtual workers included)", vw, summary.steps_done, run_timer.seconds(), wait_total,
@@ -228,8 +249,8 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   MetricsWriter metrics(cfg.run.dir, false, vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw));
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   TrainSummary summary;
-  double wait_total = 0, loss_window = 0;
-  int window = 0;
+  VwLog vwlog(cfg, session, metrics, summary, vw);
+  double wait_total = 0;
   Timer run_timer;
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);  // each VW's own losses
   for (int64_t step = 0; step < cfg.train.steps; ++step) {
@@ -268,30 +289,10 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
     }
     const double push_s = push_timer.seconds();
 
-    summary.steps_done++;
-    summary.last_step = step + 1;
-    summary.last_loss = t.result.loss;
-    loss_window += t.result.loss;
-    window++;
-    StepMetrics m = session.metrics(step, lr, t);
-    m.vw = VwMetrics{.vw = vw, .clock = clock.c_local(), .c_global = c_global, .staleness = staleness,
-                     .wait_s = wait, .wait_total_s = wait_total, .push_s = push_s};
-    const bool last = step + 1 == cfg.train.steps;
-    if ((cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last)
-      if (const std::optional<EvalResult> r = session.evaluate()) {
-        m.val_loss = r->loss;
-        summary.last_val_loss = r->loss;
-      }
-    if ((step + 1) % cfg.train.log_every == 0 || last || step == 0 || m.val_loss) {
-      metrics.write(m);
-      log::info("vw {} step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | clock {} (global {}) | staleness {} | "
-                "waited {:.1f} ms ({:.2f} s in all) | {:.0f} ms",
-                vw, step + 1, cfg.train.steps, loss_window / window,
-                m.val_loss ? fmt::format(" | val {:.4f}", *m.val_loss) : std::string(), lr, clock.c_local(),
-                c_global, staleness, 1e3 * wait, wait_total, 1e3 * t.seconds);
-      loss_window = 0;
-      window = 0;
-    }
+    vwlog.step(step, lr, t,
+               VwMetrics{.vw = vw, .clock = clock.c_local(), .c_global = c_global, .staleness = staleness,
+                         .wait_s = wait, .wait_total_s = wait_total, .push_s = push_s},
+               fmt::format("clock {} (global {}) | staleness {}", clock.c_local(), c_global, staleness));
   }
   log::info("vw {}: {} minibatches in {:.1f} s, {:.2f} s ({:.0f}%) waiting for the parameter server", vw,
             summary.steps_done, run_timer.seconds(), wait_total, 100 * wait_total / std::max(1e-9, run_timer.seconds()));
