@@ -82,10 +82,16 @@ grep -q "4 ranks: tp 2 x dp 2 x pp 1" srun.log || { head -3 srun.log; fail "srun
 same_metrics mpi4 srun || fail "srun and mpirun differ"
 
 # ---- sbatch with the template ----
-# wait_job JOBID: until it has left the queue (60 s at most); prints nothing.
+# wait_job JOBID: until the job is in a final state (120 s at most). Asked of scontrol, and only a
+# state it reports counts: under load squeue can time out and print nothing, which is not "done";
+# a requeued job passes through REQUEUED/PENDING/RUNNING before it completes.
 wait_job() {
-  for _ in $(seq 1 120); do squeue -h -j "$1" 2> /dev/null | grep -q . || return 0; sleep 0.5; done
-  squeue; fail "job $1 did not finish"
+  for _ in $(seq 1 240); do
+    scontrol show job -o "$1" 2> /dev/null | grep -Eq "JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) " &&
+      return 0
+    sleep 0.5
+  done
+  scontrol show job -o "$1"; fail "job $1 did not finish"
 }
 submit() {  # submit RUN_DIR ARGS...: the template on one node, 2 ranks, 1 core each
   local dir=$1; shift
@@ -108,8 +114,8 @@ for how in signal requeue; do
   sleep 1
   if [ "$how" = signal ]; then scancel --signal=TERM --batch "$jid"; else scontrol requeue "$jid"; fi
   # Requeued: pending with a begin time; let it start now.
-  for _ in $(seq 1 120); do squeue -h -j "$jid" -o %T 2>/dev/null | grep -q PENDING && break; sleep 0.5; done
-  squeue -h -j "$jid" -o %T | grep -q PENDING || { cat "$how.out"; fail "$how: the job was not requeued"; }
+  for _ in $(seq 1 120); do scontrol show job -o "$jid" 2>/dev/null | grep -q "JobState=PENDING " && break; sleep 0.5; done
+  scontrol show job -o "$jid" | grep -q "JobState=PENDING " || { cat "$how.out"; fail "$how: the job was not requeued"; }
   scontrol update JobId="$jid" StartTime=now
   wait_job "$jid"
   grep -q "stop requested (signal 15): stopping after step" "$how.out" || { cat "$how.out"; fail "$how: no clean stop"; }
