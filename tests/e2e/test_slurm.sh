@@ -21,7 +21,9 @@ done
 
 S="$WORK/slurm"
 mkdir -p "$S"/{munge,ctld,d,log,run}
+on_failure() { echo "--- slurmctld / slurmd logs (last lines) ---"; tail -n 15 "$S"/log/slurmctld.log "$S"/log/slurmd.log 2>/dev/null; }
 cleanup() {
+  [ "$?" -eq 0 ] || on_failure
   [ -n "${SLURM_CONF:-}" ] && scontrol shutdown > /dev/null 2>&1 || true
   for p in "$S"/run/*.pid; do [ -e "$p" ] && kill "$(cat "$p")" 2>/dev/null || true; done
 }
