@@ -21,7 +21,12 @@ double Comm::all_reduce_host_scalar(double x, ReduceOp op) {
 namespace {
 double g_blocked = 0;  // the trainer's thread is the only caller of Comm
 std::mutex g_wait_mutex;
-WaitState g_wait;  // guarded by g_wait_mutex (the watchdog's thread reads it)
+// Guarded by g_wait_mutex (the watchdog's thread reads it). `whom` points at the communicator's
+// name, valid while the wait lasts: set and cleared per blocking call without allocating.
+bool g_waiting = false;
+const char* g_op = "";
+const std::string* g_whom = nullptr;
+double g_since = 0;
 }  // namespace
 
 double now_seconds() {
@@ -30,20 +35,23 @@ double now_seconds() {
 
 WaitState current_wait() {
   std::lock_guard<std::mutex> lock(g_wait_mutex);
-  return g_wait;
+  if (!g_waiting) return {};
+  return {true, g_op, g_whom ? *g_whom : std::string(), g_since};
 }
 
 namespace wait_detail {
 void enter(const char* op, const std::string* whom) {
+  const double now = now_seconds();
   std::lock_guard<std::mutex> lock(g_wait_mutex);
-  g_wait.waiting = true;
-  g_wait.op = op;
-  g_wait.whom = whom ? *whom : std::string();
-  g_wait.since = now_seconds();
+  g_waiting = true;
+  g_op = op;
+  g_whom = whom;
+  g_since = now;
 }
 void leave() {
   std::lock_guard<std::mutex> lock(g_wait_mutex);
-  g_wait.waiting = false;
+  g_waiting = false;
+  g_whom = nullptr;
 }
 }  // namespace wait_detail
 

@@ -31,12 +31,12 @@ int tag_upper_bound() {
 // length: a short message is legal MPI but always a pairing bug in baton's schedules.
 class MpiRequest : public Request {
  public:
-  MpiRequest(MPI_Request r, MPI_Datatype dt, int expected_count, const char* op, std::string whom)
-      : req_(r), dt_(dt), expected_(expected_count), op_(op), whom_(std::move(whom)) {}
+  MpiRequest(MPI_Request r, MPI_Datatype dt, int expected_count, const char* op, const std::string* whom)
+      : req_(r), dt_(dt), expected_(expected_count), op_(op), whom_(whom) {}
 
   void wait() override {
     if (req_ == MPI_REQUEST_NULL) return;
-    BlockedTimer blocked(op_, &whom_);
+    BlockedTimer blocked(op_, whom_);
     MPI_Status st;
     check_mpi(MPI_Wait(&req_, &st), "MPI_Wait");
     check_length(st);
@@ -63,13 +63,13 @@ class MpiRequest : public Request {
   MPI_Request req_;
   MPI_Datatype dt_;
   int expected_;  // -1: not a receive
-  const char* op_;   // for the wait record (dist/wait_state.h)
-  std::string whom_;
+  const char* op_;          // for the wait record (dist/wait_state.h)
+  const std::string* whom_;  // the communicator's name for the peer or group (outlives the request)
 };
 
-RequestPtr wrap(MPI_Request r, const char* op, std::string whom, MPI_Datatype dt = MPI_DATATYPE_NULL,
+RequestPtr wrap(MPI_Request r, const char* op, const std::string* whom, MPI_Datatype dt = MPI_DATATYPE_NULL,
                 int expected = -1) {
-  return std::make_unique<MpiRequest>(r, dt, expected, op, std::move(whom));
+  return std::make_unique<MpiRequest>(r, dt, expected, op, whom);
 }
 
 }  // namespace
@@ -98,11 +98,9 @@ MpiComm::MpiComm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   check_mpi(MPI_Group_translate_ranks(group, size_, mine.data(), world, theirs.data()), "MPI_Group_translate_ranks");
   MPI_Group_free(&group);
   MPI_Group_free(&world);
-  world_ranks_ = theirs;
   members_ = fmt::format("ranks {}", fmt::join(theirs, ","));
+  for (int w : theirs) peer_names_.push_back(fmt::format("rank {}", w));
 }
-
-std::string MpiComm::peer_name(int peer) const { return fmt::format("rank {}", world_ranks_[peer]); }
 
 MpiComm::~MpiComm() {
   int finalized = 1;
@@ -123,7 +121,7 @@ RequestPtr MpiComm::all_reduce_async(void* buf, size_t count, DType dtype, Reduc
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, to_count(count, "all_reduce_async"),
                            mpi::datatype(dtype), mpi::op(op, dtype), comm_, &r),
             "MPI_Iallreduce");
-  return wrap(r, "all_reduce (async)", members_);
+  return wrap(r, "all_reduce (async)", &members_);
 }
 
 void MpiComm::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
@@ -140,7 +138,7 @@ RequestPtr MpiComm::reduce_scatter_async(const void* send, void* recv, size_t re
   check_mpi(MPI_Ireduce_scatter_block(send, recv, to_count(recv_count, "reduce_scatter_async"),
                                       mpi::datatype(dtype), mpi::op(op, dtype), comm_, &r),
             "MPI_Ireduce_scatter_block");
-  return wrap(r, "reduce_scatter (async)", members_);
+  return wrap(r, "reduce_scatter (async)", &members_);
 }
 
 void MpiComm::all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
@@ -168,7 +166,7 @@ RequestPtr MpiComm::send(const void* buf, size_t count, DType dtype, int peer, i
   MPI_Request r;
   check_mpi(MPI_Isend(buf, to_count(count, "send"), mpi::datatype(dtype), peer, tag, comm_, &r),
             "MPI_Isend");
-  return wrap(r, "send", peer_name(peer));
+  return wrap(r, "send", &peer_names_[peer]);
 }
 
 RequestPtr MpiComm::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
@@ -178,7 +176,7 @@ RequestPtr MpiComm::recv(void* buf, size_t count, DType dtype, int peer, int tag
   const int n = to_count(count, "recv");
   MPI_Request r;
   check_mpi(MPI_Irecv(buf, n, mpi::datatype(dtype), peer, tag, comm_, &r), "MPI_Irecv");
-  return wrap(r, "recv", peer_name(peer), mpi::datatype(dtype), n);
+  return wrap(r, "recv", &peer_names_[peer], mpi::datatype(dtype), n);
 }
 
 void MpiComm::barrier() {

@@ -52,12 +52,12 @@ class MpiComm : public Comm {
   std::unique_ptr<Comm> split(int color, int key) override;
 
  private:
-  std::string peer_name(int peer) const;  // "rank W": the peer's world rank
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;
-  std::vector<int> world_ranks_;  // of the members, in group order
-  std::string members_;           // "ranks 0,2,4", for the wait record
+  // Names for the wait record, built once (dist/wait_state.h): the group, each member by world rank.
+  std::string members_;                 // "ranks 0,2,4"
+  std::vector<std::string> peer_names_;  // "rank 4", by group rank
 };
 
 // Throws baton::Error("<what> failed: <MPI's message>") unless rc == MPI_SUCCESS.

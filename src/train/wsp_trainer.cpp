@@ -78,12 +78,18 @@ std::unique_ptr<TrainSession> vw_session(const Config& cfg, int N, int vw, dist:
   return session;
 }
 
-// A VW's bookkeeping after its step: the summary, evaluation at train.eval_every (and at the end),
-// its metrics record and log line; `sync` is the sync mode's part of the line.
+// A VW's outputs: the resolved config (rank 0), its metrics file (metrics.jsonl for VW 0,
+// metrics-vw<k>.jsonl for the others), and after each step the summary, evaluation at
+// train.eval_every (and at the end), its metrics record and log line; `sync` is the sync mode's
+// part of the line.
 class VwLog {
  public:
-  VwLog(const Config& cfg, TrainSession& session, MetricsWriter& metrics, TrainSummary& summary, int vw)
-      : cfg_(cfg), session_(session), metrics_(metrics), summary_(summary), vw_(vw) {}
+  VwLog(const Config& cfg, TrainSession& session, int rank, int vw)
+      : cfg_(cfg), session_(session),
+        metrics_((rank == 0 ? write_resolved_config(cfg, cfg.run.dir) : std::string(), cfg.run.dir), false,
+                 vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw)),
+        vw_(vw) {}
+  const TrainSummary& summary() const { return summary_; }
   void step(int64_t step, double lr, const TimedStep& t, const VwMetrics& vm, const std::string& sync) {
     summary_.steps_done++;
     summary_.last_step = step + 1;
@@ -111,8 +117,8 @@ class VwLog {
  private:
   const Config& cfg_;
   TrainSession& session_;
-  MetricsWriter& metrics_;
-  TrainSummary& summary_;
+  MetricsWriter metrics_;
+  TrainSummary summary_;
   int vw_;
   double loss_window_ = 0;
   int window_ = 0;
@@ -142,11 +148,8 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, int N, int vw
   for (int i = 0; i < model.table().size(); ++i)
     std::fill_n(in_tensor.begin() + static_cast<std::ptrdiff_t>(model.table().offset(i)), model.table().numel(i), 1);
 
-  if (world.rank() == 0) write_resolved_config(cfg, cfg.run.dir);
-  MetricsWriter metrics(cfg.run.dir, false, vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw));
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
-  TrainSummary summary;
-  VwLog vwlog(cfg, session, metrics, summary, vw);
+  VwLog vwlog(cfg, session, world.rank(), vw);
   double wait_total = 0;
   int waves = 0;
   Timer run_timer;
@@ -185,9 +188,9 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, int N, int vw
                fmt::format("wave {} ({} averaged)", step / nm, waves));
   }
   log::info("vw {}: {} minibatches in {:.1f} s, {:.2f} s ({:.0f}%) in the all-reduce (waiting for the other "
-            "virtual workers included)", vw, summary.steps_done, run_timer.seconds(), wait_total,
+            "virtual workers included)", vw, vwlog.summary().steps_done, run_timer.seconds(), wait_total,
             100 * wait_total / std::max(1e-9, run_timer.seconds()));
-  return summary;
+  return vwlog.summary();
 }
 
 }  // namespace
@@ -245,11 +248,8 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
     model.refresh_compute_params();
   };
 
-  if (world.rank() == 0) write_resolved_config(cfg, cfg.run.dir);
-  MetricsWriter metrics(cfg.run.dir, false, vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw));
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
-  TrainSummary summary;
-  VwLog vwlog(cfg, session, metrics, summary, vw);
+  VwLog vwlog(cfg, session, world.rank(), vw);
   double wait_total = 0;
   Timer run_timer;
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);  // each VW's own losses
@@ -295,10 +295,10 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
                fmt::format("clock {} (global {}) | staleness {}", clock.c_local(), c_global, staleness));
   }
   log::info("vw {}: {} minibatches in {:.1f} s, {:.2f} s ({:.0f}%) waiting for the parameter server", vw,
-            summary.steps_done, run_timer.seconds(), wait_total, 100 * wait_total / std::max(1e-9, run_timer.seconds()));
+            vwlog.summary().steps_done, run_timer.seconds(), wait_total, 100 * wait_total / std::max(1e-9, run_timer.seconds()));
   // Every VW has pushed all its waves before anyone frees the windows (collective).
   world.barrier();
-  return summary;
+  return vwlog.summary();
 }
 
 }  // namespace baton
