@@ -125,7 +125,7 @@ std::vector<KeyDesc> make_table() {
 
       BATON_KEY(run, dir, "run directory (metrics, resolved config, checkpoints)", .non_empty = true),
       BATON_KEY(run, stall_timeout_s,
-                "end a multi-rank job that makes no progress for this long, naming the stuck rank (0 = off)",
+                "end a job that makes no progress for this long, naming the stuck rank (0 = off)",
                 .range = at_least(0)),
       BATON_KEY(run, trace, "write <run.dir>/trace.json: every rank's executed instructions with wall-clock "
                 "times beside the simulator's prediction (Chrome trace; open in ui.perfetto.dev)"),

@@ -48,7 +48,7 @@ struct Heartbeat {
 StallWatchdog::StallWatchdog(double timeout_s, const std::string& run_dir, int rank, int world)
     : timeout_(timeout_s), dir_(run_dir + "/.heartbeat"), rank_(rank), world_(world) {
   last_progress_ = dist::now_seconds();
-  if (timeout_ <= 0 || world_ <= 1) return;
+  if (timeout_ <= 0) return;
   std::error_code ec;
   fs::create_directories(dir_, ec);
   thread_ = std::thread([this] { run(); });

@@ -23,7 +23,8 @@ namespace baton {
 
 class StallWatchdog {
  public:
-  // Starts the thread (nothing when timeout_s <= 0 or world == 1).
+  // Starts the thread (nothing when timeout_s <= 0). One process has no peer to wait on, but it
+  // can still hang (a stuck file system): it is watched too.
   StallWatchdog(double timeout_s, const std::string& run_dir, int rank, int world);
   ~StallWatchdog();
   StallWatchdog(const StallWatchdog&) = delete;
