@@ -69,6 +69,10 @@ void check_trainable(const Config& cfg) {
                             cfg.hetero.sync),
                 "set run.trace = false for virtual-worker runs; the timeline records the pipeline and "
                 "data-parallel layouts (tp, pp, dp, any executable schedule)");
+  BATON_REQUIRE(cfg.run.stall_timeout_s == RunConfig{}.stall_timeout_s || !trains_virtual_workers(cfg.hetero),
+                fmt::format("run.stall_timeout_s = {} is not built for virtual-worker runs yet (their loop has no "
+                            "stall watchdog)", cfg.run.stall_timeout_s),
+                "drop run.stall_timeout_s for hetero.virtual_workers runs");
   // PTD-P scatter/gather (notes-dissertation §3) splits what crosses a stage boundary over tp;
   // with sequence parallelism it is split already (Megatron disables scatter/gather there), and
   // without both pipeline and tensor parallelism there is nothing to split. (The planner's configs

@@ -122,6 +122,8 @@ expect_error "not a list of ranks" "$BATON" train tiny.toml "${SGD[@]}" --set ru
   --set hetero.virtual_workers='["v100"]'
 expect_error "not a whole number of waves" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' \
   --set hetero.nm=5
+expect_error "run.stall_timeout_s = 60 is not built for virtual-worker runs" "$BATON" train tiny.toml "${SGD[@]}" \
+  --set run.dir=bad --set hetero.sync='"wsp"' --set run.stall_timeout_s=60
 expect_error "need hetero.sync = \"wsp\"" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.staleness=2
 expect_error "checkpoints of WSP runs" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' \
   --set checkpoint.every=4
