@@ -128,9 +128,13 @@ struct HeteroConfig {
   std::string sync = "allreduce";  // "allreduce" | "wsp"
   int staleness = 0;               // D
   std::string cluster;
-  // One entry per VW: its ranks, one per pipeline stage ("0", or "2,3"); empty = one VW per rank.
+  std::string policy;                // "" (VWs given) | "np" | "ed" | "hd": how hetero.cluster is split into VWs
+  std::string placement = "default";  // "default" (tensors round robin over shards) | "local" (ED-local)
+  // One entry per VW: its stages in order, RANK[@DEVICE][:FIRST-END] (config/virtual_workers.h);
+  // empty = one VW per rank.
   std::vector<std::string> virtual_workers;
   int nm = 1;  // Nm, minibatches per wave (HetPipe §4-5)
+  double jitter = 0;  // each rank's compute stretched by a seeded factor in [1, 1 + jitter] per minibatch
 
   bool operator==(const HeteroConfig&) const = default;
 };

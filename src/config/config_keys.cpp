@@ -137,10 +137,18 @@ std::vector<KeyDesc> make_table() {
                 .allowed = {"allreduce", "wsp"}),
       BATON_KEY(hetero, staleness, "WSP clock distance bound D", .range = at_least(0)),
       BATON_KEY(hetero, cluster, "cluster description file"),
-      BATON_KEY(hetero, virtual_workers, "virtual workers: one entry per VW listing its ranks, one per "
-                "pipeline stage, e.g. [\"0\", \"1\"] (empty = one VW per rank)"),
+      BATON_KEY(hetero, policy, "how hetero.cluster's devices are grouped into virtual workers "
+                "(HetPipe §6: np, ed, hd; empty = the virtual workers are given)", .allowed = {"", "np", "ed", "hd"}),
+      BATON_KEY(hetero, placement, "parameter-server placement: default (tensors round robin over the "
+                "shards) or local (on the rank of the stage that owns them, ED-local)",
+                .allowed = {"default", "local"}),
+      BATON_KEY(hetero, virtual_workers, "virtual workers: one entry per VW listing its stages in order, "
+                "each RANK[@DEVICE][:FIRST-END], e.g. [\"0\", \"1,2\"] or [\"0@V100:0-7, 1@P100:7-12\"] "
+                "(empty = one VW per rank)"),
       BATON_KEY(hetero, nm, "minibatches per wave (Nm) of WSP and allreduce virtual workers",
                 .range = at_least(1)),
+      BATON_KEY(hetero, jitter, "stretch each rank's compute by a seeded random factor in [1, 1 + jitter] "
+                "per minibatch (emulated variability; 0 = off)", .range = at_least(0)),
   };
 }
 

@@ -17,6 +17,10 @@ namespace {
 // (docs/hetpipe.md "Not built yet").
 void check_hetero_trainable(const Config& cfg) {
   const HeteroConfig& h = cfg.hetero;
+  BATON_REQUIRE(h.policy.empty() && h.placement == "default" && h.jitter == 0,
+                "hetero.policy, hetero.placement = \"local\" and hetero.jitter are not built yet",
+                "give the virtual workers in hetero.virtual_workers and leave placement, policy and jitter at "
+                "their defaults");
   if (h.sync != "wsp") {
     BATON_REQUIRE(h.staleness == 0 && h.cluster.empty(),
                   "hetero.sync = \"allreduce\" (the synchronous baseline: virtual workers average every wave, "
