@@ -34,6 +34,12 @@ void check_hetero_trainable(const Config& cfg) {
                 "hetero.cluster (virtual workers derived by the HetPipe partitioner) does not train yet",
                 "give the virtual workers explicitly in hetero.virtual_workers (or leave it empty: one per "
                 "rank); `baton plan --algorithm hetpipe` partitions a cluster file");
+  for (const VirtualWorker& vw : virtual_workers(h, 0))
+    for (const VirtualWorkerStage& st : vw.stages)
+      BATON_REQUIRE(st.device.empty(),
+                    fmt::format("hetero.virtual_workers: rank {} stands for device {}, but emulating devices on "
+                                "CPU ranks (slowdown, memory limit) is not built yet", st.rank, st.device),
+                    "drop the @DEVICE part of the virtual worker's stages");
   for (const std::vector<int>& vw : virtual_worker_ranks(h, 0))
     BATON_REQUIRE(vw.size() == 1,
                   fmt::format("a virtual worker of {} stages (ranks {}) does not train yet: pipelines inside "
