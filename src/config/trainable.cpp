@@ -1,6 +1,7 @@
 // check_trainable: what `baton train` and `baton bench` can run today, apart from the config's
 // consistency (validate.cpp). Every accepted key takes effect or is refused here with a clear
 // error: keys of features that are not built yet are not silently ignored.
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
@@ -40,20 +41,34 @@ void check_hetero_trainable(const Config& cfg) {
                     fmt::format("hetero.virtual_workers: rank {} stands for device {}, but emulating devices on "
                                 "CPU ranks (slowdown, memory limit) is not built yet", st.rank, st.device),
                     "drop the @DEVICE part of the virtual worker's stages");
-  for (const std::vector<int>& vw : virtual_worker_ranks(h, 0))
-    BATON_REQUIRE(vw.size() == 1,
-                  fmt::format("a virtual worker of {} stages (ranks {}) does not train yet: pipelines inside "
-                              "virtual workers (HetPipe §4) are not built", vw.size(), fmt::join(vw, ",")),
-                  "give each virtual worker one rank, e.g. virtual_workers = [\"0\", \"1\"]");
+  const std::vector<std::vector<int>> vws = virtual_worker_ranks(h, 0);
+  const bool pipelined = std::any_of(vws.begin(), vws.end(), [](const std::vector<int>& r) { return r.size() > 1; });
+  if (pipelined) {
+    BATON_REQUIRE(h.sync == "wsp",
+                  "virtual workers of several stages under hetero.sync = \"allreduce\" are not built yet",
+                  "use hetero.sync = \"wsp\" (staleness = 0 is the closest synchronous setting) or give each "
+                  "virtual worker one rank");
+    const int rows = cfg.train.global_batch / static_cast<int>(vws.size());
+    BATON_REQUIRE(cfg.train.micro_batch == rows,
+                  fmt::format("train.micro_batch = {}: a virtual worker of several stages runs each of its minibatches "
+                              "(train.global_batch / {} VWs = {} rows) as one micro-batch through its pipeline "
+                              "(HetPipe §4: the minibatch is the pipeline's unit)",
+                              cfg.train.micro_batch, vws.size(), rows),
+                  fmt::format("set train.micro_batch = {}", rows));
+    BATON_REQUIRE(cfg.precision.compute == "fp32",
+                  "virtual workers of several stages keep a weight version per minibatch in flight (fp32 "
+                  "weight stashing); bf16 compute is not built for it",
+                  "set precision.compute = \"fp32\"");
+  }
   const ParallelConfig& p = cfg.parallel;
   BATON_REQUIRE(p.tp == 1 && p.pp == 1 && p.vp == 1 && p.replicas.empty() && p.stages.empty() && !p.zero1,
-                fmt::format("hetero.sync = \"{}\" runs virtual workers of one rank each: parallel.tp, pp, vp, "
-                            "replicas, stages and zero1 do not apply", h.sync),
+                fmt::format("hetero.sync = \"{}\" takes its pipelines from hetero.virtual_workers: parallel.tp, "
+                            "pp, vp, replicas, stages and zero1 do not apply", h.sync),
                 "leave the [parallel] section at its defaults (tp = pp = vp = 1, no replicas or stages, "
                 "zero1 = false); the virtual workers come from hetero.virtual_workers");
   BATON_REQUIRE(pipeline::schedule_traits(p.schedule).synchronous(),
-                fmt::format("parallel.schedule = \"{}\" updates asynchronously inside a step; a "
-                            "virtual worker of one stage runs one update per minibatch", p.schedule),
+                fmt::format("parallel.schedule = \"{}\" does not apply to virtual workers: they run one update "
+                            "per minibatch (HetPipe §4's schedule inside a VW of several stages)", p.schedule),
                 "leave parallel.schedule at its default (a flush schedule)");
   BATON_REQUIRE(cfg.train.steps % h.nm == 0,
                 fmt::format("train.steps = {} is not a whole number of waves of hetero.nm = {} minibatches",

@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "config/config.h"
+#include "config/virtual_workers.h"
 #include "config/config_keys.h"
 #include "core/error.h"
 #include "pipeline/schedules.h"
@@ -276,6 +277,10 @@ void validate(Config& cfg, int world_size) {
         fmt::format("run on a multiple of {} ranks ({}, {}, {}, ...), or change tp / pp",
                     model_ranks, model_ranks, 2 * model_ranks, 3 * model_ranks));
   cfg.dp = static_cast<int>(world_size / model_ranks);
+  // Virtual workers split each global batch like data-parallel groups, one slice per VW (whatever
+  // its number of stages: train/wsp_trainer.h).
+  if (trains_virtual_workers(cfg.hetero) && !cfg.hetero.virtual_workers.empty())
+    cfg.dp = static_cast<int>(cfg.hetero.virtual_workers.size());
 
   const auto& t = cfg.train;
   const int64_t per_step = int64_t{t.micro_batch} * cfg.dp;

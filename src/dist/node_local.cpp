@@ -11,6 +11,9 @@ namespace baton::dist {
 
 NodeLocal node_local() {
   BATON_ASSERT(MpiRuntime::initialized(), "node_local() before MpiRuntime::init()");
+  // Computed once: later calls (e.g. by a session over a sub-communicator, whose ranks alone
+  // could not join a world collective) return the first answer.
+  static const NodeLocal cached = [] {
   int world_rank = 0;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
   MPI_Comm node = MPI_COMM_NULL;
@@ -22,6 +25,8 @@ NodeLocal node_local() {
   MPI_Comm_size(node, &out.local_size);
   MPI_Comm_free(&node);
   return out;
+  }();
+  return cached;
 }
 
 }  // namespace baton::dist

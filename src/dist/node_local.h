@@ -10,7 +10,8 @@ struct NodeLocal {
   int local_size = 1;  // ranks on this node
 };
 
-// Collective over MPI_COMM_WORLD (MpiRuntime::init must have run).
+// Collective over MPI_COMM_WORLD the first time (MpiRuntime::init must have run); later calls
+// return the same answer without communicating.
 NodeLocal node_local();
 
 }  // namespace baton::dist

@@ -68,6 +68,7 @@ struct ScheduleSpec {
   int steps = 1;              // optimizer steps (batches) the program covers
   std::vector<int> replicas;  // pipedream: workers per stage (empty = 1 each)
   bool vertical_sync = false; // pipedream: every stage uses the input stage's version
+  int nm = 0;                 // hetpipe: Nm minibatches in flight (HetPipe §4); 0 = pp
   bool operator==(const ScheduleSpec&) const = default;
 };
 
@@ -93,6 +94,7 @@ struct ScheduleTraits {
   bool vertical_sync = false;    // the vertical-sync option applies (PipeDream §3.3)
   bool split_backward = false;   // BWD_INPUT / BWD_WEIGHT (zero bubble)
   bool min_microbatches_pp = false;  // needs at least pp micro-batches per batch (2 versions)
+  bool in_flight_nm = false;     // ScheduleSpec::nm sets the minibatches in flight (hetpipe)
   bool generated = true;         // has a generator (baton schedule, simulate, the planner)
   bool executable = true;        // baton train runs it
   std::string_view summary;      // one line for help texts and errors

@@ -204,6 +204,30 @@ Program gen_pipedream(const ScheduleSpec& spec) {
   return p;
 }
 
+// HetPipe's pipelined model parallelism inside a virtual worker (HetPipe §4; notes-hetpipe-madpipe
+// §A.2): Nm minibatches in flight (spec.nm; 0 = pp), an update per minibatch on every stage as its
+// backward finishes, and minibatch p (1-based) computed on the weights with the VW's local
+// updates 1 … p − Nm applied and none later — with our 0-based ids, version max(k − Nm + 1, 0)
+// on every stage, kept (stashed) until the minibatch's backward. The paper's task order:
+// forwards in minibatch order, backwards in minibatch order, the last stage runs a minibatch's
+// forward and backward as one task; stage s admits min(Nm, …) minibatches: the first stage Nm
+// (minibatch p starts once p − Nm finished), stage s < pp − 1 max(Nm − s, 1), the last 1 — a
+// non-increasing in-flight count, so the 1F1B order is deadlock-free. Every stage's forward of k
+// comes after its own backward of k − Nm (it admits at most Nm), so version k − Nm + 1 exists
+// there. With Nm = pp this is exactly pipedream with vertical sync.
+Program gen_hetpipe(const ScheduleSpec& spec) {
+  const int nm = spec.nm > 0 ? spec.nm : spec.pp;
+  Program p{.spec = spec};
+  p.ranks.resize(spec.pp);
+  const int n = p.total_microbatches();
+  const std::vector<int> mbs = iota_from(0, n);
+  std::vector<int> versions(n);
+  for (int k = 0; k < n; ++k) versions[k] = std::max(k - nm + 1, 0);
+  for (int s = 0; s < spec.pp; ++s)
+    one_f_one_b(p.ranks[s], s, mbs, s == spec.pp - 1 ? 1 : std::max(nm - s, 1), versions);
+  return p;
+}
+
 // PipeDream-2BW (notes-dissertation §1.4): 1F1B without flushes, gradients accumulated over the
 // m microbatches of a batch, an optimizer step per batch (lower inserts it after the batch's last
 // backward on each stage), two weight versions. The paper's rule for 1-based microbatch K is
@@ -265,6 +289,10 @@ const std::vector<Entry>& registry() {
         .summary = "MadPipe 1F1B*: the memory-optimal periodic schedule, 2BW updates (planner and "
                    "simulator only)"},
        gen_1f1b_star},
+      {{.name = "hetpipe", .update = U::PER_MICROBATCH, .weight_versions = 0, .in_flight_nm = true,
+        .summary = "HetPipe pipelined model parallelism: Nm minibatches in flight, minibatch p on the "
+                   "local updates 1..p-Nm"},
+       gen_hetpipe},
       {{.name = "wsp", .update = U::PER_WAVE, .generated = false, .executable = false,
         .summary = "HetPipe wave synchronous parallel over virtual workers (not built yet)"},
        nullptr},
@@ -380,6 +408,11 @@ void check_spec(const ScheduleSpec& s) {
                             s.microbatches, s.pp),
                 "two weight versions (PipeDream-2BW's, also kept by 1F1B*) suffice only when "
                 "gradients are accumulated over m >= p microbatches: raise microbatches");
+  BATON_REQUIRE(t.in_flight_nm || s.nm == 0,
+                fmt::format("the minibatches in flight (nm) are a hetpipe option, not one of '{}'", s.kind),
+                "drop nm or use kind hetpipe");
+  BATON_REQUIRE(s.nm >= 0, fmt::format("nm must be at least 1 (0 = pp), got {}", s.nm),
+                "give the minibatches in flight, e.g. nm = 4");
   BATON_REQUIRE(t.vertical_sync || !s.vertical_sync,
                 fmt::format("vertical sync is a pipedream option, not one of '{}'", s.kind),
                 "drop the vertical-sync option or use kind pipedream");

@@ -12,7 +12,8 @@
 
 namespace baton::pipeline {
 
-// The registry in a stable order: gpipe, 1f1b, interleaved, pipedream, 2bw, zb-h1, 1f1b-star, wsp.
+// The registry in a stable order: gpipe, 1f1b, interleaved, pipedream, 2bw, zb-h1, 1f1b-star,
+// hetpipe, wsp.
 const std::vector<ScheduleTraits>& schedule_registry();
 // The registered kinds' names, in registry order (config validation's allowed values).
 std::vector<std::string> schedule_kinds();

@@ -47,6 +47,7 @@ std::string to_text(const Program& p) {
                                 s.kind, s.pp, s.vp, s.microbatches, s.steps, p.lowered ? 1 : 0);
   if (!s.replicas.empty()) out += " replicas=" + join_ints(s.replicas);
   if (s.vertical_sync) out += " vertical_sync=1";
+  if (s.nm > 0) out += fmt::format(" nm={}", s.nm);
   if (!p.tied_stages.empty()) out += " tied=" + join_ints(p.tied_stages);
   out += '\n';
   for (size_t r = 0; r < p.ranks.size(); ++r) {
@@ -133,6 +134,7 @@ Program parse_program(std::string_view text) {
         else if (key == "steps") p.spec.steps = number(value);
         else if (key == "lowered") p.lowered = number(value) != 0;
         else if (key == "vertical_sync") p.spec.vertical_sync = number(value) != 0;
+        else if (key == "nm") p.spec.nm = number(value);
         else if (key == "replicas" || key == "tied") {
           std::istringstream items(value);
           std::string item;

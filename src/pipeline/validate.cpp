@@ -230,6 +230,11 @@ class Validator {
       fail(fmt::format("reads weight version {}, but only 0..{} exist", v, have));
     } else if (traits_.synchronous() && v != have) {
       fail(fmt::format("a flush schedule reads the latest version {}", have));
+    } else if (traits_.in_flight_nm) {  // hetpipe: minibatch k reads the local updates 1..k+1−Nm
+      const int nm = p_.spec.nm > 0 ? p_.spec.nm : p_.spec.pp, want = std::max(in.microbatch - nm + 1, 0);
+      if (v != want)
+        fail(fmt::format("hetpipe microbatch {} must read version max({} − Nm + 1, 0) = {}", in.microbatch,
+                         in.microbatch, want));
     } else if (per_microbatch && !p_.spec.vertical_sync && v != have) {
       fail(fmt::format("pipedream's forward reads the latest version {}", have));
     } else if (per_microbatch && p_.spec.vertical_sync) {

@@ -57,6 +57,7 @@ std::pair<int64_t, int> ModelStage::origin(int microbatch) const {
 }
 
 void ModelStage::forward(int stage, int microbatch, int slot) {
+  if (before_forward_ && w_.training) before_forward_(stage, microbatch);
   const auto [batch, row] = origin(microbatch);
   m_.set_shape(slot, w_.micro, w_.T, batch, row);  // a middle stage loads nothing
   m_.forward_chunk(chunk(stage), slot, w_.training, w_.loss_scale);

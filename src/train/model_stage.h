@@ -46,6 +46,9 @@ class ModelStage final : public pipeline::Stage {
   ModelStage(SequentialModel& model, std::vector<int> model_stages, GradSync& sync,
              WeightVersions* versions, UpdateFn on_update);
 
+  // Called before each training forward of one of this rank's stages, after its weight version
+  // was selected (the WSP trainer's pulls of pipelined virtual workers: train/wsp_pipeline.h).
+  void set_before_forward(std::function<void(int stage, int microbatch)> fn) { before_forward_ = std::move(fn); }
   void set_work(const StageWork& w) { w_ = w; }
   const StageWork& work() const { return w_; }
   // The instructions this rank will run: each stage's last backward before an update completes
@@ -81,6 +84,7 @@ class ModelStage final : public pipeline::Stage {
   GradSync& sync_;
   WeightVersions* versions_;
   UpdateFn on_update_;
+  std::function<void(int, int)> before_forward_;
   StageWork w_;
   HostBatch batch_;
   std::set<std::pair<int, int>> last_before_update_;  // (stage, microbatch)

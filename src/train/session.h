@@ -75,6 +75,8 @@ struct TimedStep {
 
 struct SessionOptions {
   bool record_instructions = false;  // keep each step's executed instructions (tests)
+  int hetpipe_nm = 0;                // parallel.schedule = "hetpipe": minibatches in flight (0 = pp)
+  UpdateHooks* hooks = nullptr;      // WSP inside a pipelined virtual worker (train/wsp_pipeline.h)
 };
 
 class TrainSession {

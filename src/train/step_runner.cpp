@@ -67,6 +67,12 @@ StepRunner::StepRunner(const StepRunnerSetup& setup) : s_(setup) {
     BATON_ASSERT(microbatches_ % r == 0, "{} micro-batches over {} replicas", microbatches_, r);
     updates_per_step_ = microbatches_ / r;
   }
+  if (s_.hooks) {
+    BATON_ASSERT(traits_->update == pipeline::UpdateRule::PER_MICROBATCH && s_.drain_every == 0 &&
+                     microbatches_ == 1 && place_->model_stages.size() == 1,
+                 "update hooks need a per-microbatch kind, one micro-batch per step, one stage per rank, no drain");
+    stage_->set_before_forward([this](int, int microbatch) { s_.hooks->before_forward(microbatch + 1, *versions_); });
+  }
   // Evaluation runs on replica 0 of every stage (rank = stage in this communicator), apart from
   // the training program's messages.
   eval_comm_ = g.pp->split(place_->replica == 0 ? 0 : 1, place_->pipe_rank);
@@ -77,7 +83,8 @@ StepRunner::~StepRunner() = default;
 pipeline::Program StepRunner::program(int steps) const {
   const pipeline::ScheduleSpec spec{.kind = s_.schedule, .pp = pipe_->pp, .vp = pipe_->vp,
                                     .microbatches = microbatches_, .steps = steps,
-                                    .replicas = pipe_->replicas, .vertical_sync = s_.vertical_sync};
+                                    .replicas = pipe_->replicas, .vertical_sync = s_.vertical_sync,
+                                    .nm = s_.nm};
   return pipeline::lower(pipeline::generate(spec), {.tied_stages = tied_stages_});
 }
 
@@ -135,6 +142,7 @@ void StepRunner::on_update(int version, const UpdateStats& u) {
   s_.optimizer->step(w, model.grads(), lr_, u.clip_scale, segment_start_ * updates_per_step_ + version);
   s_.grads->gather_params(w);
   model.zero_grads();
+  if (s_.hooks) s_.hooks->after_update(version, *versions_);
   // Samples behind one update: one micro-batch per data-parallel group (pipedream), the global
   // batch (2bw).
   const int rows = traits_->update == pipeline::UpdateRule::PER_MICROBATCH ? s_.micro_batch * dp_

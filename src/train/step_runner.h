@@ -46,6 +46,17 @@
 
 namespace baton {
 
+// The points of an asynchronous per-microbatch program where HetPipe's WSP talks to its parameter
+// server (train/wsp_pipeline.h): before this rank's forward of a minibatch (a pull may gate it) and
+// after each of its updates (a wave's last pushes). Minibatches and updates are numbered from 1
+// over the run; `versions` is this rank's weight stash, whose versions are the update numbers.
+class UpdateHooks {
+ public:
+  virtual ~UpdateHooks() = default;
+  virtual void before_forward(int64_t minibatch, WeightVersions& versions) = 0;
+  virtual void after_update(int64_t update, WeightVersions& versions) = 0;
+};
+
 struct StepRunnerSetup {
   SequentialModel* model = nullptr;  // this rank's chunks (Layout::place(rank).chunks)
   Optimizer* optimizer = nullptr;
@@ -56,6 +67,8 @@ struct StepRunnerSetup {
   std::string schedule = "1f1b";
   bool scatter_gather = false;  // PTD-P scatter/gather (tp > 1, no sequence parallelism)
   bool vertical_sync = false;   // pipedream
+  int nm = 0;                   // hetpipe: minibatches in flight (0 = pp)
+  UpdateHooks* hooks = nullptr; // per-microbatch kinds, one segment (no drain): WSP's pushes and pulls
   int global_batch = 1;         // samples per step over every data-parallel group
   int micro_batch = 1;
   int T = 1;                    // positions per sample

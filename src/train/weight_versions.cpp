@@ -1,6 +1,8 @@
 // WeightVersions; see weight_versions.h.
 #include "train/weight_versions.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace baton {
@@ -38,6 +40,11 @@ float* WeightVersions::next(int version) {
   version_[idx] = version;
   latest_ = version;
   return ring_[idx];
+}
+
+void WeightVersions::for_each_from(int version, const std::function<void(int, float*)>& fn) {
+  for (int v = std::max(version, latest_ - size_ + 1); v <= latest_; ++v)
+    if (version_[v % size_] == v) fn(v, ring_[v % size_]);
 }
 
 void WeightVersions::publish_latest() {

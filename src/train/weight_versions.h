@@ -7,6 +7,7 @@
 // checkpoints, evaluation and sampling read). fp32 weights only (config validation refuses weight
 // stashing with bf16 compute).
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "model/sequential_model.h"
@@ -27,6 +28,9 @@ class WeightVersions {
   // The buffer of version `version` = latest + 1, a copy of the latest to be updated in place.
   float* next(int version);
   int latest() const { return latest_; }
+  // Calls fn(version, buffer) for every kept version >= `version`, oldest first (the WSP merge
+  // rebases the weight history from a wave's end onto the pulled global weights).
+  void for_each_from(int version, const std::function<void(int, float*)>& fn);
   // The latest version becomes the model's parameters; the model reads them again.
   void publish_latest();
 

@@ -19,6 +19,8 @@
 #include "train/loss_spike.h"
 #include "train/metrics.h"
 #include "train/session.h"
+#include "dist/node_local.h"
+#include "train/wsp_pipeline.h"
 #include "wsp/worker_clock.h"
 
 namespace baton {
@@ -47,23 +49,6 @@ class VwRows final : public BatchSource {
   int row0_, rows_;
 };
 
-// What the VW merges at a pull: w_global as of c_global (every VW's waves 0 … c_global − 1) plus
-// its own pushed waves c_global … pushed − 1 that the server holds back in their slots.
-wsp::VersionVector pulled_version(int num_vw, int64_t c_global, int vw, int pushed, int nm) {
-  wsp::VersionVector v(num_vw);
-  for (int k = 0; k < num_vw; ++k) v.add_range(k, 1, static_cast<int>(c_global) * nm);
-  v.add_range(vw, static_cast<int>(c_global) * nm + 1, pushed * nm);
-  return v;
-}
-
-// Observed staleness of minibatch p's weights: how many of the newest minibatch indices 1 … p − 1
-// are missing from some VW (0 = every VW's updates through p − 1). Bounded by s_global (§5).
-int observed_staleness(const wsp::VersionVector& w, int p, int num_vw) {
-  int reach = p - 1;
-  for (int k = 0; k < num_vw; ++k) reach = std::min(reach, w.prefix(k));
-  return p - 1 - reach;
-}
-
 // The VW's own session: the whole model on this rank, its minibatch = its rows of each global batch.
 std::unique_ptr<TrainSession> vw_session(const Config& cfg, int N, int vw, dist::SelfComm& alone) {
   const int rows = cfg.train.global_batch / N;  // validate(): a multiple of micro_batch × N
@@ -84,11 +69,13 @@ std::unique_ptr<TrainSession> vw_session(const Config& cfg, int N, int vw, dist:
 // part of the line.
 class VwLog {
  public:
-  VwLog(const Config& cfg, TrainSession& session, int rank, int vw)
+  // `reports`: this rank writes the VW's metrics and log lines (its last stage, which has the
+  // loss); every rank of the VW calls step() (evaluation is collective over the VW).
+  VwLog(const Config& cfg, TrainSession& session, int rank, int vw, bool reports = true)
       : cfg_(cfg), session_(session),
-        metrics_((rank == 0 ? write_resolved_config(cfg, cfg.run.dir) : std::string(), cfg.run.dir), false,
-                 vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw)),
-        vw_(vw) {}
+        metrics_((rank == 0 ? write_resolved_config(cfg, cfg.run.dir) : std::string(), reports ? cfg.run.dir : ""),
+                 false, vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw)),
+        vw_(vw), reports_(reports) {}
   const TrainSummary& summary() const { return summary_; }
   void step(int64_t step, double lr, const TimedStep& t, const VwMetrics& vm, const std::string& sync) {
     summary_.steps_done++;
@@ -104,7 +91,7 @@ class VwLog {
         m.val_loss = r->loss;
         summary_.last_val_loss = r->loss;
       }
-    if ((step + 1) % cfg_.train.log_every != 0 && !last && step != 0 && !m.val_loss) return;
+    if (!reports_ || ((step + 1) % cfg_.train.log_every != 0 && !last && step != 0 && !m.val_loss)) return;
     metrics_.write(m);
     log::info("vw {} step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | {} | waited {:.1f} ms ({:.2f} s in all) | {:.0f} ms",
               vw_, step + 1, cfg_.train.steps, loss_window_ / window_,
@@ -120,6 +107,7 @@ class VwLog {
   MetricsWriter metrics_;
   TrainSummary summary_;
   int vw_;
+  bool reports_;
   double loss_window_ = 0;
   int window_ = 0;
 };
@@ -193,6 +181,81 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, int N, int vw
   return vwlog.summary();
 }
 
+// hetero.sync = "wsp" with virtual workers of several stages (wsp_pipeline.h): each VW is a
+// pipeline over its ranks (its own stage count and layer boundaries) running the hetpipe schedule
+// with Nm minibatches in flight; its stages exchange ũ and pulled weights with the VW's first
+// stage, which talks to the parameter server. A VW's minibatch is one micro-batch of
+// train.global_batch / N rows, one update per stage.
+TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const std::vector<VirtualWorker>& vws,
+                                 int vw) {
+  const int N = static_cast<int>(vws.size());
+  const VirtualWorker& me = vws[vw];
+  const std::vector<int> ranks = me.ranks();
+  const int k = static_cast<int>(ranks.size());
+  const int stage = static_cast<int>(std::find(ranks.begin(), ranks.end(), world.rank()) - ranks.begin());
+  std::unique_ptr<dist::Comm> vw_comm = world.split(vw, stage);
+  dist::node_local();  // a world collective, once: the VWs' sessions (over their own ranks) reuse it
+  const int rows = cfg.train.global_batch / N;  // validate(): a multiple of micro_batch × N
+  const wsp::WspParams params{.num_vw = N, .nm = cfg.hetero.nm, .staleness = cfg.hetero.staleness};
+
+  // The VW's own run: a pipeline of its stages, one minibatch (one micro-batch) per step.
+  Config local = cfg;
+  local.hetero = HeteroConfig{};
+  local.train.global_batch = local.train.micro_batch = rows;
+  local.dp = 1;
+  local.parallel.pp = k;
+  local.parallel.schedule = "hetpipe";
+  ModelAndData md = model_and_data(local);
+  local.parallel.stages = me.layer_ranges(md.builder->num_layers(), vw);
+  md.data = std::make_unique<VwRows>(std::move(md.data), vw * rows, rows);
+  WspStageSync sync({.vw = vw, .num_vw = N, .params = params, .minibatches = cfg.train.steps,
+                     .vw_comm = vw_comm.get()});
+  TrainSession session(local, *vw_comm, md.builder, std::move(md.data),
+                       {.hetpipe_nm = params.nm, .hooks = &sync});
+  session.log_header();
+  // The parameter server holds the whole model in one layout every rank agrees on; the VWs'
+  // leaders gather w0 (the same in every VW: one seed) and VW 0's hands it to every shard.
+  const GlobalParams global = global_params(*md.builder, session.backend());
+  dist::ParamServer server(world.handle(), global.spans(), N, params.staleness);
+  std::vector<float> w0(global.floats(), 0.0f);
+  sync.bind(session.model(), global, stage == 0 ? &server : nullptr, w0);
+  world.broadcast(w0.data(), w0.size(), DType::F32, vws[0].stages[0].rank);
+  server.init(w0.data());
+  const bool reports = stage == k - 1;  // the last stage has the loss
+  if (world.rank() == 0)
+    log::info("WSP (HetPipe §4-5): {} virtual workers ({}) | Nm = {} minibatches in flight and per wave | D = {} | "
+              "s_global = {} | minibatch = {} rows of each global batch of {} | parameter server: {} shards, "
+              "each VW's first stage its client | no checkpoints under WSP yet",
+              N, fmt::join(cfg.hetero.virtual_workers.empty() ? std::vector<std::string>{"one rank each"}
+                                                               : cfg.hetero.virtual_workers, " | "),
+              params.nm, params.staleness, wsp::s_global(params.staleness, params.nm), rows, cfg.train.global_batch,
+              world.size());
+
+  const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
+  VwLog vwlog(cfg, session, world.rank(), vw, reports);
+  Timer run_timer;
+  LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);
+  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+    const double lr = sched.at(step);
+    const TimedStep t = session.step(step, lr);
+    if (reports)
+      if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
+        throw Error(fmt::format("virtual worker {}: {}", vw, *spike),
+                    "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor (0 turns the check off)");
+    vwlog.step(step, lr, t,
+               VwMetrics{.vw = vw, .clock = sync.clock(), .c_global = sync.c_global(), .staleness = sync.staleness(),
+                         .wait_s = sync.take_wait(), .wait_total_s = sync.wait_total(), .push_s = sync.take_push()},
+               fmt::format("clock {} (global {}) | staleness {}", sync.clock(), sync.c_global(), sync.staleness()));
+  }
+  sync.finish();
+  if (reports)
+    log::info("vw {}: {} minibatches in {:.1f} s, {:.2f} s ({:.0f}%) waiting for the parameter server", vw,
+              vwlog.summary().steps_done, run_timer.seconds(), sync.wait_total(),
+              100 * sync.wait_total() / std::max(1e-9, run_timer.seconds()));
+  world.barrier();  // every VW has pushed all its waves before anyone frees the windows
+  return vwlog.summary();
+}
+
 }  // namespace
 
 TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
@@ -205,6 +268,10 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   const int N = static_cast<int>(vws.size());
   const int vw = virtual_worker_of(vws, world.rank());
   if (cfg.hetero.sync == "allreduce") return train_allreduce(cfg, world, N, vw);
+  // Pipelines inside the VWs (HetPipe §4): every VW runs the pipelined path, also one of one stage
+  // (minibatch p then reads its updates 1 … p − Nm, like every VW of the run).
+  if (std::any_of(vws.begin(), vws.end(), [](const std::vector<int>& r) { return r.size() > 1; }))
+    return train_wsp_pipelined(cfg, *mpi, virtual_workers(cfg.hetero, world.size()), vw);
   const int rows = cfg.train.global_batch / N;
 
   dist::SelfComm alone;

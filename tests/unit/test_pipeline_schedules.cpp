@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -45,7 +46,7 @@ std::vector<ScheduleSpec> sweep_specs() {
 TEST(PipelineSchedules, RegistryListsTheKinds) {
   EXPECT_EQ(schedule_kinds(),
             (std::vector<std::string>{"gpipe", "1f1b", "interleaved", "pipedream", "2bw", "zb-h1",
-                                      "1f1b-star", "wsp"}));
+                                      "1f1b-star", "hetpipe", "wsp"}));
 }
 
 // The traits are what lower, validate, the executor, config validation and the trainer read
@@ -76,6 +77,50 @@ TEST(PipelineSchedules, TraitsDescribeEachKind) {
     EXPECT_EQ(p.traits().name, t.name);
   }
   EXPECT_THROW(schedule_traits("zigzag"), Error);
+}
+
+// HetPipe §4 inside a virtual worker: minibatch k (0-based) reads version max(k − Nm + 1, 0) on
+// every stage, each stage's forward of k comes after its own backward of k − Nm (at most Nm in
+// flight on the first stage: "minibatch p starts once p − Nm finished"), forwards and backwards
+// run in minibatch order, and the last stage runs F and B of a minibatch back to back. With
+// Nm = pp the program is pipedream's with vertical sync.
+TEST(PipelineSchedules, HetpipeKeepsNmInFlightAndReadsLocalUpdatesUpToPMinusNm) {
+  EXPECT_EQ(schedule_traits("hetpipe").update, UpdateRule::PER_MICROBATCH);
+  EXPECT_TRUE(schedule_traits("hetpipe").in_flight_nm && schedule_traits("hetpipe").executable);
+  for (int pp = 1; pp <= 4; ++pp)
+    for (int nm = 1; nm <= 6; ++nm) {
+      const int n = 12;
+      const Program p = generate({.kind = "hetpipe", .pp = pp, .microbatches = n, .nm = nm});
+      SCOPED_TRACE(fmt::format("pp {} nm {}", pp, nm));
+      ASSERT_EQ(joined(validate(lower(p))), "");
+      for (int s = 0; s < pp; ++s) {
+        std::vector<int> fwd_order, bwd_order;
+        int in_flight = 0, peak = 0;
+        std::set<int> done;  // backwards finished on this stage
+        for (const Instr& in : p.ranks[s]) {
+          if (in.op == Op::FWD) {
+            EXPECT_EQ(in.weight_version, std::max(in.microbatch - nm + 1, 0));
+            EXPECT_TRUE(in.microbatch < nm || done.count(in.microbatch - nm)) << "F" << in.microbatch;
+            fwd_order.push_back(in.microbatch);
+            peak = std::max(peak, ++in_flight);
+          } else {
+            bwd_order.push_back(in.microbatch);
+            done.insert(in.microbatch);
+            --in_flight;
+          }
+        }
+        EXPECT_TRUE(std::is_sorted(fwd_order.begin(), fwd_order.end()));
+        EXPECT_TRUE(std::is_sorted(bwd_order.begin(), bwd_order.end()));
+        EXPECT_EQ(peak, s == pp - 1 ? 1 : std::max(1, std::min(nm - s, n)));
+      }
+      if (nm == pp) {
+        Program pd = generate({.kind = "pipedream", .pp = pp, .microbatches = n, .vertical_sync = true});
+        EXPECT_EQ(pd.ranks, p.ranks);
+      }
+    }
+  EXPECT_THROW(generate({.kind = "pipedream", .pp = 2, .microbatches = 4, .nm = 2}), Error);
+  const Program text = generate({.kind = "hetpipe", .pp = 2, .microbatches = 4, .nm = 3});
+  EXPECT_EQ(parse_program(to_text(text)), text);
 }
 
 TEST(PipelineSchedules, SweepValidatesBeforeAndAfterLowering) {

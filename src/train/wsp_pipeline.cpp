@@ -1,0 +1,284 @@
+// WSP for virtual workers of several stages; see wsp_pipeline.h for the protocol and its sources.
+#include "train/wsp_pipeline.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace baton {
+namespace {
+
+// Messages on the VW's communicator (its own: no clash with the pipeline's).
+constexpr int kTagCount = 101, kTagIds = 102, kTagPush = 103, kTagPullClock = 104, kTagPullData = 105;
+
+}  // namespace
+
+std::vector<dist::TensorSpan> GlobalParams::spans() const {
+  std::vector<dist::TensorSpan> out;
+  for (int i = 0; i < table.size(); ++i) out.push_back({table.offset(i), table.numel(i)});
+  return out;
+}
+
+GlobalParams global_params(const ModelBuilder& builder, const Backend& be) {
+  GlobalParams g;
+  for (int l = 0; l < builder.num_layers(); ++l) builder.make_layer(l, TensorParallel{}, be, Recompute::NONE)->add_params(g.table);
+  return g;
+}
+
+wsp::VersionVector pulled_version(int num_vw, int64_t c_global, int vw, int pushed, int nm) {
+  wsp::VersionVector v(num_vw);
+  for (int k = 0; k < num_vw; ++k) v.add_range(k, 1, static_cast<int>(c_global) * nm);
+  v.add_range(vw, static_cast<int>(c_global) * nm + 1, pushed * nm);
+  return v;
+}
+
+int observed_staleness(const wsp::VersionVector& w, int p, int num_vw) {
+  int reach = p - 1;
+  for (int k = 0; k < num_vw; ++k) reach = std::min(reach, w.prefix(k));
+  return p - 1 - reach;
+}
+
+WspStageSync::WspStageSync(const WspStageSetup& setup)
+    : s_(setup), clock_(setup.vw, setup.params, static_cast<int>(setup.minibatches)) {
+  BATON_ASSERT(s_.vw_comm, "WSP stage without its VW's communicator");
+}
+
+void WspStageSync::to_host(WeightVersions& versions, int version, std::vector<float>& out) {
+  bool found = false;
+  versions.for_each_from(version, [&](int v, float* buf) {
+    if (v != version) return;
+    model_->backend().to_host(out.data(), buf, out.size() * sizeof(float));
+    found = true;
+  });
+  BATON_ASSERT(found, "VW {}: weight version {} is not kept", s_.vw, version);
+}
+
+void WspStageSync::pack(const std::vector<float>& local, const std::vector<int>& which, std::vector<float>& out) const {
+  out.clear();
+  const ParamTable& t = model_->table();
+  for (int i : which) out.insert(out.end(), t.at(local.data(), i), t.at(local.data(), i) + t.numel(i));
+}
+
+void WspStageSync::bind(SequentialModel& model, const GlobalParams& global, dist::ParamServer* server,
+                        std::vector<float>& w0) {
+  BATON_ASSERT((server != nullptr) == leader(), "the VW's first stage (alone) talks to the parameter server");
+  model_ = &model;
+  global_ = &global;
+  server_ = server;
+  const ParamTable& t = model.table();
+  for (int i = 0; i < t.size(); ++i) {
+    const int g = global_->table.find(t.spec(i).name);
+    BATON_ASSERT(g >= 0 && global_->table.numel(g) == t.numel(i), "tensor {} is not in the global layout",
+                 t.spec(i).name);
+    global_of_.push_back(g);
+    held_.push_back(i);
+    if (model.owns_param(i)) owned_.push_back(i);
+  }
+  anchor_.assign(model.flat_size(), 0.0f);
+  host_ = delta_ = anchor_;
+  model.backend().to_host(anchor_.data(), model.params(), anchor_.size() * sizeof(float));
+  dist::Comm& comm = *s_.vw_comm;
+  const auto globals = [&](const std::vector<int>& local) {
+    std::vector<int> g;
+    for (int i : local) g.push_back(global_of_[i]);
+    return g;
+  };
+  // The leader learns every stage's tensors (owned, then held) and gathers w0 of the model.
+  const int k = comm.size();
+  if (!leader()) {
+    for (const std::vector<int>& list : {globals(owned_), globals(held_)}) {
+      int n = static_cast<int>(list.size());
+      comm.send(&n, 1, DType::I32, 0, kTagCount)->wait();
+      comm.send(list.data(), list.size(), DType::I32, 0, kTagIds)->wait();
+    }
+    pack(anchor_, owned_, packed_);
+    comm.send(packed_.data(), packed_.size(), DType::F32, 0, kTagPush)->wait();
+    return;
+  }
+  stage_owned_.assign(k, {});
+  stage_held_.assign(k, {});
+  stage_owned_[0] = globals(owned_);
+  stage_held_[0] = globals(held_);
+  for (int s = 1; s < k; ++s)
+    for (std::vector<int>* list : {&stage_owned_[s], &stage_held_[s]}) {
+      int n = 0;
+      comm.recv(&n, 1, DType::I32, s, kTagCount)->wait();
+      list->resize(n);
+      comm.recv(list->data(), n, DType::I32, s, kTagIds)->wait();
+    }
+  full_.assign(global_->floats(), 0.0f);
+  pack(anchor_, owned_, packed_);
+  w0.assign(global_->floats(), 0.0f);
+  const ParamTable& gt = global_->table;
+  for (int s = 0; s < k; ++s) {
+    if (s > 0) {
+      size_t n = 0;
+      for (int g : stage_owned_[s]) n += gt.numel(g);
+      packed_.resize(n);
+      comm.recv(packed_.data(), n, DType::F32, s, kTagPush)->wait();
+    }
+    size_t pos = 0;
+    for (int g : stage_owned_[s]) {
+      std::copy_n(packed_.data() + pos, gt.numel(g), gt.at(w0.data(), g));
+      pos += gt.numel(g);
+    }
+  }
+}
+
+void WspStageSync::after_update(int64_t update, WeightVersions& versions) {
+  const std::optional<wsp::WorkerClock::Push> push = clock_.finish();
+  BATON_ASSERT(clock_.finished() == update, "VW {}: update {} finished minibatch {}", s_.vw, update, clock_.finished());
+  if (!push) return;
+  Timer timer;
+  // ũ_s: every update of the wave on this stage's layers (the weights moved by merges in between
+  // moved the anchor too).
+  to_host(versions, static_cast<int>(update), host_);
+  const ParamTable& t = model_->table();
+  std::vector<float> u(host_.size(), 0.0f);
+  for (int i : held_)
+    for (size_t j = t.offset(i), e = j + t.numel(i); j < e; ++j) {
+      u[j] = host_[j] - anchor_[j];
+      anchor_[j] = host_[j];
+    }
+  ++pushed_;
+  dist::Comm& comm = *s_.vw_comm;
+  for (dist::RequestPtr& r : sends_) r->wait();
+  sends_.clear();
+  sendbufs_.clear();
+  if (!leader()) {
+    sendbufs_.emplace_back();
+    pack(u, owned_, sendbufs_.back());
+    sends_.push_back(comm.send(sendbufs_.back().data(), sendbufs_.back().size(), DType::F32, 0, kTagPush));
+  } else {
+    // The VW's ũ: this stage's and every other stage's (they finished the wave before us).
+    std::fill(full_.begin(), full_.end(), 0.0f);
+    const ParamTable& gt = global_->table;
+    for (int s = 0; s < comm.size(); ++s) {
+      if (s == 0) {
+        pack(u, owned_, packed_);
+      } else {
+        size_t n = 0;
+        for (int g : stage_owned_[s]) n += gt.numel(g);
+        packed_.resize(n);
+        comm.recv(packed_.data(), n, DType::F32, s, kTagPush)->wait();
+      }
+      size_t pos = 0;
+      for (int g : stage_owned_[s]) {
+        std::copy_n(packed_.data() + pos, gt.numel(g), gt.at(full_.data(), g));
+        pos += gt.numel(g);
+      }
+    }
+    server_->push(s_.vw, push->wave, full_.data());  // w_global += ũ once every VW pushed the wave
+  }
+  own_.emplace_back(push->wave, std::move(u));
+  push_ += timer.seconds();
+}
+
+void WspStageSync::leader_pull(int64_t x, WeightVersions& versions) {
+  dist::Comm& comm = *s_.vw_comm;
+  const ParamTable& gt = global_->table;
+  for (dist::RequestPtr& r : sends_) r->wait();
+  sends_.clear();
+  sendbufs_.clear();
+  pull_msg_[0] = x;
+  std::memcpy(&pull_msg_[1], &wait_total_, sizeof(double));
+  for (int s = 1; s < comm.size(); ++s) {
+    sendbufs_.emplace_back();
+    for (int g : stage_held_[s]) sendbufs_.back().insert(sendbufs_.back().end(), gt.at(full_.data(), g), gt.at(full_.data(), g) + gt.numel(g));
+    sends_.push_back(comm.send(pull_msg_, 2, DType::I64, s, kTagPullClock));
+    sends_.push_back(comm.send(sendbufs_.back().data(), sendbufs_.back().size(), DType::F32, s, kTagPullData));
+  }
+  std::vector<float> mine(model_->flat_size(), 0.0f);
+  const ParamTable& t = model_->table();
+  for (int i : held_) std::copy_n(gt.at(full_.data(), global_of_[i]), t.numel(i), t.at(mine.data(), i));
+  merge(x, mine, versions);
+}
+
+void WspStageSync::before_forward(int64_t minibatch, WeightVersions& versions) {
+  if (const std::optional<int> needs = clock_.waiting_for()) {
+    if (leader()) {
+      // A pull the server already allows is taken now (fresher weights); the one that gates this
+      // minibatch is waited for, sleeping (dist/param_server.h).
+      if (clock_.startable()) {
+        if (const std::optional<int64_t> x = server_->try_pull(*needs, full_.data())) leader_pull(*x, versions);
+      } else {
+        double waited = 0;
+        const int64_t x = server_->pull(*needs, full_.data(), &waited);
+        wait_ += waited;
+        wait_total_ += waited;
+        leader_pull(x, versions);
+      }
+    } else if (!clock_.startable()) {
+      // The leader pulled before its own forward of this minibatch: X and this stage's part.
+      int64_t msg[2] = {0, 0};
+      dist::Comm& comm = *s_.vw_comm;
+      comm.recv(msg, 2, DType::I64, 0, kTagPullClock)->wait();
+      const int64_t x = msg[0];
+      const ParamTable& t = model_->table();
+      size_t n = 0;
+      for (int i : held_) n += t.numel(i);
+      packed_.resize(n);
+      comm.recv(packed_.data(), n, DType::F32, 0, kTagPullData)->wait();
+      std::vector<float> mine(model_->flat_size(), 0.0f);
+      size_t pos = 0;
+      for (int i : held_) {
+        std::copy_n(packed_.data() + pos, t.numel(i), t.at(mine.data(), i));
+        pos += t.numel(i);
+      }
+      // The VW's waiting is its leader's (this stage waited for the leader, not the server).
+      double leader_total = 0;
+      std::memcpy(&leader_total, &msg[1], sizeof(double));
+      wait_ += std::max(0.0, leader_total - wait_total_);
+      wait_total_ = leader_total;
+      merge(x, mine, versions);
+    }
+  }
+  const int p = clock_.start();
+  BATON_ASSERT(p == minibatch, "VW {}: forward of minibatch {} while the clock starts {}", s_.vw, minibatch, p);
+  // Minibatch p reads version v = max(p − Nm, 0): own updates 1 … v and every VW's waves before
+  // the X of the last merge at or below v.
+  const int nm = s_.params.nm, v = std::max(p - nm, 0);
+  int64_t x = 0;
+  for (const auto& [b, mx] : merges_)
+    if (b <= v) x = mx;
+  wsp::VersionVector w(s_.num_vw);
+  for (int k = 0; k < s_.num_vw; ++k) w.add_range(k, 1, static_cast<int>(x) * nm);
+  w.add_range(s_.vw, static_cast<int>(x) * nm + 1, v);
+  staleness_ = observed_staleness(w, p, s_.num_vw);
+  BATON_ASSERT(staleness_ <= wsp::s_global(s_.params.staleness, nm), "VW {}: minibatch {} staleness {} > s_global",
+               s_.vw, p, staleness_);
+}
+
+void WspStageSync::merge(int64_t x, const std::vector<float>& global_local, WeightVersions& versions) {
+  const int c = pushed_ - 1, b = (c + 1) * s_.params.nm;  // the pull of clock c; minibatch (c+2)·Nm reads b
+  while (!own_.empty() && own_.front().first < x) own_.pop_front();
+  to_host(versions, b, host_);
+  const ParamTable& t = model_->table();
+  std::fill(delta_.begin(), delta_.end(), 0.0f);
+  for (int i : held_)
+    for (size_t j = t.offset(i), e = j + t.numel(i); j < e; ++j) {
+      float target = global_local[j];
+      for (const auto& [wave, u] : own_) target += u[j];
+      delta_[j] = target - host_[j];
+      anchor_[j] += delta_[j];
+    }
+  Backend& be = model_->backend();
+  versions.for_each_from(b, [&](int, float* buf) {
+    be.to_host(host_.data(), buf, host_.size() * sizeof(float));
+    for (size_t j = 0; j < host_.size(); ++j) host_[j] += delta_[j];
+    be.to_device(buf, host_.data(), host_.size() * sizeof(float));
+  });
+  clock_.complete_pull(pulled_version(s_.num_vw, x, s_.vw, pushed_, s_.params.nm));
+  merges_.emplace_back(b, x);
+  c_global_ = x;
+}
+
+void WspStageSync::finish() {
+  for (dist::RequestPtr& r : sends_) r->wait();
+  sends_.clear();
+  sendbufs_.clear();
+}
+
+}  // namespace baton

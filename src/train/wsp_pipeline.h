@@ -1,0 +1,119 @@
+// WSP for a virtual worker (VW) of several pipeline stages (HetPipe §4–§5; docs/hetpipe.md
+// "Virtual workers of several stages"): one WspStageSync per stage rank, called by the step path
+// (UpdateHooks, train/step_runner.h) before each of the rank's forwards and after each of its
+// updates, while the VW runs the `hetpipe` schedule (Nm minibatches in flight, minibatch p on the
+// local updates 1 … p − Nm; pipeline/schedules.cpp).
+//
+// The VW's first stage is its client of the parameter server ("leader"); the other stages talk to
+// it over the VW's communicator:
+// - push (end of wave c, on every stage as its backward of minibatch (c+1)·Nm finishes): the stage's
+//   wave update ũ_s = its latest weights − its weights at the wave's start (every update of the
+//   wave, on its layers). Stages s > 0 send theirs to the leader (they finish the wave before it:
+//   backwards run from the last stage to the first); the leader's own finish completes the wave
+//   and it pushes the VW's whole ũ once (one push per VW and wave, as §5 says). A tied parameter
+//   held by two stages (a GPT's wte) is pushed by the stage of its lowest layer only: the copies
+//   receive identical updates.
+// - pull (end of clock c ≥ D, gating minibatch (c+2)·Nm): the leader reads w_global as of
+//   c_global = X (the whole model; as soon as the server allows, or blocking at its forward of
+//   (c+2)·Nm) and sends every stage X and its layers' part; a stage merges it right before its own
+//   forward of (c+2)·Nm. So every stage of a VW merges the same X: a minibatch's weights are one
+//   version of the model across the pipeline.
+// - merge (the rule of docs/hetpipe.md, with PMP's versions): the version minibatch (c+2)·Nm reads
+//   is b = (c+1)·Nm, the end of wave c. It becomes w_global(X) + the stage's own pushed waves ≥ X
+//   (the server holds them back until every VW pushed them), and every later version the stash
+//   already holds (own updates of wave c+1 finished meanwhile) moves by the same Δ:
+//   v ← v + (w_global(X) + own unfolded waves − version b) for every kept v ≥ b. Versions < b
+//   (read by minibatches of wave c+1 that started before the pull) are untouched. Minibatch 11 of
+//   the paper's D = 0, Nm = 4 example reads version 7 = global 1–4 (X = 1, merged at b = 4) plus
+//   own 5–7; minibatch 12 reads version 8 = global 1–8.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "dist/comm.h"
+#include "dist/param_server.h"
+#include "model/sequential_model.h"
+#include "train/step_runner.h"
+#include "wsp/worker_clock.h"
+
+namespace baton {
+
+// The parameters of the whole model in one flat layout that every rank agrees on (every layer's
+// add_params in global layer order, the tied ones once): the parameter server's tensors.
+struct GlobalParams {
+  ParamTable table;
+  std::vector<dist::TensorSpan> spans() const;
+  size_t floats() const { return table.total(); }
+};
+GlobalParams global_params(const ModelBuilder& builder, const Backend& be);
+
+// The version vector of w_global as of c_global plus the VW's own pushed waves beyond it (what a
+// merge of a pull holds): every VW's minibatches 1 … c_global·Nm and own 1 … pushed·Nm.
+wsp::VersionVector pulled_version(int num_vw, int64_t c_global, int vw, int pushed, int nm);
+// How many of the newest minibatch indices 1 … p − 1 some VW's updates are missing from `w`.
+int observed_staleness(const wsp::VersionVector& w, int p, int num_vw);
+
+struct WspStageSetup {
+  int vw = 0, num_vw = 1;
+  wsp::WspParams params;
+  int64_t minibatches = 0;          // the run's (train.steps)
+  dist::Comm* vw_comm = nullptr;    // the VW's stages, rank = stage
+};
+
+class WspStageSync final : public UpdateHooks {
+ public:
+  explicit WspStageSync(const WspStageSetup& setup);
+  // Once the stage's model exists (collective over the VW): maps its tensors into the global
+  // layout; the leader (stage 0, which alone gets the `server`) gathers w0 of the whole model
+  // into `w0` (other stages: untouched).
+  void bind(SequentialModel& model, const GlobalParams& global, dist::ParamServer* server, std::vector<float>& w0);
+
+  void before_forward(int64_t minibatch, WeightVersions& versions) override;
+  void after_update(int64_t update, WeightVersions& versions) override;
+  // Completes the messages still in flight (end of the run).
+  void finish();
+
+  // For the metrics of the minibatch that started last on this stage.
+  int clock() const { return clock_.c_local(); }
+  int c_global() const { return static_cast<int>(c_global_); }
+  int staleness() const { return staleness_; }
+  // Seconds the VW's leader has waited for the server (known on the other stages as of the last
+  // pull the leader sent them).
+  double wait_total() const { return wait_total_; }
+  double take_wait() { return std::exchange(wait_, 0.0); }
+  double take_push() { return std::exchange(push_, 0.0); }
+
+ private:
+  bool leader() const { return s_.vw_comm->rank() == 0; }
+  void to_host(WeightVersions& versions, int version, std::vector<float>& out);
+  // Local flat <-> packed (this stage's tensors in `ids` order) <-> global flat.
+  void pack(const std::vector<float>& local, const std::vector<int>& which, std::vector<float>& out) const;
+  void merge(int64_t x, const std::vector<float>& global_local, WeightVersions& versions);
+  void leader_pull(int64_t x, WeightVersions& versions);
+
+  WspStageSetup s_;
+  SequentialModel* model_ = nullptr;
+  const GlobalParams* global_ = nullptr;
+  dist::ParamServer* server_ = nullptr;
+  wsp::WorkerClock clock_;
+  // This stage's tensors: local index -> global index; the ones it pushes (owned) and holds.
+  std::vector<int> global_of_;
+  std::vector<int> owned_, held_;  // local indices
+  // Leader: every stage's (global index) lists in packed order, owned and held.
+  std::vector<std::vector<int>> stage_owned_, stage_held_;
+  std::vector<float> anchor_, host_, delta_, full_, packed_;
+  std::deque<std::pair<int, std::vector<float>>> own_;  // pushed waves not in w_global yet (local flat)
+  std::vector<std::vector<float>> sendbufs_;
+  std::vector<dist::RequestPtr> sends_;
+  std::vector<std::pair<int, int64_t>> merges_;  // (boundary version b, X), in order
+  int64_t c_global_ = 0;
+  int64_t pull_msg_[2] = {0, 0};  // what the leader's last pull sends: X, its waiting total (bits)
+  int pushed_ = 0, staleness_ = 0;
+  double wait_ = 0, wait_total_ = 0, push_ = 0;
+};
+
+}  // namespace baton
