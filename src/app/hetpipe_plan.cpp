@@ -38,10 +38,32 @@ int HetpipePlan::feasible() const {
 }
 
 double HetpipePlan::minibatches_per_s() const {
+  double slowest = 0;
+  bool any = false;
+  for (const HetpipeVw& v : vws)
+    if (v.plan.feasible) slowest = any ? std::min(slowest, v.minibatches_per_s) : v.minibatches_per_s, any = true;
+  return feasible() * slowest;
+}
+
+double HetpipePlan::unsynchronised_minibatches_per_s() const {
   double t = 0;
   for (const HetpipeVw& v : vws) t += v.minibatches_per_s;
   return t;
 }
+
+namespace {
+
+// Every VW partitioned at `nm`.
+void partition_at(HetpipePlan& p, int nm) {
+  p.nm = nm;
+  for (HetpipeVw& v : p.vws) {
+    v.problem.nm = nm;
+    v.plan = plan::hetpipe_partition(v.problem);
+    v.minibatches_per_s = plan::hetpipe_minibatches_per_s(v.problem, v.plan);
+  }
+}
+
+}  // namespace
 
 HetpipePlan plan_hetpipe(const Chain& ch, const plan::Cluster& cl, const std::string& policy, int k, int nm) {
   BATON_REQUIRE(policy == "np" || policy == "ed" || policy == "hd", fmt::format("unknown HetPipe policy '{}'", policy),
@@ -59,18 +81,19 @@ HetpipePlan plan_hetpipe(const Chain& ch, const plan::Cluster& cl, const std::st
     v.max_m = plan::hetpipe_max_m(v.problem, p.nm_cap);
     p.vws.push_back(std::move(v));
   }
-  p.nm = nm;
-  if (!p.nm_given) {  // the smallest Max_m of the VWs that fit (1 when none does)
-    p.nm = 0;
-    for (const HetpipeVw& v : p.vws)
-      if (v.max_m > 0) p.nm = p.nm == 0 ? v.max_m : std::min(p.nm, v.max_m);
-    p.nm = std::max(p.nm, 1);
+  int smallest = 0;  // the smallest Max_m of the VWs that fit (0 when none does)
+  for (const HetpipeVw& v : p.vws)
+    if (v.max_m > 0) smallest = smallest == 0 ? v.max_m : std::min(smallest, v.max_m);
+  // The Nm ≤ the smallest Max_m with the most predicted throughput (ties: the smaller Nm, less
+  // staleness): a larger Nm can force a slower partition to fit its stashes.
+  p.best_nm = std::max(smallest, 1);
+  double best = -1;
+  for (int m = 1; m <= smallest; ++m) {
+    partition_at(p, m);
+    if (p.minibatches_per_s() > best * (1 + 1e-9)) best = p.minibatches_per_s(), p.best_nm = m;
   }
-  for (HetpipeVw& v : p.vws) {
-    v.problem.nm = p.nm;
-    v.plan = plan::hetpipe_partition(v.problem);
-    v.minibatches_per_s = plan::hetpipe_minibatches_per_s(v.problem, v.plan);
-  }
+  p.best_minibatches_per_s = std::max(best, 0.0);
+  partition_at(p, p.nm_given ? nm : std::max(smallest, 1));
   return p;
 }
 

@@ -29,9 +29,18 @@ struct HetpipePlan {
   int nm = 0;       // Nm, the same in every VW (HetPipe §4)
   bool nm_given = false;
   int nm_cap = 0;   // Max_m is searched up to 2k
+  // The Nm in 1 .. the smallest Max_m with the most predicted throughput (the smaller on ties)
+  // and that throughput: the paper chooses Nm ≤ Max_m "for throughput" (§4, Figure 4).
+  int best_nm = 1;
+  double best_minibatches_per_s = 0;
   std::vector<HetpipeVw> vws;
   int feasible() const;
-  double minibatches_per_s() const;  // the sum over the VWs that fit (WSP not counted)
+  // Under WSP every VW's clock stays within D waves of the slowest one, so in the long run every VW
+  // runs at the slowest VW's pace: the VWs that fit × the slowest one's minibatches/s (pushes,
+  // pulls and waiting not counted).
+  double minibatches_per_s() const;
+  // Each VW at its own pace (the sum): what the VWs would do without synchronisation.
+  double unsynchronised_minibatches_per_s() const;
 };
 
 // `policy`: np | ed | hd; `k` GPUs per VW (0: node 0's GPU count); `nm` > 0 fixes Nm, 0 takes the

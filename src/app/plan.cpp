@@ -206,12 +206,19 @@ int run_hetpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const 
                 fmt::format("no virtual worker of {} on '{}' fits in memory at Nm = {}", ch.label,
                             cl.name, nm),
                 "lower --nm, train.micro_batch or the image size");
-  const double total = hp.minibatches_per_s();
-  out += fmt::format("total: {:.2f} minibatches/s, {:.1f} samples/s over {} virtual workers (WSP, no staleness cost)\n",
-                     total, mb * total, hp.feasible());
+  const double total = hp.minibatches_per_s(), sum = hp.unsynchronised_minibatches_per_s();
+  out += fmt::format(
+      "total: {:.2f} minibatches/s, {:.1f} samples/s over {} virtual workers (WSP: each at the slowest one's pace; "
+      "pushes, pulls and waiting not counted; each at its own pace: {:.1f} samples/s)\n",
+      total, mb * total, hp.feasible(), mb * sum);
+  if (!hp.nm_given && hp.best_nm != nm)
+    out += fmt::format("best predicted Nm <= Max_m: {} ({:.1f} samples/s; --nm {}, or hetero.nm = {})\n", hp.best_nm,
+                       mb * hp.best_minibatches_per_s, hp.best_nm, hp.best_nm);
   json j = {{"algorithm", "hetpipe"}, {"cluster", cl.name}, {"policy", policy}, {"vw_size", k},
-            {"nm", nm}, {"nm_cap", hp.nm_cap}, {"virtual_workers", jv}, {"minibatches_per_s", total},
-            {"samples_per_s", mb * total}};
+            {"nm", nm}, {"nm_cap", hp.nm_cap}, {"best_nm", hp.best_nm},
+            {"best_samples_per_s", mb * hp.best_minibatches_per_s}, {"virtual_workers", jv},
+            {"minibatches_per_s", total}, {"samples_per_s", mb * total},
+            {"unsynchronised_samples_per_s", mb * sum}};
   const HeteroSnippet sn = make_hetero_snippet(
       o.config, o.overrides, cfg, ch.md.size(), hetero_layout(hp, ch, cl),
       fmt::format("baton plan --algorithm hetpipe --policy {}: {} on {} GPUs ({}), {} virtual workers of {} GPUs, "

@@ -95,7 +95,13 @@ def check(f, layers, policy):
             assert p["memory_gb"] <= p["capacity_gb"] + 1e-9, p
         assert abs(v["slowest_s"] - max(p["time_s"] for p in parts)) < 1e-12
         total += v["samples_per_s"]
-    assert abs(total - j["samples_per_s"]) < 1e-6 * total, (total, j["samples_per_s"])
+    assert abs(total - j["unsynchronised_samples_per_s"]) < 1e-6 * total, (total, j)
+    # WSP: every VW at the slowest one's pace.
+    fit = [v["samples_per_s"] for v in vws if v["feasible"]]
+    assert abs(len(fit) * min(fit) - j["samples_per_s"]) < 1e-6 * total, (fit, j["samples_per_s"])
+    if f != "hp_gpt.json":  # default Nm = the smallest Max_m, within the range best_nm is chosen from
+        assert j["best_samples_per_s"] >= j["samples_per_s"] * (1 - 1e-9), j
+        assert 1 <= j["best_nm"] <= j["nm"], j
     assert any(v["feasible"] for v in vws)
 for policy in ["np", "ed", "hd"]:
     check(f"hp_{policy}.json", 16, policy)
