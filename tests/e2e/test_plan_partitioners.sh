@@ -143,6 +143,17 @@ keys = {w.split("=", 1)[0] for w in words[words.index("train") + 2:][1::2]}
 assert keys == {f"{s}.{k}" for s in t for k in t[s]}, keys
 PY
 
+# docs/hetpipe.md's paper tables are launch/hetpipe-paper-table.sh's output.
+BATON="$BATON" bash "$SRC/launch/hetpipe-paper-table.sh" > hp-paper.md
+python3 - "$SRC" <<'PY' || fail "docs/hetpipe.md tables differ from launch/hetpipe-paper-table.sh: rerun it and paste"
+import sys
+blocks = open("hp-paper.md").read().strip().split("\n\n")
+assert len(blocks) == 2 and all(b.startswith("| model") for b in blocks), blocks
+text = open(f"{sys.argv[1]}/docs/hetpipe.md").read()
+for b in blocks:
+    assert b in text, b
+PY
+
 # ---- MadPipe ----
 "$BATON" plan vgg.toml --cluster "$CL/pipedream-cluster-a.toml" --gpus 4 --algorithm madpipe --format json > mp.json
 "$BATON" plan gpt.toml --cluster "$CL/selene.toml" --gpus 4 --algorithm madpipe --format json > mp_gpt.json
