@@ -173,11 +173,12 @@ TEST_F(HeteroCluster, Errors) {
   expect_error([&] { derive_nm(with({}, 16), 16); }, "hetero.cluster is not set", "set hetero.cluster");
   // A VW that fits no partition in memory.
   expect_error([&] {
-    derive_virtual_workers(with({cl, "hetero.policy=\"np\"", "train.micro_batch=65536", "train.global_batch=1048576"}, 16),
-                           16);
+    const Config huge =
+        with({cl, "hetero.policy=\"np\"", "train.micro_batch=65536", "train.global_batch=1048576"}, 16);
+    derive_virtual_workers(huge, 16);
   }, "fits no partition", "lower train.micro_batch");
-  expect_error([&] { derive_virtual_workers(with({"hetero.cluster=\"" + (dir_ / "none.toml").string() + "\""}, 16), 16); },
-               "none.toml", "");
+  const std::string none = "hetero.cluster=\"" + (dir_ / "none.toml").string() + "\"";
+  expect_error([&] { derive_virtual_workers(with({none}, 16), 16); }, "none.toml", "");
 }
 
 // HetPipe's trends on its cluster (notes-hetpipe-madpipe §A.8; launch/hetpipe-paper-table.sh prints
@@ -209,7 +210,8 @@ TEST(HetPipePaper, PolicyAndWhimpyGpuTrends) {
     std::vector<double> t;
     for (int nodes = 1; nodes <= 4; ++nodes) {
       const plan::Cluster c = vrqg.first_gpus(4 * nodes);
-      const HetpipePlan p = plan_hetpipe(ch, c, nodes == 1 ? "np" : "ed", nodes == 1 ? 4 : nodes, m.paper_nm[nodes - 1]);
+      const HetpipePlan p =
+          plan_hetpipe(ch, c, nodes == 1 ? "np" : "ed", nodes == 1 ? 4 : nodes, m.paper_nm[nodes - 1]);
       ASSERT_EQ(p.feasible(), nodes == 1 ? 1 : 4) << ch.label << " " << nodes;
       t.push_back(p.minibatches_per_s());
       if (nodes > 1) {
