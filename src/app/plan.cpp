@@ -9,12 +9,13 @@
 // The partitioners, for the config's model (GPT, or any CNN the runtime builds — model.kind =
 // "vgg"/"resnet", described from CnnBuilder layer for layer, app/plan_model.h — with
 // train.micro_batch images per minibatch): pipedream (notes-pipedream §2): stages, replication
-// factors, NOAM; hetpipe (notes-hetpipe-madpipe §A.5–A.6): virtual workers by --policy np|ed|hd
-// and each one's partition; madpipe (§C): the phase-1 allocation, its period checked by simulating
-// the 1F1B* schedule (madpipe_check) and the memory per GPU. Each prints (and --output writes) the
-// partition as a [train]/[parallel] snippet that `baton train` runs, or the closest layout it runs
-// with a line saying what could not be expressed (app/plan_snippet.h). Assumptions are in
-// docs/planner.md.
+// factors, NOAM; hetpipe (notes-hetpipe-madpipe §A.2, §A.5–A.6, app/hetpipe_plan.h): virtual
+// workers by --policy np|ed|hd, Nm (the smallest Max_m unless --nm) and each one's partition;
+// madpipe (§C): the phase-1 allocation, its period checked by simulating the 1F1B* schedule
+// (madpipe_check) and the memory per GPU. Each prints (and --output writes) the partition as a
+// snippet that `baton train` runs — [train]/[parallel], or for hetpipe [hetero] with the virtual
+// workers under WSP — or the closest layout it runs with a line saying what could not be expressed
+// (app/plan_snippet.h). Assumptions are in docs/planner.md.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,6 +26,8 @@
 #include <nlohmann/json.hpp>
 
 #include "app/app.h"
+#include "app/hetpipe_plan.h"
+#include "app/plan_chain.h"
 #include "app/plan_model.h"
 #include "app/plan_snippet.h"
 #include "backend/device.h"
@@ -71,102 +74,37 @@ std::string toml_snippet(const plan::Prediction& p, int gpus) {
 
 using nlohmann::json;
 
-// The model as a chain of layers, with per-layer times on a given device.
-struct Chain {
-  std::string label;  // "VGG-16 (224 px, batch 32)"
-  plan::ModelDesc md;
-  std::string dtype;
-  double weight_bytes_per_param = 4;
-  std::vector<plan::LayerTime> measured;  // from --profile (empty: analytical)
-  plan::Assumptions A;
-
-  plan::LayerTime time(int l, const plan::DeviceType& dev) const {
-    if (!measured.empty()) return measured[l];
-    return plan::layer_time(md.layers[l], dev, dtype, A);
-  }
-  double fb(int l, const plan::DeviceType& dev) const {
-    const auto t = time(l, dev);
-    return t.fwd + t.bwd;
-  }
-  double weight_bytes(int l) const { return md.layers[l].params * weight_bytes_per_param; }
-  std::string name(int l) const { return md.layers[l].name; }
-};
-
-Chain make_chain(const Config& cfg, const PlanOptions& o, const plan::Cluster& cluster) {
-  Chain c;
-  c.dtype = cfg.precision.compute;
-  c.weight_bytes_per_param = c.dtype == "fp32" ? 4 : 2;
-  const int mb = cfg.train.micro_batch;
-  std::optional<plan::MeasuredProfile> prof;
-  if (!o.profile.empty()) {
-    BATON_REQUIRE(cluster.homogeneous(),
-                  fmt::format("--profile with --algorithm {} on the mixed cluster '{}'", o.algorithm,
-                              cluster.name),
-                  "a measured profile is of one device type; drop --profile to use the "
-                  "analytical profile of every GPU type");
-    prof = plan::load_profile(o.profile);
-  }
-  const plan::DeviceType& dev = cluster.nodes[0].device;
-  if (cfg.model.kind == "gpt") {
-    if (cfg.model.vocab_size <= 0)
-      throw Error(fmt::format("{}: model.vocab_size is 0 (taken from the tokenizer at train time)", o.config),
-                  "the planner reads no tokenizer: set model.vocab_size (or --set model.vocab_size=V)");
-    const plan::GptShape shape{cfg.model.n_layer, cfg.model.n_head, cfg.model.d_model, cfg.model.seq_len,
-                               (cfg.model.vocab_size + 127) / 128 * 128};
-    plan::GptOptions go;
-    go.micro_batch = mb;
-    go.layout = c.dtype == "fp32" ? plan::ActLayout::BATON_FP32 : plan::ActLayout::MEGATRON;
-    c.md = plan::gpt_desc(shape, go);
-    c.label = fmt::format("GPT {} layers, d_model {}, seq {} (micro-batch {})", shape.n_layer,
-                          shape.d_model, shape.seq_len, mb);
-    if (prof) {
-      plan::check_profile(*prof, shape, c.dtype);
-      c.measured = plan::profiled_times(*prof, shape, go, dev, c.A, c.md);
-    }
-    return c;
-  }
-  // Any CNN the runtime builds (cnn_dims refuses the others), described from its builder so that
-  // the partition's layer indices are the runtime's.
-  const CnnBuilder builder(cnn_dims(cfg.model));
-  const DType act = parse_compute_dtype(c.dtype);
-  c.md = cnn_model_desc(builder, mb, act);
-  c.label = fmt::format("{} (micro-batch {})", builder.describe(), mb);
-  if (prof) {
-    plan::check_profile(*prof, cfg.model.kind, builder.describe(), c.md, c.dtype);
-    c.measured = plan::profiled_times(*prof, cnn_model_desc(builder, prof->micro_batch, act), dev, c.A, c.md);
-  }
-  return c;
-}
-
-double usable_bytes(const plan::DeviceType& d, const plan::Assumptions& A) {
-  return std::max(0.0, d.memory_gb - A.overhead_gb) * 1e9;
-}
-
-// Prints the plan (table or JSON) and the layout baton train runs for it as a snippet, which
-// --output also gets.
-void emit(const PlanOptions& o, const Config& cfg, const Chain& ch, json j, std::string table,
-          const RunLayout& layout, const std::string& header) {
-  const Snippet sn = make_snippet(o.config, o.overrides, cfg, ch.md.size(), layout, header);
-  const RunLayout& l = sn.layout;
+// Prints the plan (table or JSON) and the layout baton train runs for it as a snippet (`toml`),
+// which --output also gets; `runnable` is the layout as JSON.
+void print_plan(const PlanOptions& o, json j, std::string table, const std::string& toml, json runnable,
+                const std::string& unexpressible) {
   if (!o.output.empty()) {
     std::ofstream f(o.output);
-    if (!(f << sn.toml)) throw Error(fmt::format("cannot write {}", o.output), "check the directory exists");
+    if (!(f << toml)) throw Error(fmt::format("cannot write {}", o.output), "check the directory exists");
   }
-  json stages = json::array();
-  for (auto [a, b] : l.stages) stages.push_back({a, b});
-  j["runnable"] = {{"exact", l.unexpressible.empty()}, {"unexpressible", l.unexpressible},
-                   {"notes", l.notes}, {"ranks", sn.ranks}, {"pp", l.stages.size()}, {"dp", l.dp},
-                   {"stages", stages}, {"replicas", l.replicas}, {"schedule", l.schedule},
-                   {"vertical_sync", l.vertical_sync}, {"global_batch", sn.global_batch}, {"sets", sn.sets}};
-  j["toml"] = sn.toml;
+  j["runnable"] = std::move(runnable);
+  j["toml"] = toml;
   if (o.format == "json") {
     std::puts(j.dump(2).c_str());
     return;
   }
-  if (!l.unexpressible.empty()) table += "not runnable as planned: " + l.unexpressible + "\n";
-  table += fmt::format("\n{} as config{}:\n{}", l.unexpressible.empty() ? "runnable layout" : "closest runnable layout",
-                       o.output.empty() ? "" : " (written to " + o.output + ")", sn.toml);
+  if (!unexpressible.empty()) table += "not runnable as planned: " + unexpressible + "\n";
+  table += fmt::format("\n{} as config{}:\n{}", unexpressible.empty() ? "runnable layout" : "closest runnable layout",
+                       o.output.empty() ? "" : " (written to " + o.output + ")", toml);
   std::fputs(table.c_str(), stdout);
+}
+
+void emit(const PlanOptions& o, const Config& cfg, const Chain& ch, json j, std::string table,
+          const RunLayout& layout, const std::string& header) {
+  const Snippet sn = make_snippet(o.config, o.overrides, cfg, ch.md.size(), layout, header);
+  const RunLayout& l = sn.layout;
+  json stages = json::array();
+  for (auto [a, b] : l.stages) stages.push_back({a, b});
+  json runnable = {{"exact", l.unexpressible.empty()}, {"unexpressible", l.unexpressible},
+                   {"notes", l.notes}, {"ranks", sn.ranks}, {"pp", l.stages.size()}, {"dp", l.dp},
+                   {"stages", stages}, {"replicas", l.replicas}, {"schedule", l.schedule},
+                   {"vertical_sync", l.vertical_sync}, {"global_batch", sn.global_batch}, {"sets", sn.sets}};
+  print_plan(o, std::move(j), std::move(table), sn.toml, std::move(runnable), l.unexpressible);
 }
 
 // ---- PipeDream ----
@@ -226,88 +164,71 @@ int run_hetpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const 
   const std::string policy = o.policy.empty() ? "hd" : o.policy;
   BATON_REQUIRE(policy == "np" || policy == "ed" || policy == "hd",
                 fmt::format("unknown --policy '{}'", policy), "use np, ed or hd (HetPipe §A.6)");
-  const int k = o.vw_size > 0 ? o.vw_size : cl.nodes[0].gpus;
-  const int nm = o.nm > 0 ? o.nm : k;
-  const auto vws = plan::hetpipe_allocate(cl, policy, k);
+  const HetpipePlan hp = plan_hetpipe(ch, cl, policy, o.vw_size, o.nm);
+  const int k = hp.k, nm = hp.nm;
   json jv = json::array();
   std::string out = fmt::format(
-      "plan (hetpipe, policy {}): {} on {} GPUs ({}) | {} virtual workers of {} GPUs, Nm = {}\n",
-      policy, ch.label, cl.total_gpus(), cl.name, vws.size(), k, nm);
-  double total = 0;
-  int feasible = 0;
-  // The fastest feasible virtual worker: what the snippet runs (the runtime has no WSP yet).
-  RunLayout best;
-  double best_slowest = 0;
-  for (size_t v = 0; v < vws.size(); ++v) {
-    const auto& vw = vws[v];
-    plan::HpProblem pb;
-    pb.nm = nm;
-    pb.intra_bw = pb.inter_bw = 1e30;
-    for (int n : vw.node) {
-      const auto& node = cl.nodes[n];
-      pb.gpus.push_back({usable_bytes(node.device, ch.A), n});
-      pb.intra_bw = std::min(pb.intra_bw, node.intra_gbs * 1e9);
-      pb.inter_bw = std::min(pb.inter_bw, node.inter_gbs * 1e9);
-    }
-    for (int l = 0; l < ch.md.size(); ++l) {
-      plan::HpLayer hl;
-      for (int n : vw.node) hl.time.push_back(ch.fb(l, cl.nodes[n].device));
-      hl.out_bytes = ch.md.layers[l].out_bytes;
-      hl.weight_bytes = ch.weight_bytes(l);
-      hl.stash_bytes = ch.md.layers[l].stash_bytes;
-      pb.layers.push_back(hl);
-    }
-    const plan::HpPlan p = plan::hetpipe_partition(pb);
-    const std::string label = plan::vw_label(cl, vw);
+      "plan (hetpipe, policy {}): {} on {} GPUs ({}) | {} virtual workers of {} GPUs, Nm = {} ({})\n", policy,
+      ch.label, cl.total_gpus(), cl.name, hp.vws.size(), k, nm,
+      hp.nm_given ? "--nm" : fmt::format("the smallest Max_m, searched up to {}", hp.nm_cap));
+  for (size_t v = 0; v < hp.vws.size(); ++v) {
+    const HetpipeVw& w = hp.vws[v];
+    const plan::HpPlan& p = w.plan;
     json parts = json::array();
     if (!p.feasible) {
-      out += fmt::format("VW {} {}: no partition fits in memory at Nm = {}\n", v, label, nm);
-      jv.push_back({{"label", label}, {"feasible", false}, {"partitions", parts}});
+      out += fmt::format("VW {} {}: no partition fits in memory at Nm = {} (Max_m {})\n", v, w.label, nm, w.max_m);
+      jv.push_back({{"label", w.label}, {"feasible", false}, {"max_m", w.max_m}, {"partitions", parts}});
       continue;
     }
-    ++feasible;
-    total += mb / p.slowest;
-    if (feasible == 1 || p.slowest < best_slowest) {
-      const bool mixed = std::any_of(vw.node.begin(), vw.node.end(), [&](int n) {
-        return cl.nodes[n].device.name != cl.nodes[vw.node[0]].device.name;
-      });
-      // first_layer may end with L (the end of the last partition): one entry per GPU here.
-      const std::vector<int> firsts(p.first_layer.begin(), p.first_layer.begin() + vw.node.size());
-      best = hetpipe_layout(firsts, ch.md.size(), static_cast<int>(vws.size()), static_cast<int>(v), label,
-                            mixed, ch.dtype);
-      best_slowest = p.slowest;
-    }
-    out += fmt::format("VW {} {}: slowest partition {:.3f} ms per minibatch -> {:.1f} samples/s\n", v,
-                       label, p.slowest * 1e3, mb / p.slowest);
+    out += fmt::format(
+        "VW {} {}: Max_m {} | slowest partition {:.3f} ms per minibatch -> {:.2f} minibatches/s, {:.1f} samples/s\n",
+        v, w.label, w.max_m, p.slowest * 1e3, w.minibatches_per_s, mb * w.minibatches_per_s);
     out += fmt::format("  {:>3} {:<6} {:<14} {:>12} {:<14} {:<14} {:>10} {:>10}\n", "gpu", "node",
                        "device", "layers", "first", "last", "time ms", "mem GB");
-    for (size_t q = 0; q < vw.node.size(); ++q) {
+    for (size_t q = 0; q < w.vw.node.size(); ++q) {
       const int first = p.first_layer[q];
-      const int last = (q + 1 < vw.node.size() ? p.first_layer[q + 1] : ch.md.size()) - 1;
-      const auto& node = cl.nodes[vw.node[q]];
+      const int last = (q + 1 < w.vw.node.size() ? p.first_layer[q + 1] : ch.md.size()) - 1;
+      const auto& node = cl.nodes[w.vw.node[q]];
       parts.push_back({{"gpu", q}, {"node", node.name}, {"device", node.device.name},
                        {"first", first}, {"last", last}, {"first_name", ch.name(first)},
                        {"last_name", ch.name(last)}, {"time_s", p.stage_time[q]},
                        {"memory_gb", p.stage_memory[q] / 1e9},
-                       {"capacity_gb", pb.gpus[q].memory_bytes / 1e9}});
+                       {"capacity_gb", w.problem.gpus[q].memory_bytes / 1e9}});
       out += fmt::format("  {:>3} {:<6} {:<14} {:>5}..{:<5} {:<14} {:<14} {:>10.3f} {:>10.2f}\n", q,
                          node.name, node.device.name, first, last, ch.name(first), ch.name(last),
                          p.stage_time[q] * 1e3, p.stage_memory[q] / 1e9);
     }
-    jv.push_back({{"label", label}, {"feasible", true}, {"slowest_s", p.slowest},
-                  {"samples_per_s", mb / p.slowest}, {"partitions", parts}});
+    jv.push_back({{"label", w.label}, {"feasible", true}, {"max_m", w.max_m}, {"slowest_s", p.slowest},
+                  {"minibatches_per_s", w.minibatches_per_s}, {"samples_per_s", mb * w.minibatches_per_s},
+                  {"partitions", parts}});
   }
-  BATON_REQUIRE(feasible > 0,
+  BATON_REQUIRE(hp.feasible() > 0,
                 fmt::format("no virtual worker of {} on '{}' fits in memory at Nm = {}", ch.label,
                             cl.name, nm),
                 "lower --nm, train.micro_batch or the image size");
-  out += fmt::format("total: {:.1f} samples/s over {} virtual workers (WSP, no staleness cost)\n",
-                     total, feasible);
+  const double total = hp.minibatches_per_s(), sum = hp.unsynchronised_minibatches_per_s();
+  out += fmt::format(
+      "total: {:.2f} minibatches/s, {:.1f} samples/s over {} virtual workers (WSP: each at the slowest one's pace; "
+      "pushes, pulls and waiting not counted; each at its own pace: {:.1f} samples/s)\n",
+      total, mb * total, hp.feasible(), mb * sum);
+  if (!hp.nm_given && hp.best_nm != nm)
+    out += fmt::format("best predicted Nm <= Max_m: {} ({:.1f} samples/s; --nm {}, or hetero.nm = {})\n", hp.best_nm,
+                       mb * hp.best_minibatches_per_s, hp.best_nm, hp.best_nm);
   json j = {{"algorithm", "hetpipe"}, {"cluster", cl.name}, {"policy", policy}, {"vw_size", k},
-            {"nm", nm}, {"virtual_workers", jv}, {"samples_per_s", total}};
-  emit(o, cfg, ch, j, out, best,
-       fmt::format("baton plan --algorithm hetpipe --policy {}: {} on {} GPUs ({}), {} virtual workers of {} GPUs",
-                   policy, ch.label, cl.total_gpus(), cl.name, vws.size(), k));
+            {"nm", nm}, {"nm_cap", hp.nm_cap}, {"best_nm", hp.best_nm},
+            {"best_samples_per_s", mb * hp.best_minibatches_per_s}, {"virtual_workers", jv},
+            {"minibatches_per_s", total}, {"samples_per_s", mb * total},
+            {"unsynchronised_samples_per_s", mb * sum}};
+  const HeteroSnippet sn = make_hetero_snippet(
+      o.config, o.overrides, cfg, ch.md.size(), hetero_layout(hp, ch, cl),
+      fmt::format("baton plan --algorithm hetpipe --policy {}: {} on {} GPUs ({}), {} virtual workers of {} GPUs, "
+                  "Nm = {}",
+                  policy, ch.label, cl.total_gpus(), cl.name, hp.vws.size(), k, nm));
+  const HeteroLayout& l = sn.layout;
+  json runnable = {{"exact", l.unexpressible.empty()}, {"unexpressible", l.unexpressible}, {"notes", l.notes},
+                   {"ranks", sn.ranks}, {"sync", "wsp"}, {"nm", l.nm}, {"virtual_workers", l.virtual_workers},
+                   {"global_batch", sn.global_batch}, {"steps", sn.steps}, {"sets", sn.sets}};
+  print_plan(o, std::move(j), std::move(out), sn.toml, std::move(runnable), l.unexpressible);
   return 0;
 }
 
@@ -378,7 +299,7 @@ int run_madpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const 
 }
 
 int run_partitioner(const PlanOptions& o, const Config& cfg, const plan::Cluster& cluster) {
-  const Chain ch = make_chain(cfg, o, cluster);
+  const Chain ch = make_chain(cfg, o.profile, cluster, "--algorithm " + o.algorithm);
   const int mb = cfg.train.micro_batch;
   if (o.algorithm == "pipedream") return run_pipedream(o, cfg, ch, cluster, mb);
   if (o.algorithm == "hetpipe") return run_hetpipe(o, cfg, ch, cluster, mb);

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <set>
 
+#include "config/virtual_workers.h"
 #include "core/error.h"
 #include "pipeline/schedules.h"
 
@@ -124,30 +125,67 @@ RunLayout madpipe_layout(const std::vector<plan::MpStage>& stages, const std::ve
   return l;
 }
 
-RunLayout hetpipe_layout(const std::vector<int>& first_layer, int L, int vws, int chosen, const std::string& label,
-                         bool mixed, const std::string& dtype) {
-  RunLayout l;
-  for (size_t q = 0; q < first_layer.size(); ++q)
-    l.stages.push_back({first_layer[q], q + 1 < first_layer.size() ? first_layer[q + 1] : L});
-  if (vws > 1)
-    l.unexpressible = fmt::format(
-        "HetPipe's {} virtual workers of several stages kept in sync by WSP ([hetero]) do not train yet (only "
-        "virtual workers of one rank do): the snippet runs virtual worker {} ({}) alone",
-        vws, chosen, label);
-  if (mixed)
-    l.notes.push_back(fmt::format("its GPUs differ: launch so that rank q runs on GPU q of {}", label));
-  if (l.stages.size() == 1) return l;
-  // Inside a virtual worker a minibatch sees the local updates of all minibatches s_local + 1 before
-  // it and every stage uses the same version — PipeDream's vertical sync (notes-hetpipe-madpipe §A).
-  if (stashing_trains(dtype)) {
-    l.schedule = "pipedream";
-    l.vertical_sync = true;
-    l.notes.push_back("HetPipe's pipelined updates inside a virtual worker run as pipedream with vertical sync");
-  } else {
-    l.notes.push_back(fmt::format("weight stashing does not train in {}: 1f1b (flush) runs the partition", dtype));
+HeteroLayout hetpipe_layout(const std::vector<VwPartition>& vws, int L, int nm) {
+  HeteroLayout l;
+  l.nm = nm;
+  std::vector<std::string> left_out;
+  for (size_t v = 0; v < vws.size(); ++v) {
+    const VwPartition& vw = vws[v];
+    if (!vw.feasible) {
+      left_out.push_back(fmt::format("{} {}", v, vw.label));
+      continue;
+    }
+    BATON_ASSERT(vw.devices.size() == vw.first_layer.size() && !vw.devices.empty(), "VW {}: {} devices, {} partitions",
+                 v, vw.devices.size(), vw.first_layer.size());
+    std::vector<std::string> stages;
+    for (size_t q = 0; q < vw.devices.size(); ++q) {
+      const int end = q + 1 < vw.first_layer.size() ? vw.first_layer[q + 1] : L;
+      stages.push_back(fmt::format("{}@{}:{}-{}", l.ranks++, vw.devices[q], vw.first_layer[q], end));
+    }
+    l.virtual_workers.push_back(fmt::format("{}", fmt::join(stages, ", ")));
   }
+  if (!left_out.empty())
+    l.unexpressible = fmt::format("virtual worker{} {} fit{} no partition in memory at Nm = {}",
+                                  left_out.size() == 1 ? "" : "s", fmt::join(left_out, ", "),
+                                  left_out.size() == 1 ? "s" : "", nm);
+  if (!left_out.empty() && !l.virtual_workers.empty())
+    l.notes.push_back(fmt::format("closest runnable: the {} virtual workers that fit ({} ranks)",
+                                  l.virtual_workers.size(), l.ranks));
   return l;
 }
+
+namespace {
+
+using Section = std::pair<std::string, std::vector<std::pair<std::string, std::string>>>;
+
+// "section.key=value" for every key of the sections.
+std::vector<std::string> section_sets(const std::vector<Section>& sections) {
+  std::vector<std::string> sets;
+  for (const auto& [sec, keys] : sections)
+    for (const auto& [k, v] : keys) sets.push_back(sec + "." + k + "=" + v);
+  return sets;
+}
+
+// The snippet's text: the header, what is not runnable and the notes as comments, the run line
+// (the keys as --sets), then the sections.
+std::string snippet_text(const std::string& header, const std::string& unexpressible,
+                         const std::vector<std::string>& notes, int ranks, const std::string& config_path,
+                         const std::vector<std::string>& sets, const std::vector<Section>& sections) {
+  std::string run = ranks > 1 ? fmt::format("mpirun -n {} baton train {}", ranks, config_path)
+                              : fmt::format("baton train {}", config_path);
+  for (const std::string& kv : sets) run += " --set " + shell_word(kv);
+  std::string t = "# " + header + "\n";
+  if (!unexpressible.empty()) t += "# not runnable as planned: " + unexpressible + "\n";
+  for (const std::string& n : notes) t += "# note: " + n + "\n";
+  t += fmt::format("# {} ranks; these keys replace the config's: run: {}\n", ranks, run);
+  for (size_t i = 0; i < sections.size(); ++i) {
+    t += (i ? "\n[" : "[") + sections[i].first + "]\n";
+    for (const auto& [k, v] : sections[i].second) t += k + " = " + v + "\n";
+  }
+  return t;
+}
+
+}  // namespace
 
 Snippet make_snippet(const std::string& config_path, const std::vector<std::string>& overrides, const Config& cfg,
                      int layers, RunLayout l, const std::string& header) {
@@ -180,10 +218,10 @@ Snippet make_snippet(const std::string& config_path, const std::vector<std::stri
       {"recompute", "\"none\""},
       {"sequence_parallel", "false"},
       {"scatter_gather", "false"}};
+  const std::vector<Section> sections{{"train", train}, {"parallel", parallel}};
   Snippet s;
   s.ranks = l.ranks();
-  for (const auto& [k, v] : train) s.sets.push_back("train." + k + "=" + v);
-  for (const auto& [k, v] : parallel) s.sets.push_back("parallel." + k + "=" + v);
+  s.sets = section_sets(sections);
 
   // What is printed must train: the config with these keys, for this many ranks.
   std::vector<std::string> all = overrides;
@@ -194,19 +232,64 @@ Snippet make_snippet(const std::string& config_path, const std::vector<std::stri
   } catch (const Error& e) {
     throw Error(fmt::format("the planned layout does not train with {}: {}", config_path, e.what()), e.hint());
   }
-
-  std::string run = s.ranks > 1 ? fmt::format("mpirun -n {} baton train {}", s.ranks, config_path)
-                                : fmt::format("baton train {}", config_path);
-  for (const std::string& kv : s.sets) run += " --set " + shell_word(kv);
-  s.toml = "# " + header + "\n";
-  if (!l.unexpressible.empty()) s.toml += "# not runnable as planned: " + l.unexpressible + "\n";
-  for (const std::string& n : l.notes) s.toml += "# note: " + n + "\n";
-  s.toml += fmt::format("# {} ranks; these keys replace the config's: run: {}\n", s.ranks, run);
-  s.toml += "[train]\n";
-  for (const auto& [k, v] : train) s.toml += k + " = " + v + "\n";
-  s.toml += "\n[parallel]\n";
-  for (const auto& [k, v] : parallel) s.toml += k + " = " + v + "\n";
+  s.toml = snippet_text(header, l.unexpressible, l.notes, s.ranks, config_path, s.sets, sections);
   s.global_batch = global_batch;
+  s.layout = std::move(l);
+  return s;
+}
+
+HeteroSnippet make_hetero_snippet(const std::string& config_path, const std::vector<std::string>& overrides,
+                                  const Config& cfg, int layers, HeteroLayout l, const std::string& header) {
+  BATON_ASSERT(!l.virtual_workers.empty() && l.nm >= 1, "no virtual workers to run");
+  const int n = static_cast<int>(l.virtual_workers.size());
+  // Each VW runs minibatches of b = global_batch / N rows (docs/hetpipe.md, "The data split").
+  // load_config counts every rank as data-parallel (dp = ranks / (tp·pp)), so the batch is raised
+  // to a multiple of micro_batch × ranks, which every VW split accepts too.
+  const int64_t unit = int64_t{cfg.train.micro_batch} * l.ranks;
+  const int64_t global_batch = std::max<int64_t>(1, (cfg.train.global_batch + unit - 1) / unit) * unit;
+  if (global_batch != cfg.train.global_batch)
+    l.notes.push_back(fmt::format("train.global_batch {} -> {}: a multiple of train.micro_batch × ranks = {} × {}",
+                                  cfg.train.global_batch, global_batch, cfg.train.micro_batch, l.ranks));
+  if (global_batch / n != cfg.train.micro_batch)
+    l.notes.push_back(fmt::format("each of the {} virtual workers runs minibatches of {} rows (global_batch / {}); "
+                                  "the plan is for minibatches of train.micro_batch = {}",
+                                  n, global_batch / n, n, cfg.train.micro_batch));
+  const int64_t steps = (cfg.train.steps + l.nm - 1) / l.nm * l.nm;
+  if (steps != cfg.train.steps)
+    l.notes.push_back(fmt::format("train.steps {} -> {}: whole waves of Nm = {}", cfg.train.steps, steps, l.nm));
+  std::vector<std::string> quoted;
+  for (const std::string& vw : l.virtual_workers) quoted.push_back("\"" + vw + "\"");
+  const std::vector<Section> sections{
+      {"train", {{"micro_batch", std::to_string(cfg.train.micro_batch)},
+                 {"global_batch", std::to_string(global_batch)},
+                 {"steps", std::to_string(steps)}}},
+      {"parallel", {{"tp", "1"}, {"pp", "1"}, {"vp", "1"}, {"schedule", "\"1f1b\""}, {"stages", "[]"},
+                    {"replicas", "[]"}, {"zero1", "false"}}},
+      {"hetero", {{"sync", "\"wsp\""},
+                  {"nm", std::to_string(l.nm)},
+                  {"cluster", "\"\""},
+                  {"policy", "\"\""},
+                  {"virtual_workers", fmt::format("[{}]", fmt::join(quoted, ", "))}}}};
+  HeteroSnippet s;
+  s.ranks = l.ranks;
+  s.sets = section_sets(sections);
+  std::vector<std::string> all = overrides;
+  all.insert(all.end(), s.sets.begin(), s.sets.end());
+  try {  // the keys load and the VWs cover the model's layers
+    const Config checked = load_config(config_path, all, s.ranks);
+    const std::vector<VirtualWorker> vws = virtual_workers(checked.hetero, s.ranks);
+    for (size_t v = 0; v < vws.size(); ++v) vws[v].layer_ranges(layers, static_cast<int>(v));
+    try {
+      check_trainable(checked);
+    } catch (const Error& e) {  // what the trainer does not run yet (docs/hetpipe.md)
+      l.notes.push_back(fmt::format("this build's baton train refuses it yet: {}", e.what()));
+    }
+  } catch (const Error& e) {
+    throw Error(fmt::format("the planned virtual workers do not load with {}: {}", config_path, e.what()), e.hint());
+  }
+  s.toml = snippet_text(header, l.unexpressible, l.notes, s.ranks, config_path, s.sets, sections);
+  s.global_batch = global_batch;
+  s.steps = steps;
   s.layout = std::move(l);
   return s;
 }

@@ -1,16 +1,18 @@
 // What `baton plan --algorithm pipedream|madpipe|hetpipe` hands to `baton train`: the partition as
 // a layout the runtime runs (RunLayout: stages as [first, end) ranges of global layers, PipeDream's
 // replicas, data-parallel copies, a schedule baton train executes), and that layout as config keys
-// (Snippet: a TOML [train]/[parallel] snippet, the same keys as --set arguments, the mpirun line),
+// (Snippet: a TOML [train]/[parallel] snippet, the same keys as --set arguments, the mpirun line;
+// HetPipe's virtual workers as HeteroLayout / HeteroSnippet with a [hetero] section),
 // checked by loading the config with them for their rank count (load_config + check_trainable), so
 // a snippet that is printed trains.
 //
 // Where a partitioner's plan is not something the runtime runs — PipeDream replicas that differ on
 // the first and last stage, MadPipe's special GPU with non-contiguous stages and its 1F1B*
-// schedule, HetPipe's several virtual workers under WSP, weight stashing in bf16 — the layout is
+// schedule, weight stashing in bf16, a HetPipe virtual worker that does not fit — the layout is
 // the closest one it runs, `unexpressible` says in one line what could not be expressed, and
 // `notes` say how the layout differs from the plan.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,10 +41,24 @@ RunLayout pipedream_layout(const plan::PdPlan& p, const std::string& dtype);
 // MadPipe §C.3: stages in layer order and the GPU of each (madpipe_check's gpu_of_stage).
 RunLayout madpipe_layout(const std::vector<plan::MpStage>& stages, const std::vector<int>& gpu_of_stage,
                          const std::string& dtype);
-// HetPipe §A.5: the partition of one virtual worker (first layer of each GPU's partition, L layers)
-// chosen among `vws` feasible ones; `label` names it (e.g. "VRGQ"), `mixed` when its GPUs differ.
-RunLayout hetpipe_layout(const std::vector<int>& first_layer, int L, int vws, int chosen,
-                         const std::string& label, bool mixed, const std::string& dtype);
+// HetPipe §A.5–A.6 under WSP ([hetero], docs/hetpipe.md): virtual workers of several stages,
+// each stage one rank that stands for one GPU. Ranks are numbered 0.. in VW order, stage order.
+struct VwPartition {
+  std::string label;                 // "VRGQ"
+  std::vector<std::string> devices;  // per GPU, the device table's name (plan/device.h find_device)
+  std::vector<int> first_layer;      // per GPU, the first layer of its partition
+  bool feasible = true;              // false: no partition fits at the plan's Nm
+};
+struct HeteroLayout {
+  std::vector<std::string> virtual_workers;  // hetero.virtual_workers entries: RANK@DEVICE:FIRST-END, ...
+  int nm = 1;
+  std::string unexpressible;                 // why the plan itself does not run; empty when it does
+  std::vector<std::string> notes;
+  int ranks = 0;
+};
+// The planned VWs on a model of L global layers at Nm: the feasible ones (a VW that does not fit
+// is left out, and said so in `unexpressible`).
+HeteroLayout hetpipe_layout(const std::vector<VwPartition>& vws, int L, int nm);
 
 struct Snippet {
   std::string toml;               // comments, [train] and [parallel] sections
@@ -59,5 +75,21 @@ struct Snippet {
 // not train for reasons of its own, e.g. [hetero] keys).
 Snippet make_snippet(const std::string& config_path, const std::vector<std::string>& overrides,
                      const Config& cfg, int layers, RunLayout l, const std::string& header);
+
+// The VWs as a [train]/[parallel]/[hetero] snippet: sync = "wsp", nm, virtual_workers;
+// train.global_batch raised to a multiple of micro_batch × ranks (load_config's data-parallel rule;
+// a note says when a VW's minibatch, global_batch / VWs, is not the planned micro_batch) and
+// train.steps to whole waves (noted). Checked by loading the config with these keys for their rank
+// count and parsing the VWs (virtual_workers(), layer ranges covering the `layers`); Error when
+// that fails. `baton train`'s own refusals (check_trainable) become a note, not an error.
+struct HeteroSnippet {
+  std::string toml;
+  std::vector<std::string> sets;
+  int ranks = 0;
+  int64_t global_batch = 0, steps = 0;
+  HeteroLayout layout;  // as given, with notes added
+};
+HeteroSnippet make_hetero_snippet(const std::string& config_path, const std::vector<std::string>& overrides,
+                                  const Config& cfg, int layers, HeteroLayout l, const std::string& header);
 
 }  // namespace baton::app

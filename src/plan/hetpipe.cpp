@@ -69,6 +69,26 @@ HpPlan hetpipe_partition(const HpProblem& pb) {
   return plan;
 }
 
+int hetpipe_max_m(HpProblem pb, int cap) {
+  pb.nm = 1;
+  if (cap < 1 || !hetpipe_partition(pb).feasible) return 0;
+  int lo = 1, hi = cap;  // feasible at lo; find the largest feasible in [lo, hi]
+  while (lo < hi) {
+    pb.nm = lo + (hi - lo + 1) / 2;
+    if (hetpipe_partition(pb).feasible)
+      lo = pb.nm;
+    else
+      hi = pb.nm - 1;
+  }
+  return lo;
+}
+
+double hetpipe_minibatches_per_s(const HpProblem& pb, const HpPlan& plan) {
+  if (!plan.feasible) return 0;
+  const double round_trip = std::accumulate(plan.stage_time.begin(), plan.stage_time.end(), 0.0);
+  return std::min(1 / plan.slowest, pb.nm / round_trip);
+}
+
 std::string vw_label(const Cluster& c, const VirtualWorker& vw) {
   std::string s;
   for (int n : vw.node) s += c.nodes[n].name.empty() ? '?' : c.nodes[n].name[0];

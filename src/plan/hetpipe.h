@@ -57,6 +57,16 @@ HpPlan hetpipe_partition(const HpProblem& pb);
 double hetpipe_stage_time(const HpProblem& pb, int q, int i, int j);
 double hetpipe_stage_memory(const HpProblem& pb, int q, int i, int j);
 
+// Max_m (§A.2: "the maximum number of minibatches that can run at once in a VW", set by memory):
+// the largest Nm <= cap at which some partition fits every GPU (the partition re-solved per Nm;
+// feasibility only shrinks as Nm grows, so a bisection); 0 when none fits even at Nm = 1.
+int hetpipe_max_m(HpProblem pb, int cap);
+// Minibatches per second of a VW running `plan` with pb.nm minibatches in flight: at most one per
+// slowest partition (the pipeline's steady state) and at most Nm per round trip, the sum of the
+// partition times (a minibatch's forward and backward through every GPU with its transfers;
+// Little's law for Nm minibatches circulating). WSP's pushes and pulls are not counted.
+double hetpipe_minibatches_per_s(const HpProblem& pb, const HpPlan& plan);
+
 struct VirtualWorker {
   std::vector<int> node;  // per GPU: index into Cluster::nodes
 };

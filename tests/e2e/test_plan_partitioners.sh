@@ -95,21 +95,64 @@ def check(f, layers, policy):
             assert p["memory_gb"] <= p["capacity_gb"] + 1e-9, p
         assert abs(v["slowest_s"] - max(p["time_s"] for p in parts)) < 1e-12
         total += v["samples_per_s"]
-    assert abs(total - j["samples_per_s"]) < 1e-6 * total, (total, j["samples_per_s"])
+    assert abs(total - j["unsynchronised_samples_per_s"]) < 1e-6 * total, (total, j)
+    # WSP: every VW at the slowest one's pace.
+    fit = [v["samples_per_s"] for v in vws if v["feasible"]]
+    assert abs(len(fit) * min(fit) - j["samples_per_s"]) < 1e-6 * total, (fit, j["samples_per_s"])
+    if f != "hp_gpt.json":  # default Nm = the smallest Max_m, within the range best_nm is chosen from
+        assert j["best_samples_per_s"] >= j["samples_per_s"] * (1 - 1e-9), j
+        assert 1 <= j["best_nm"] <= j["nm"], j
     assert any(v["feasible"] for v in vws)
 for policy in ["np", "ed", "hd"]:
     check(f"hp_{policy}.json", 16, policy)
 check("hp_gpt.json", 6, "ed")
 j = json.load(open("hp_resnet.json"))
 assert j["policy"] == "hd" and len(j["virtual_workers"]) == 4
-# The snippet runs one virtual worker (no WSP in training yet), said in one line.
-r = json.load(open("hp_ed.json"))["runnable"]
-assert not r["exact"] and "4 virtual workers" in r["unexpressible"] and r["ranks"] == 4, r
-assert r["stages"][0][0] == 0 and r["stages"][-1][1] == 16 and r["vertical_sync"], r
+# The snippet runs the 4 virtual workers under WSP: [hetero] with Nm and the VWs' stages
+# (RANK@DEVICE:FIRST-END), ranks 0..15 in VW order, each VW covering the 16 layers.
+j = json.load(open("hp_ed.json"))
+r = j["runnable"]
+assert r["exact"] and r["ranks"] == 16 and r["sync"] == "wsp" and r["nm"] == j["nm"], r
+rank = 0
+for vw in r["virtual_workers"]:
+    stages = [s.strip() for s in vw.split(",")]
+    assert [s.split("@")[1].split(":")[0] for s in stages] == list(dev.values()), vw
+    ranges = [tuple(map(int, s.split(":")[1].split("-"))) for s in stages]
+    assert ranges[0][0] == 0 and ranges[-1][1] == 16, vw
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), vw
+    assert [int(s.split("@")[0]) for s in stages] == list(range(rank, rank + 4)), vw
+    rank += 4
+assert 1 <= j["nm"] <= 8 and all(v["max_m"] >= j["nm"] for v in j["virtual_workers"]), j["nm"]
 PY
 "$BATON" plan vgg.toml --cluster "$CL/hetpipe.toml" --algorithm hetpipe --policy ed > hp.txt
 [ "$(grep -c '^VW ' hp.txt)" = 4 ] || { cat hp.txt; fail "hetpipe table: 4 virtual workers"; }
 grep -q "^total: " hp.txt || fail "hetpipe table total"
+# --output writes the [hetero] snippet: valid TOML, its keys the run line's --sets.
+"$BATON" plan vgg.toml --cluster "$CL/hetpipe.toml" --algorithm hetpipe --policy hd --output hp_hd.toml > /dev/null
+python3 - hp_hd.toml <<'PY' || { cat hp_hd.toml; fail "hetpipe snippet"; }
+import shlex, sys, tomllib
+text = open(sys.argv[1]).read()
+t = tomllib.loads(text)
+h = t["hetero"]
+assert h["sync"] == "wsp" and h["nm"] >= 1 and len(h["virtual_workers"]) == 4, h
+assert t["train"]["global_batch"] % (16 * t["train"]["micro_batch"]) == 0 and t["train"]["steps"] % h["nm"] == 0, t
+run = [l for l in text.splitlines() if "run: " in l][0].split("run: ", 1)[1]
+words = shlex.split(run)
+assert words[:3] == ["mpirun", "-n", "16"], words
+keys = {w.split("=", 1)[0] for w in words[words.index("train") + 2:][1::2]}
+assert keys == {f"{s}.{k}" for s in t for k in t[s]}, keys
+PY
+
+# docs/hetpipe.md's paper tables are launch/hetpipe-paper-table.sh's output.
+BATON="$BATON" bash "$SRC/launch/hetpipe-paper-table.sh" > hp-paper.md
+python3 - "$SRC" <<'PY' || fail "docs/hetpipe.md tables differ from launch/hetpipe-paper-table.sh: rerun it and paste"
+import sys
+blocks = open("hp-paper.md").read().strip().split("\n\n")
+assert len(blocks) == 2 and all(b.startswith("| model") for b in blocks), blocks
+text = open(f"{sys.argv[1]}/docs/hetpipe.md").read()
+for b in blocks:
+    assert b in text, b
+PY
 
 # ---- MadPipe ----
 "$BATON" plan vgg.toml --cluster "$CL/pipedream-cluster-a.toml" --gpus 4 --algorithm madpipe --format json > mp.json

@@ -167,13 +167,21 @@ TEST(PlanSnippet, MadPipeLayouts) {
 }
 
 TEST(PlanSnippet, HetPipeLayouts) {
-  RunLayout l = hetpipe_layout({0, 4, 9}, 12, 4, 2, "VRG", true, "fp32");
-  EXPECT_EQ(l.stages, (std::vector<std::pair<int, int>>{{0, 4}, {4, 9}, {9, 12}}));
-  EXPECT_NE(l.unexpressible.find("4 virtual workers"), std::string::npos);
-  EXPECT_EQ(l.schedule, "pipedream");
-  EXPECT_TRUE(l.vertical_sync);
-  l = hetpipe_layout({0, 6}, 12, 1, 0, "VV", false, "fp32");
+  // Ranks 0.. in VW order, each stage RANK@DEVICE:FIRST-END of the runtime's global layers.
+  const std::vector<VwPartition> vws{{"VRG", {"TITAN-V", "TITAN-RTX", "RTX-2060"}, {0, 4, 9}, true},
+                                     {"GGG", {"RTX-2060", "RTX-2060", "RTX-2060"}, {}, false},
+                                     {"VVV", {"TITAN-V", "TITAN-V", "TITAN-V"}, {0, 5, 6}, true}};
+  HeteroLayout l = hetpipe_layout(vws, 12, 3);
+  EXPECT_EQ(l.virtual_workers, (std::vector<std::string>{"0@TITAN-V:0-4, 1@TITAN-RTX:4-9, 2@RTX-2060:9-12",
+                                                         "3@TITAN-V:0-5, 4@TITAN-V:5-6, 5@TITAN-V:6-12"}));
+  EXPECT_EQ(l.ranks, 6);
+  EXPECT_EQ(l.nm, 3);
+  // A VW that fits nowhere is left out, said in one line.
+  EXPECT_NE(l.unexpressible.find("virtual worker 1 GGG fits no partition in memory at Nm = 3"), std::string::npos)
+      << l.unexpressible;
+  l = hetpipe_layout({vws[0]}, 12, 1);
   EXPECT_TRUE(l.unexpressible.empty());
+  EXPECT_EQ(l.ranks, 3);
 }
 
 class Snippets : public ::testing::Test {

@@ -1,0 +1,113 @@
+// HetPipe's virtual workers, Nm and partitions for a config's model (hetpipe_plan.h).
+#include "app/hetpipe_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace baton::app {
+namespace {
+
+plan::HpProblem vw_problem(const Chain& ch, const plan::Cluster& cl, const plan::VirtualWorker& vw, int nm) {
+  plan::HpProblem pb;
+  pb.nm = nm;
+  pb.intra_bw = pb.inter_bw = 1e30;
+  for (int n : vw.node) {
+    const auto& node = cl.nodes[n];
+    pb.gpus.push_back({usable_bytes(node.device, ch.A), n});
+    pb.intra_bw = std::min(pb.intra_bw, node.intra_gbs * 1e9);
+    pb.inter_bw = std::min(pb.inter_bw, node.inter_gbs * 1e9);
+  }
+  for (int l = 0; l < ch.md.size(); ++l) {
+    plan::HpLayer hl;
+    for (int n : vw.node) hl.time.push_back(ch.fb(l, cl.nodes[n].device));
+    hl.out_bytes = ch.md.layers[l].out_bytes;
+    hl.weight_bytes = ch.weight_bytes(l);
+    hl.stash_bytes = ch.md.layers[l].stash_bytes;
+    pb.layers.push_back(hl);
+  }
+  return pb;
+}
+
+}  // namespace
+
+int HetpipePlan::feasible() const {
+  return static_cast<int>(std::count_if(vws.begin(), vws.end(), [](const HetpipeVw& v) { return v.plan.feasible; }));
+}
+
+double HetpipePlan::minibatches_per_s() const {
+  double slowest = 0;
+  bool any = false;
+  for (const HetpipeVw& v : vws)
+    if (v.plan.feasible) slowest = any ? std::min(slowest, v.minibatches_per_s) : v.minibatches_per_s, any = true;
+  return feasible() * slowest;
+}
+
+double HetpipePlan::unsynchronised_minibatches_per_s() const {
+  double t = 0;
+  for (const HetpipeVw& v : vws) t += v.minibatches_per_s;
+  return t;
+}
+
+namespace {
+
+// Every VW partitioned at `nm`.
+void partition_at(HetpipePlan& p, int nm) {
+  p.nm = nm;
+  for (HetpipeVw& v : p.vws) {
+    v.problem.nm = nm;
+    v.plan = plan::hetpipe_partition(v.problem);
+    v.minibatches_per_s = plan::hetpipe_minibatches_per_s(v.problem, v.plan);
+  }
+}
+
+}  // namespace
+
+HetpipePlan plan_hetpipe(const Chain& ch, const plan::Cluster& cl, const std::string& policy, int k, int nm) {
+  BATON_REQUIRE(policy == "np" || policy == "ed" || policy == "hd", fmt::format("unknown HetPipe policy '{}'", policy),
+                "use np, ed or hd (HetPipe §A.6)");
+  HetpipePlan p;
+  p.policy = policy;
+  p.k = k > 0 ? k : cl.nodes[0].gpus;
+  p.nm_cap = 2 * p.k;
+  p.nm_given = nm > 0;
+  for (const plan::VirtualWorker& vw : plan::hetpipe_allocate(cl, policy, p.k)) {
+    HetpipeVw v;
+    v.vw = vw;
+    v.label = plan::vw_label(cl, vw);
+    v.problem = vw_problem(ch, cl, vw, 1);
+    v.max_m = plan::hetpipe_max_m(v.problem, p.nm_cap);
+    p.vws.push_back(std::move(v));
+  }
+  int smallest = 0;  // the smallest Max_m of the VWs that fit (0 when none does)
+  for (const HetpipeVw& v : p.vws)
+    if (v.max_m > 0) smallest = smallest == 0 ? v.max_m : std::min(smallest, v.max_m);
+  // The Nm ≤ the smallest Max_m with the most predicted throughput (ties: the smaller Nm, less
+  // staleness): a larger Nm can force a slower partition to fit its stashes.
+  p.best_nm = std::max(smallest, 1);
+  double best = -1;
+  for (int m = 1; m <= smallest; ++m) {
+    partition_at(p, m);
+    if (p.minibatches_per_s() > best * (1 + 1e-9)) best = p.minibatches_per_s(), p.best_nm = m;
+  }
+  p.best_minibatches_per_s = std::max(best, 0.0);
+  partition_at(p, p.nm_given ? nm : std::max(smallest, 1));
+  return p;
+}
+
+HeteroLayout hetero_layout(const HetpipePlan& p, const Chain& ch, const plan::Cluster& cl) {
+  std::vector<VwPartition> parts;
+  for (const HetpipeVw& v : p.vws) {
+    VwPartition part{.label = v.label, .feasible = v.plan.feasible};
+    for (size_t q = 0; q < v.vw.node.size(); ++q) {
+      part.devices.push_back(cl.nodes[v.vw.node[q]].device.name);
+      if (v.plan.feasible) part.first_layer.push_back(v.plan.first_layer[q]);
+    }
+    parts.push_back(std::move(part));
+  }
+  return hetpipe_layout(parts, ch.md.size(), p.nm);
+}
+
+}  // namespace baton::app
