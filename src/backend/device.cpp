@@ -27,6 +27,14 @@ std::string cpu_model_name() {
 
 }  // namespace
 
+void Backend::set_memory_limit(const MemoryLimit& limit) {
+  BATON_REQUIRE(limit.bytes == 0,
+                fmt::format("rank {}: a memory limit ({}) is emulated on the CPU backend only, not on {}", limit.rank,
+                            limit.device.empty() ? "hetero.memory_limit" : limit.device, name()),
+                "on GPU ranks the device's own memory is the limit: set hetero.memory_limit = 0 for them (or "
+                "precision.device = \"cpu\")");
+}
+
 DType parse_compute_dtype(const std::string& compute) {
   if (compute == "fp32") return DType::F32;
   if (compute == "bf16") return DType::BF16;
