@@ -75,6 +75,7 @@ struct TimedStep {
 
 struct SessionOptions {
   bool record_instructions = false;  // keep each step's executed instructions (tests)
+  MemoryLimit memory_limit;          // an emulated device's memory (config/device_emulation.h); 0 = none
 };
 
 class TrainSession {

@@ -72,7 +72,7 @@ TEST(CpuMemoryLimit, RefusesWhatTheDeviceCouldNotHold) {
     be->alloc(500 << 10);
     FAIL() << "an allocation beyond the limit was accepted";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("rank 3 (emulating QUADRO-P4000)"));
+    EXPECT_THAT(e.what(), HasSubstr("out of memory on rank 3 (emulating QUADRO-P4000)"));
     EXPECT_THAT(e.what(), HasSubstr("allocating 500 KiB with 600 KiB in use would exceed its memory limit of 1 MiB"));
     EXPECT_THAT(e.hint(), HasSubstr("train.micro_batch"));
     EXPECT_THAT(e.hint(), HasSubstr("hetero.memory_limit"));

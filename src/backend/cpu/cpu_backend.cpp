@@ -367,8 +367,8 @@ class CpuBackend final : public Backend {
   static constexpr size_t kHeader = 64;  // alloc()'s size header; keeps the 64-byte alignment
 
   [[noreturn]] void refuse(size_t bytes, size_t in_use) const {
-    throw Error(fmt::format("rank {}{}: out of memory: allocating {} with {} in use would exceed its memory limit "
-                            "of {}", limit_.rank,
+    throw Error(fmt::format("out of memory on rank {}{}: allocating {} with {} in use would exceed its memory "
+                            "limit of {}", limit_.rank,
                             limit_.device.empty() ? std::string() : fmt::format(" (emulating {})", limit_.device),
                             format_bytes(double(bytes)), format_bytes(double(in_use)), format_bytes(double(limit_.bytes))),
                 fmt::format("the device could not hold this: run fewer minibatches in flight (hetero.nm), a smaller "
