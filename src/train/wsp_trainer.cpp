@@ -179,7 +179,7 @@ class VwLog {
       log::info("vw {}: {:.0f} minibatches in {:.2f} s = {:.3g} minibatches/s (compute x{:.3g}{}) | {:.2f} s ({:.0f}%) "
                 "{}, {:.2f} s idle ({:.0f}% of the waiting)",
                 virtual_worker_of(vws, r), x[kMinibatches], x[kSeconds], x[kMinibatches] / std::max(1e-9, x[kSeconds]),
-                x[kFactors] / n, x[kStretch] > 0 ? fmt::format(", {:.1f} s slept", x[kStretch]) : std::string(),
+                x[kFactors] / n, x[kStretch] > 0 ? fmt::format(", {:.2f} s slept", x[kStretch]) : std::string(),
                 x[kWait], 100 * x[kWait] / std::max(1e-9, x[kSeconds]), waiting, x[kIdle],
                 100 * x[kIdle] / std::max(1e-9, x[kWait]));
     }

@@ -128,7 +128,7 @@ class CpuBackend final : public Backend {
   void set_memory_limit(const MemoryLimit& limit) override { limit_ = limit; }
   std::string memory_summary() const override {
     if (limit_.bytes == 0) return {};
-    return fmt::format("{} in use of the {} limit{}", format_bytes(double(in_use_.load())),
+    return fmt::format("memory: {} in use of the {} limit{}", format_bytes(double(in_use_.load())),
                        format_bytes(double(limit_.bytes)),
                        limit_.device.empty() ? std::string() : fmt::format(" ({}, emulated)", limit_.device));
   }
