@@ -24,6 +24,14 @@
 
 namespace baton {
 
+// An emulated device's memory (config/device_emulation.h, docs/hetpipe.md "Heterogeneity on one
+// machine"): the backend refuses an allocation that would take its memory in use beyond `bytes`.
+struct MemoryLimit {
+  size_t bytes = 0;    // 0 = unlimited
+  int rank = 0;        // for the error
+  std::string device;  // the device the rank stands for ("" = none named), for the error
+};
+
 struct AdamWArgs {
   float lr = 0;
   float beta1 = 0.9f;
@@ -78,6 +86,10 @@ class Backend {
   // ---- memory (host memory on the CPU backend) ----
   virtual void* alloc(size_t bytes) = 0;  // zero-initialised, 64-byte aligned
   virtual void release(void* p) = 0;
+  // From now on an alloc() that would take the bytes in use beyond limit.bytes throws Error naming
+  // the rank, the device, the bytes asked and the limit. The CPU backend counts every alloc() (the
+  // CNN ops' oneDNN scratch is not counted); other backends refuse a limit (Error).
+  virtual void set_memory_limit(const MemoryLimit& limit);
   // The host buffer may be reused when to_device returns; the copy is ordered before later ops
   // (it may still be in flight: no synchronisation is implied). to_host returns with the data.
   virtual void to_device(void* dst, const void* src_host, size_t bytes) = 0;

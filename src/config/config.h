@@ -135,6 +135,13 @@ struct HeteroConfig {
   std::vector<std::string> virtual_workers;
   int nm = 1;  // Nm, minibatches per wave (HetPipe §4-5)
   double jitter = 0;  // each rank's compute stretched by a seeded factor in [1, 1 + jitter] per minibatch
+  // Emulated devices on one machine (config/device_emulation.h), one entry per rank: its compute is
+  // stretched by this factor (>= 1). Empty = from the devices named in virtual_workers (the fastest
+  // named device's peak / the rank's device's peak), 1 where none is named.
+  std::vector<double> slowdown;
+  // GiB per rank its backend may allocate (0 = unlimited). Empty = the named device's memory, none
+  // named = unlimited.
+  std::vector<double> memory_limit;
 
   bool operator==(const HeteroConfig&) const = default;
 };

@@ -149,6 +149,11 @@ std::vector<KeyDesc> make_table() {
                 .range = at_least(1)),
       BATON_KEY(hetero, jitter, "stretch each rank's compute by a seeded random factor in [1, 1 + jitter] "
                 "per minibatch (emulated variability; 0 = off)", .range = at_least(0)),
+      BATON_KEY(hetero, slowdown, "per rank: stretch its compute by this factor (>= 1), e.g. [1, 3] (empty = "
+                "from the devices named in virtual_workers, relative to the fastest; none named = 1)",
+                .range = at_least(1)),
+      BATON_KEY(hetero, memory_limit, "per rank: GiB its backend may allocate (0 = unlimited; empty = the "
+                "memory of the device named in virtual_workers, none named = unlimited)", .range = at_least(0)),
   };
 }
 
@@ -329,6 +334,10 @@ std::string format_field(const KeyDesc& key, const Config& cfg) {
           return out + "]";
         } else if constexpr (std::is_same_v<T, std::vector<int>>) {
           return fmt::format("[{}]", fmt::join(v, ", "));
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          std::string out = "[";
+          for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_float(v[i]);
+          return out + "]";
         } else if constexpr (std::is_same_v<T, std::vector<std::vector<int>>>) {
           std::string out = "[";
           for (size_t i = 0; i < v.size(); ++i) out += fmt::format("{}[{}]", i ? ", " : "", fmt::join(v[i], ", "));

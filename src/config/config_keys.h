@@ -19,7 +19,8 @@ using Accessor = T& (*)(Config&);
 using Field =
     std::variant<Accessor<int>, Accessor<int64_t>, Accessor<uint64_t>, Accessor<double>,
                  Accessor<bool>, Accessor<std::string>, Accessor<std::vector<std::string>>,
-                 Accessor<std::vector<int>>, Accessor<std::vector<std::vector<int>>>>;
+                 Accessor<std::vector<int>>, Accessor<std::vector<std::vector<int>>>,
+                 Accessor<std::vector<double>>>;
 
 // Allowed interval for a numeric key; an open end excludes its bound.
 struct Range {
@@ -37,7 +38,7 @@ struct KeyDesc {
   std::string_view name;
   Field field;
   std::string_view doc;                   // what the key means, for hints and the resolved config
-  Range range = {};                       // numeric keys
+  Range range = {};                       // numeric keys (and each element of a list of numbers)
   std::vector<std::string_view> allowed;  // string keys with a fixed set of values; empty = any
   bool non_empty = false;                 // string keys that must not be ""
 

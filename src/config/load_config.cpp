@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -125,6 +126,25 @@ class FieldWriter {
     if (!a) wrong_type("an array of integers");
     dst = ints(*a);
   }
+  void operator()(std::vector<double>& dst) const {
+    const toml::array* a = v_.as_array();
+    if (!a) wrong_type("an array of numbers");
+    std::vector<double> out;
+    for (const toml::node& item : *a) {
+      // Numbers; a --set list without TOML syntax (1,3) arrives as strings.
+      std::optional<double> x;
+      if (auto i = item.as_integer()) x = static_cast<double>(i->get());
+      if (auto f = item.as_floating_point()) x = f->get();
+      if (auto s = item.as_string()) x = number_text(s->get());
+      if (!x || !std::isfinite(*x))
+        throw Error(fmt::format("{}: {} must be an array of finite numbers, got an array with a {} element{}", where_,
+                                key_.full_name(), type_name(item),
+                                item.is_string() ? fmt::format(" \"{}\"", item.as_string()->get()) : std::string()),
+                    example_hint());
+      out.push_back(*x);
+    }
+    dst = std::move(out);
+  }
 
  private:
   std::vector<int> ints(const toml::array& a) const {
@@ -146,6 +166,15 @@ class FieldWriter {
       out.push_back(static_cast<int>(*x));
     }
     return out;
+  }
+
+  // The whole of `t` as a number ("3", "1.5", "2e-1"), or nothing.
+  static std::optional<double> number_text(const std::string& t) {
+    if (t.empty() || t.size() > 40) return std::nullopt;
+    char* end = nullptr;
+    const double x = std::strtod(t.c_str(), &end);
+    if (end != t.c_str() + t.size()) return std::nullopt;
+    return x;
   }
 
   int64_t integer(int64_t lo, int64_t hi) const {
@@ -184,7 +213,16 @@ class FieldWriter {
     const Config defaults;
     std::string example = config_detail::format_field(key_, defaults);
     if (example == "\"\"") example = "\"...\"";
-    if (example == "[]") example = "[\"a\", \"b\"]";
+    if (example == "[]")
+      example = std::visit(
+          [](auto get) -> std::string {
+            using T = std::decay_t<decltype(get(std::declval<Config&>()))>;
+            if constexpr (std::is_same_v<T, std::vector<double>>) return "[1, 2.5]";
+            if constexpr (std::is_same_v<T, std::vector<int>>) return "[1, 2]";
+            if constexpr (std::is_same_v<T, std::vector<std::vector<int>>>) return "[[0, 5], [5, 12]]";
+            return "[\"a\", \"b\"]";
+          },
+          key_.field);
     return fmt::format("{} ({}): write e.g. {} = {}", key_.full_name(), key_.doc, key_.name,
                        example);
   }
@@ -309,6 +347,7 @@ void apply_override(Config& cfg, const std::string& text, int index) {
   const bool wants_list =
       std::holds_alternative<config_detail::Accessor<std::vector<std::string>>>(desc->field) ||
       std::holds_alternative<config_detail::Accessor<std::vector<int>>>(desc->field) ||
+      std::holds_alternative<config_detail::Accessor<std::vector<double>>>(desc->field) ||
       std::holds_alternative<config_detail::Accessor<std::vector<std::vector<int>>>>(desc->field);
   // A number TOML cannot hold (an integer beyond 64 bits) is that, not "a string".
   const bool numeric = !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) ||

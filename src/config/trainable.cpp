@@ -14,14 +14,14 @@ namespace baton {
 namespace {
 
 // [hetero]: virtual workers of one stage each run under WSP and under the synchronous allreduce
-// baseline (train/wsp_trainer.h); everything else of HetPipe is refused until it is built
+// baseline (train/wsp_trainer.h), their ranks optionally emulating devices (slowdown, memory limit,
+// jitter: config/device_emulation.h); everything else of HetPipe is refused until it is built
 // (docs/hetpipe.md "Not built yet").
 void check_hetero_trainable(const Config& cfg) {
   const HeteroConfig& h = cfg.hetero;
-  BATON_REQUIRE(h.policy.empty() && h.placement == "default" && h.jitter == 0,
-                "hetero.policy, hetero.placement = \"local\" and hetero.jitter are not built yet",
-                "give the virtual workers in hetero.virtual_workers and leave placement, policy and jitter at "
-                "their defaults");
+  BATON_REQUIRE(h.policy.empty() && h.placement == "default",
+                "hetero.policy and hetero.placement = \"local\" are not built yet",
+                "give the virtual workers in hetero.virtual_workers and leave placement and policy at their defaults");
   if (h.sync != "wsp") {
     BATON_REQUIRE(h.staleness == 0 && h.cluster.empty(),
                   "hetero.sync = \"allreduce\" (the synchronous baseline: virtual workers average every wave, "
@@ -29,18 +29,20 @@ void check_hetero_trainable(const Config& cfg) {
                   "hetero.sync = \"wsp\"",
                   "set hetero.sync = \"wsp\" for a clock-distance bound (staleness); hetero.cluster does not "
                   "train yet: give the virtual workers in hetero.virtual_workers");
-    if (!trains_virtual_workers(h)) return;  // [hetero] at its defaults: the homogeneous layout
+    if (!trains_virtual_workers(h)) {  // [hetero] at its defaults: the homogeneous layout
+      BATON_REQUIRE(h.jitter == 0 && h.slowdown.empty() && h.memory_limit.empty(),
+                    "hetero.slowdown, hetero.memory_limit and hetero.jitter emulate devices on the ranks of "
+                    "virtual workers, but this run trains none (hetero.sync = \"allreduce\" without "
+                    "hetero.virtual_workers or nm > 1 is the homogeneous layout)",
+                    "name the virtual workers (e.g. hetero.virtual_workers = [\"0\", \"1\"]) or set hetero.sync = "
+                    "\"wsp\"; or drop slowdown, memory_limit and jitter");
+      return;
+    }
   }
   BATON_REQUIRE(h.cluster.empty(),
                 "hetero.cluster (virtual workers derived by the HetPipe partitioner) does not train yet",
                 "give the virtual workers explicitly in hetero.virtual_workers (or leave it empty: one per "
                 "rank); `baton plan --algorithm hetpipe` partitions a cluster file");
-  for (const VirtualWorker& vw : virtual_workers(h, 0))
-    for (const VirtualWorkerStage& st : vw.stages)
-      BATON_REQUIRE(st.device.empty(),
-                    fmt::format("hetero.virtual_workers: rank {} stands for device {}, but emulating devices on "
-                                "CPU ranks (slowdown, memory limit) is not built yet", st.rank, st.device),
-                    "drop the @DEVICE part of the virtual worker's stages");
   const std::vector<std::vector<int>> vws = virtual_worker_ranks(h, 0);
   const bool pipelined = std::any_of(vws.begin(), vws.end(), [](const std::vector<int>& r) { return r.size() > 1; });
   if (pipelined) {

@@ -43,6 +43,13 @@ void check_key(const Config& cfg, const KeyDesc& key) {
                                     config_detail::format_field(key, cfg)),
                         fmt::format("set {} ({}) to a value {}", key.full_name(), key.doc,
                                     key.range.describe()));
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          for (size_t i = 0; i < v.size(); ++i)
+            if (!key.range.contains(v[i]))
+              throw Error(fmt::format("{}: {}[{}] must be {}, got {}", where(cfg, key.full_name()), key.full_name(),
+                                      i, key.range.describe(), config_detail::toml_float(v[i])),
+                          fmt::format("set every entry of {} ({}) to a value {}", key.full_name(), key.doc,
+                                      key.range.describe()));
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!key.allowed.empty() &&
               std::find(key.allowed.begin(), key.allowed.end(), v) == key.allowed.end())

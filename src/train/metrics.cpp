@@ -41,6 +41,11 @@ void MetricsWriter::write(const StepMetrics& m) {
     j["wait_s"] = m.vw->wait_s;
     j["wait_total_s"] = m.vw->wait_total_s;
     j["push_s"] = m.vw->push_s;
+    j["idle_s"] = m.vw->idle_s;
+    j["idle_total_s"] = m.vw->idle_total_s;
+    j["minibatches_per_s"] = m.vw->minibatches_per_s;
+    j["slowdown"] = m.vw->slowdown;
+    j["stretch_s"] = m.vw->stretch_s;
   }
   const std::string line = j.dump() + "\n";
   // A failed write (a full disk) is an error, not a record cut mid-line and a run that goes on.

@@ -11,15 +11,22 @@
 
 namespace baton {
 
-// A WSP virtual worker's state at a logged minibatch (docs/hetpipe.md "Metrics").
+// A virtual worker's state at a logged minibatch (docs/hetpipe.md "Metrics"). Waiting is not
+// idling: a WSP pull is requested at a wave's push and may return while the VW keeps running the
+// next wave's first s_local minibatches; only the time the VW was blocked counts as idle.
 struct VwMetrics {
   int vw = 0;
   int clock = 0;            // c_local after the minibatch
   int c_global = 0;         // waves every VW had pushed at the VW's last pull
   int staleness = 0;        // (p − 1) − the newest minibatch index all VWs' updates reach in p's weights
-  double wait_s = 0;        // seconds blocked waiting for the server before this minibatch
+  double wait_s = 0;        // seconds from the request of the pull that returned before this minibatch to its return
   double wait_total_s = 0;  // since the run started
   double push_s = 0;        // seconds spent pushing after this minibatch
+  double idle_s = 0;        // seconds the rank was blocked on the server (or the all-reduce) before/after it
+  double idle_total_s = 0;  // since the run started
+  double minibatches_per_s = 0;  // the VW's minibatches so far / seconds since its loop started
+  double slowdown = 1;      // the factor this minibatch's compute was stretched by (train/compute_stretch.h)
+  double stretch_s = 0;     // seconds slept to stretch it
 };
 
 struct StepMetrics {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "config/device_emulation.h"
 #include "config/virtual_workers.h"
 #include "core/build_info.h"
 #include "core/error.h"
@@ -103,7 +104,10 @@ void training_preflight(const Config& cfg, int world_size) {
   if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
     vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
   layout_from_config(cfg, world_size, *model_builder(cfg, vocab));
-  if (trains_virtual_workers(cfg.hetero)) virtual_worker_ranks(cfg.hetero, world_size);  // every rank in one VW
+  if (trains_virtual_workers(cfg.hetero)) {
+    virtual_worker_ranks(cfg.hetero, world_size);  // every rank in one VW
+    rank_emulation(cfg, world_size);               // slowdown / memory_limit: one per rank, devices known
+  }
 }
 
 TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
@@ -120,6 +124,7 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
   choice_ = choose_backend(cfg_.precision.device, parse_compute_dtype(cfg_.precision.compute),
                            world.size() > 1 ? dist::node_local().local_rank : 0);
   Backend& be = *choice_.backend;
+  if (options.memory_limit.bytes != 0) be.set_memory_limit(options.memory_limit);
   // cuDNN's CNN ops compile in every build but have not run on a GPU yet (the GPU issue's check).
   BATON_REQUIRE(builder_->input_kind() != InputKind::IMAGES || choice_.device != "cuda",
                 fmt::format("{} on the GPU is not enabled: baton's cuDNN path has not been verified on a GPU "

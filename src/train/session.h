@@ -77,6 +77,7 @@ struct SessionOptions {
   bool record_instructions = false;  // keep each step's executed instructions (tests)
   int hetpipe_nm = 0;                // parallel.schedule = "hetpipe": minibatches in flight (0 = pp)
   UpdateHooks* hooks = nullptr;      // WSP inside a pipelined virtual worker (train/wsp_pipeline.h)
+  MemoryLimit memory_limit;          // an emulated device's memory (config/device_emulation.h); 0 = none
 };
 
 class TrainSession {

@@ -72,6 +72,7 @@ StepRunner::StepRunner(const StepRunnerSetup& setup) : s_(setup) {
                      microbatches_ == 1 && place_->model_stages.size() == 1,
                  "update hooks need a per-microbatch kind, one micro-batch per step, one stage per rank, no drain");
     stage_->set_before_forward([this](int, int microbatch) { s_.hooks->before_forward(microbatch + 1, *versions_); });
+    stage_->set_after_compute([this](int microbatch, double seconds) { s_.hooks->after_compute(microbatch + 1, seconds); });
   }
   // Evaluation runs on replica 0 of every stage (rank = stage in this communicator), apart from
   // the training program's messages.

@@ -55,6 +55,9 @@ class UpdateHooks {
   virtual ~UpdateHooks() = default;
   virtual void before_forward(int64_t minibatch, WeightVersions& versions) = 0;
   virtual void after_update(int64_t update, WeightVersions& versions) = 0;
+  // After this rank's forward or backward of `minibatch`, which took `seconds` (an emulated slower
+  // device stretches it: train/compute_stretch.h).
+  virtual void after_compute(int64_t /*minibatch*/, double /*seconds*/) {}
 };
 
 struct StepRunnerSetup {

@@ -174,6 +174,11 @@ void WspStageSync::after_update(int64_t update, WeightVersions& versions) {
   }
   own_.emplace_back(push->wave, std::move(u));
   push_ += timer.seconds();
+  if (clock_.waiting_for()) requested_.reset();  // the end of clock c requests its pull
+}
+
+void WspStageSync::after_compute(int64_t minibatch, double seconds) {
+  if (s_.stretch) stretched_ += s_.stretch->stretch(seconds, minibatch);
 }
 
 void WspStageSync::leader_pull(int64_t x, WeightVersions& versions) {
@@ -182,12 +187,16 @@ void WspStageSync::leader_pull(int64_t x, WeightVersions& versions) {
   for (dist::RequestPtr& r : sends_) r->wait();
   sends_.clear();
   sendbufs_.clear();
+  const double waited = requested_.seconds();
+  wait_ += waited;
+  wait_total_ += waited;
   pull_msg_[0] = x;
   std::memcpy(&pull_msg_[1], &wait_total_, sizeof(double));
+  std::memcpy(&pull_msg_[2], &idle_total_, sizeof(double));
   for (int s = 1; s < comm.size(); ++s) {
     sendbufs_.emplace_back();
     for (int g : stage_held_[s]) sendbufs_.back().insert(sendbufs_.back().end(), gt.at(full_.data(), g), gt.at(full_.data(), g) + gt.numel(g));
-    sends_.push_back(comm.send(pull_msg_, 2, DType::I64, s, kTagPullClock));
+    sends_.push_back(comm.send(pull_msg_, 3, DType::I64, s, kTagPullClock));
     sends_.push_back(comm.send(sendbufs_.back().data(), sendbufs_.back().size(), DType::F32, s, kTagPullData));
   }
   std::vector<float> mine(model_->flat_size(), 0.0f);
@@ -204,17 +213,17 @@ void WspStageSync::before_forward(int64_t minibatch, WeightVersions& versions) {
       if (clock_.startable()) {
         if (const std::optional<int64_t> x = server_->try_pull(*needs, full_.data())) leader_pull(*x, versions);
       } else {
-        double waited = 0;
-        const int64_t x = server_->pull(*needs, full_.data(), &waited);
-        wait_ += waited;
-        wait_total_ += waited;
+        double blocked = 0;
+        const int64_t x = server_->pull(*needs, full_.data(), &blocked);
+        idle_ += blocked;
+        idle_total_ += blocked;
         leader_pull(x, versions);
       }
     } else if (!clock_.startable()) {
       // The leader pulled before its own forward of this minibatch: X and this stage's part.
-      int64_t msg[2] = {0, 0};
+      int64_t msg[3] = {0, 0, 0};
       dist::Comm& comm = *s_.vw_comm;
-      comm.recv(msg, 2, DType::I64, 0, kTagPullClock)->wait();
+      comm.recv(msg, 3, DType::I64, 0, kTagPullClock)->wait();
       const int64_t x = msg[0];
       const ParamTable& t = model_->table();
       size_t n = 0;
@@ -228,10 +237,13 @@ void WspStageSync::before_forward(int64_t minibatch, WeightVersions& versions) {
         pos += t.numel(i);
       }
       // The VW's waiting is its leader's (this stage waited for the leader, not the server).
-      double leader_total = 0;
-      std::memcpy(&leader_total, &msg[1], sizeof(double));
-      wait_ += std::max(0.0, leader_total - wait_total_);
-      wait_total_ = leader_total;
+      double leader_wait = 0, leader_idle = 0;
+      std::memcpy(&leader_wait, &msg[1], sizeof(double));
+      std::memcpy(&leader_idle, &msg[2], sizeof(double));
+      wait_ += std::max(0.0, leader_wait - wait_total_);
+      idle_ += std::max(0.0, leader_idle - idle_total_);
+      wait_total_ = leader_wait;
+      idle_total_ = leader_idle;
       merge(x, mine, versions);
     }
   }

@@ -37,6 +37,8 @@
 #include "dist/comm.h"
 #include "dist/param_server.h"
 #include "model/sequential_model.h"
+#include "core/timer.h"
+#include "train/compute_stretch.h"
 #include "train/step_runner.h"
 #include "wsp/worker_clock.h"
 
@@ -62,6 +64,7 @@ struct WspStageSetup {
   wsp::WspParams params;
   int64_t minibatches = 0;          // the run's (train.steps)
   dist::Comm* vw_comm = nullptr;    // the VW's stages, rank = stage
+  const ComputeStretch* stretch = nullptr;  // this rank's emulated device (null: none)
 };
 
 class WspStageSync final : public UpdateHooks {
@@ -74,6 +77,7 @@ class WspStageSync final : public UpdateHooks {
 
   void before_forward(int64_t minibatch, WeightVersions& versions) override;
   void after_update(int64_t update, WeightVersions& versions) override;
+  void after_compute(int64_t minibatch, double seconds) override;
   // Completes the messages still in flight (end of the run).
   void finish();
 
@@ -81,11 +85,14 @@ class WspStageSync final : public UpdateHooks {
   int clock() const { return clock_.c_local(); }
   int c_global() const { return static_cast<int>(c_global_); }
   int staleness() const { return staleness_; }
-  // Seconds the VW's leader has waited for the server (known on the other stages as of the last
-  // pull the leader sent them).
-  double wait_total() const { return wait_total_; }
+  // The VW's waiting is its leader's (the other stages learn it with each pull the leader sends):
+  // wait = from the end of a clock (the pull's request, at the wave's push) to the pull's return,
+  // idle = the part of it the leader was blocked (the rest ran the next wave's first minibatches).
   double take_wait() { return std::exchange(wait_, 0.0); }
+  double take_idle() { return std::exchange(idle_, 0.0); }
   double take_push() { return std::exchange(push_, 0.0); }
+  double take_stretch() { return std::exchange(stretched_, 0.0); }
+  double slowdown(int64_t minibatch) const { return s_.stretch ? s_.stretch->factor(minibatch) : 1.0; }
 
  private:
   bool leader() const { return s_.vw_comm->rank() == 0; }
@@ -111,9 +118,11 @@ class WspStageSync final : public UpdateHooks {
   std::vector<dist::RequestPtr> sends_;
   std::vector<std::pair<int, int64_t>> merges_;  // (boundary version b, X), in order
   int64_t c_global_ = 0;
-  int64_t pull_msg_[2] = {0, 0};  // what the leader's last pull sends: X, its waiting total (bits)
+  int64_t pull_msg_[3] = {0, 0, 0};  // what the leader's last pull sends: X, its wait and idle totals (bits)
   int pushed_ = 0, staleness_ = 0;
-  double wait_ = 0, wait_total_ = 0, push_ = 0;
+  double wait_ = 0, idle_ = 0, push_ = 0, stretched_ = 0;
+  double wait_total_ = 0, idle_total_ = 0;  // the leader's (as of its last pull on the other stages)
+  Timer requested_;  // leader: since the outstanding pull's request
 };
 
 }  // namespace baton

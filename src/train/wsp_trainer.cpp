@@ -3,11 +3,14 @@
 #include "train/wsp_trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
+#include <string_view>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "config/device_emulation.h"
 #include "config/virtual_workers.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -16,6 +19,8 @@
 #include "dist/param_server.h"
 #include "dist/self_comm.h"
 #include "optim/lr_schedule.h"
+#include "core/bytes.h"
+#include "train/compute_stretch.h"
 #include "train/loss_spike.h"
 #include "train/metrics.h"
 #include "train/session.h"
@@ -49,24 +54,64 @@ class VwRows final : public BatchSource {
   int row0_, rows_;
 };
 
-// The VW's own session: the whole model on this rank, its minibatch = its rows of each global batch.
-std::unique_ptr<TrainSession> vw_session(const Config& cfg, int N, int vw, dist::SelfComm& alone) {
+// Rank 0 logs what every rank emulates (config/device_emulation.h: a pure function of the config).
+void log_emulation(const std::vector<RankEmulation>& emu, const std::vector<std::vector<int>>& vws, double jitter) {
+  for (size_t r = 0; r < emu.size(); ++r) {
+    const RankEmulation& e = emu[r];
+    if (!e.emulated() && e.device.empty() && jitter == 0) continue;
+    log::info("rank {} (vw {}){}: compute x{:.3g}{}{} | memory limit {}", r, virtual_worker_of(vws, static_cast<int>(r)),
+              e.device.empty() ? std::string() : fmt::format(" emulates {}", e.device), e.slowdown,
+              e.slowdown_from.empty() ? std::string() : fmt::format(" ({})", e.slowdown_from),
+              jitter == 0 ? std::string() : fmt::format(" x a seeded factor in [1, {:.3g}] per minibatch", 1 + jitter),
+              e.memory_limit == 0 ? std::string("none") : format_bytes(static_cast<double>(e.memory_limit)));
+  }
+}
+
+// The VW's own session (the whole model on this rank, its minibatch = its rows of each global
+// batch; its backend limited to the emulated device's memory) and the stretch of its compute.
+struct VwSetup {
+  std::unique_ptr<TrainSession> session;
+  ComputeStretch stretch;
+};
+
+VwSetup vw_setup(const Config& cfg, const std::vector<std::vector<int>>& vws, int vw, int rank, int world_size,
+                 dist::SelfComm& alone) {
+  const int N = static_cast<int>(vws.size());
+  const std::vector<RankEmulation> emu = rank_emulation(cfg, world_size);
+  log_emulation(emu, vws, cfg.hetero.jitter);
+  const RankEmulation& mine = emu[static_cast<size_t>(rank)];
   const int rows = cfg.train.global_batch / N;  // validate(): a multiple of micro_batch × N
   Config local = cfg;
   local.hetero = HeteroConfig{};
   local.train.global_batch = rows;
   local.dp = 1;
   ModelAndData md = model_and_data(local);
+  if (!cfg.hetero.virtual_workers.empty())  // a one-stage VW's explicit layers must be the whole model
+    virtual_workers(cfg.hetero, 0)[static_cast<size_t>(vw)].layer_ranges(md.builder->num_layers(), vw);
   md.data = std::make_unique<VwRows>(std::move(md.data), vw * rows, rows);
-  auto session = std::make_unique<TrainSession>(local, alone, std::move(md.builder), std::move(md.data));
+  auto session = std::make_unique<TrainSession>(
+      local, alone, std::move(md.builder), std::move(md.data),
+      SessionOptions{.memory_limit = {.bytes = mine.memory_limit, .rank = rank, .device = mine.device}});
   session->log_header();
-  return session;
+  return {std::move(session), ComputeStretch(mine.slowdown, cfg.hetero.jitter, cfg.train.seed, rank)};
+}
+
+// The session's step with its compute stretched as on the emulated device (compute_stretch.h): the
+// step's time includes the sleep; `vm` gets the factor and the seconds slept.
+TimedStep emulated_step(TrainSession& session, const ComputeStretch& stretch, int64_t step, double lr,
+                        VwMetrics& vm) {
+  TimedStep t = session.step(step, lr);
+  vm.slowdown = stretch.factor(step + 1);
+  vm.stretch_s = stretch.stretch(t.seconds, step + 1);
+  t.seconds += vm.stretch_s;
+  return t;
 }
 
 // A VW's outputs: the resolved config (rank 0), its metrics file (metrics.jsonl for VW 0,
 // metrics-vw<k>.jsonl for the others), and after each step the summary, evaluation at
 // train.eval_every (and at the end), its metrics record and log line; `sync` is the sync mode's
-// part of the line.
+// part of the line. It keeps the run's totals (waiting, idle, minibatches/s: the loop gives each
+// minibatch's own) and, at the end, rank 0 logs every VW's.
 class VwLog {
  public:
   // `reports`: this rank writes the VW's metrics and log lines (its last stage, which has the
@@ -77,7 +122,15 @@ class VwLog {
                  false, vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw)),
         vw_(vw), reports_(reports) {}
   const TrainSummary& summary() const { return summary_; }
-  void step(int64_t step, double lr, const TimedStep& t, const VwMetrics& vm, const std::string& sync) {
+  void step(int64_t step, double lr, const TimedStep& t, VwMetrics vm, const std::string& sync) {
+    totals_[kWait] += vm.wait_s;
+    totals_[kIdle] += vm.idle_s;
+    totals_[kStretch] += vm.stretch_s;
+    totals_[kFactors] += vm.slowdown;
+    totals_[kMinibatches] += 1;
+    vm.wait_total_s = totals_[kWait];
+    vm.idle_total_s = totals_[kIdle];
+    vm.minibatches_per_s = totals_[kMinibatches] / std::max(1e-9, run_timer_.seconds());
     summary_.steps_done++;
     summary_.last_step = step + 1;
     summary_.last_loss = t.result.loss;
@@ -93,15 +146,38 @@ class VwLog {
       }
     if (!reports_ || ((step + 1) % cfg_.train.log_every != 0 && !last && step != 0 && !m.val_loss)) return;
     metrics_.write(m);
-    log::info("vw {} step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | {} | waited {:.1f} ms ({:.2f} s in all) | {:.0f} ms",
+    log::info("vw {} step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | {} | waited {:.1f} ms, idle {:.1f} ms ({:.2f} s, "
+              "{:.2f} s in all) | {:.0f} ms{} | {:.3g} minibatches/s",
               vw_, step + 1, cfg_.train.steps, loss_window_ / window_,
               m.val_loss ? fmt::format(" | val {:.4f}", *m.val_loss) : std::string(), lr, sync, 1e3 * vm.wait_s,
-              vm.wait_total_s, 1e3 * t.seconds);
+              1e3 * vm.idle_s, vm.wait_total_s, vm.idle_total_s, 1e3 * t.seconds,
+              vm.slowdown != 1 ? fmt::format(" (compute x{:.3g})", vm.slowdown) : std::string(), vm.minibatches_per_s);
     loss_window_ = 0;
     window_ = 0;
   }
 
+  // Collective over `world` (one rank per VW): rank 0 logs each VW's minibatches/s, the slowdown it
+  // ran at, its waiting (`waiting` names what for) and the idle part of it.
+  void finish(dist::Comm& world, const std::vector<std::vector<int>>& vws, std::string_view waiting) {
+    totals_[kSeconds] = run_timer_.seconds();
+    totals_[kReports] = reports_ ? 1 : 0;
+    std::vector<double> all(totals_.size() * static_cast<size_t>(world.size()));
+    world.all_gather(totals_.data(), all.data(), totals_.size(), DType::F64);
+    for (int r = 0; r < world.size(); ++r) {
+      const double* x = all.data() + totals_.size() * static_cast<size_t>(r);
+      if (x[kReports] == 0) continue;  // one line per VW: its reporting (last) stage's
+      const double n = std::max(1.0, x[kMinibatches]);
+      log::info("vw {}: {:.0f} minibatches in {:.2f} s = {:.3g} minibatches/s (compute x{:.3g}{}) | {:.2f} s ({:.0f}%) "
+                "{}, {:.2f} s idle ({:.0f}% of the waiting)",
+                virtual_worker_of(vws, r), x[kMinibatches], x[kSeconds], x[kMinibatches] / std::max(1e-9, x[kSeconds]),
+                x[kFactors] / n, x[kStretch] > 0 ? fmt::format(", {:.2f} s slept", x[kStretch]) : std::string(),
+                x[kWait], 100 * x[kWait] / std::max(1e-9, x[kSeconds]), waiting, x[kIdle],
+                100 * x[kIdle] / std::max(1e-9, x[kWait]));
+    }
+  }
+
  private:
+  enum Total { kMinibatches, kSeconds, kWait, kIdle, kStretch, kFactors, kReports, kTotals };
   const Config& cfg_;
   TrainSession& session_;
   MetricsWriter metrics_;
@@ -110,15 +186,18 @@ class VwLog {
   bool reports_;
   double loss_window_ = 0;
   int window_ = 0;
+  Timer run_timer_;
+  std::array<double, kTotals> totals_{};
 };
 
 // hetero.sync = "allreduce" (the synchronous baseline, wsp_trainer.h): every VW trains its waves of
 // Nm minibatches locally; at the end of wave c every VW's weights become
 // w_start(c) + (Σ_k ũ_k) / N with ũ_k = w_end_k − w_start(c), the VW's own wave update.
-TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, int N, int vw) {
+TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, const std::vector<std::vector<int>>& vws, int vw) {
+  const int N = static_cast<int>(vws.size());
   dist::SelfComm alone;
-  std::unique_ptr<TrainSession> session_ptr = vw_session(cfg, N, vw, alone);
-  TrainSession& session = *session_ptr;
+  const VwSetup setup = vw_setup(cfg, vws, vw, world.rank(), world.size(), alone);
+  TrainSession& session = *setup.session;
   const int nm = cfg.hetero.nm;
   log::info("allreduce between virtual workers (HetPipe's synchronous baseline): {} virtual workers of one "
             "rank each | Nm = {} minibatches per wave | at each wave's end every VW's weights become the wave's "
@@ -138,16 +217,15 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, int N, int vw
 
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   VwLog vwlog(cfg, session, world.rank(), vw);
-  double wait_total = 0;
   int waves = 0;
-  Timer run_timer;
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);  // each VW's own losses
   for (int64_t step = 0; step < cfg.train.steps; ++step) {
     // Minibatch p = step + 1 runs on every VW's waves before its own wave plus its own minibatches
     // of this wave: it misses the other VWs' (p − 1) mod Nm newest minibatches.
     const int staleness = N > 1 ? static_cast<int>(step % nm) : 0;
     const double lr = sched.at(step);
-    const TimedStep t = session.step(step, lr);
+    VwMetrics vm{.vw = vw, .clock = static_cast<int>(step / nm), .staleness = staleness};
+    const TimedStep t = emulated_step(session, setup.stretch, step, lr, vm);
     if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
       throw Error(fmt::format("virtual worker {}: {}", vw, *spike),
                   "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor (0 turns the check off)");
@@ -166,18 +244,16 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, int N, int vw
       ++waves;
       sync_s = sync_timer.seconds() - wait;
     }
-    wait_total += wait;
 
     // clock = the wave this minibatch belongs to, c_global = waves averaged after it, wait_s = the
-    // all-reduce at its end (waiting for the slowest VW included), push_s = the rest of that sync.
-    vwlog.step(step, lr, t,
-               VwMetrics{.vw = vw, .clock = static_cast<int>(step / nm), .c_global = waves, .staleness = staleness,
-                         .wait_s = wait, .wait_total_s = wait_total, .push_s = sync_s},
-               fmt::format("wave {} ({} averaged)", step / nm, waves));
+    // all-reduce at its end (waiting for the slowest VW included; blocking, so idle_s is the same),
+    // push_s = the rest of that sync.
+    vm.c_global = waves;
+    vm.wait_s = vm.idle_s = wait;
+    vm.push_s = sync_s;
+    vwlog.step(step, lr, t, vm, fmt::format("wave {} ({} averaged)", step / nm, waves));
   }
-  log::info("vw {}: {} minibatches in {:.1f} s, {:.2f} s ({:.0f}%) in the all-reduce (waiting for the other "
-            "virtual workers included)", vw, vwlog.summary().steps_done, run_timer.seconds(), wait_total,
-            100 * wait_total / std::max(1e-9, run_timer.seconds()));
+  vwlog.finish(world, vws, "in the all-reduce (waiting for the other virtual workers included)");
   return vwlog.summary();
 }
 
@@ -208,10 +284,17 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
   ModelAndData md = model_and_data(local);
   local.parallel.stages = me.layer_ranges(md.builder->num_layers(), vw);
   md.data = std::make_unique<VwRows>(std::move(md.data), vw * rows, rows);
+  const std::vector<RankEmulation> emu = rank_emulation(cfg, world.size());
+  std::vector<std::vector<int>> vw_ranks;
+  for (const VirtualWorker& v : vws) vw_ranks.push_back(v.ranks());
+  log_emulation(emu, vw_ranks, cfg.hetero.jitter);
+  const RankEmulation& mine = emu[static_cast<size_t>(world.rank())];
+  const ComputeStretch stretch(mine.slowdown, cfg.hetero.jitter, cfg.train.seed, world.rank());
   WspStageSync sync({.vw = vw, .num_vw = N, .params = params, .minibatches = cfg.train.steps,
-                     .vw_comm = vw_comm.get()});
+                     .vw_comm = vw_comm.get(), .stretch = &stretch});
   TrainSession session(local, *vw_comm, md.builder, std::move(md.data),
-                       {.hetpipe_nm = params.nm, .hooks = &sync});
+                       {.hetpipe_nm = params.nm, .hooks = &sync,
+                        .memory_limit = {.bytes = mine.memory_limit, .rank = world.rank(), .device = mine.device}});
   session.log_header();
   // The parameter server holds the whole model in one layout every rank agrees on; the VWs'
   // leaders gather w0 (the same in every VW: one seed) and VW 0's hands it to every shard.
@@ -233,7 +316,6 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
 
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   VwLog vwlog(cfg, session, world.rank(), vw, reports);
-  Timer run_timer;
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);
   for (int64_t step = 0; step < cfg.train.steps; ++step) {
     const double lr = sched.at(step);
@@ -244,14 +326,12 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
                     "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor (0 turns the check off)");
     vwlog.step(step, lr, t,
                VwMetrics{.vw = vw, .clock = sync.clock(), .c_global = sync.c_global(), .staleness = sync.staleness(),
-                         .wait_s = sync.take_wait(), .wait_total_s = sync.wait_total(), .push_s = sync.take_push()},
+                         .wait_s = sync.take_wait(), .push_s = sync.take_push(), .idle_s = sync.take_idle(),
+                         .slowdown = sync.slowdown(step + 1), .stretch_s = sync.take_stretch()},
                fmt::format("clock {} (global {}) | staleness {}", sync.clock(), sync.c_global(), sync.staleness()));
   }
   sync.finish();
-  if (reports)
-    log::info("vw {}: {} minibatches in {:.1f} s, {:.2f} s ({:.0f}%) waiting for the parameter server", vw,
-              vwlog.summary().steps_done, run_timer.seconds(), sync.wait_total(),
-              100 * sync.wait_total() / std::max(1e-9, run_timer.seconds()));
+  vwlog.finish(world, vw_ranks, "waiting for the parameter server");
   world.barrier();  // every VW has pushed all its waves before anyone frees the windows
   return vwlog.summary();
 }
@@ -267,7 +347,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   const std::vector<std::vector<int>> vws = virtual_worker_ranks(cfg.hetero, world.size());
   const int N = static_cast<int>(vws.size());
   const int vw = virtual_worker_of(vws, world.rank());
-  if (cfg.hetero.sync == "allreduce") return train_allreduce(cfg, world, N, vw);
+  if (cfg.hetero.sync == "allreduce") return train_allreduce(cfg, world, vws, vw);
   // Pipelines inside the VWs (HetPipe §4): every VW runs the pipelined path, also one of one stage
   // (minibatch p then reads its updates 1 … p − Nm, like every VW of the run).
   if (std::any_of(vws.begin(), vws.end(), [](const std::vector<int>& r) { return r.size() > 1; }))
@@ -275,8 +355,8 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   const int rows = cfg.train.global_batch / N;
 
   dist::SelfComm alone;
-  std::unique_ptr<TrainSession> session_ptr = vw_session(cfg, N, vw, alone);
-  TrainSession& session = *session_ptr;
+  const VwSetup setup = vw_setup(cfg, vws, vw, world.rank(), world.size(), alone);
+  TrainSession& session = *setup.session;
   const wsp::WspParams params{.num_vw = N, .nm = cfg.hetero.nm, .staleness = cfg.hetero.staleness};
   log::info("WSP (HetPipe §5): {} virtual workers of one rank each | Nm = {} minibatches per wave | D = {} | "
             "s_global = {} | minibatch = {} rows of each global batch of {} | parameter server: {} shards "
@@ -317,29 +397,35 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
 
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   VwLog vwlog(cfg, session, world.rank(), vw);
-  double wait_total = 0;
-  Timer run_timer;
+  // Since the pending pull was requested: at the push that ends its clock (waiting_for() set).
+  std::optional<Timer> pull_requested;
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);  // each VW's own losses
   for (int64_t step = 0; step < cfg.train.steps; ++step) {
     // A pull the server already allows returns now (fresher weights); one that gates this
-    // minibatch is waited for, sleeping (dist/param_server.h).
-    double wait = 0;
+    // minibatch is waited for, sleeping (dist/param_server.h). wait = request to return (the
+    // VW may have run up to s_local minibatches meanwhile), idle = the time blocked in pull().
+    VwMetrics vm{.vw = vw};
     if (const std::optional<int> needs = clock.waiting_for()) {
+      std::optional<int64_t> c;
       if (clock.startable()) {
-        if (const std::optional<int64_t> c = server.try_pull(*needs, global.data())) merge_pull(*c);
+        c = server.try_pull(*needs, global.data());
       } else {
-        double waited = 0;
-        merge_pull(server.pull(*needs, global.data(), &waited));
-        wait = waited;
+        Timer blocked;
+        c = server.pull(*needs, global.data());
+        vm.idle_s = blocked.seconds();
+      }
+      if (c) {
+        vm.wait_s = pull_requested ? pull_requested->seconds() : vm.idle_s;
+        pull_requested.reset();
+        merge_pull(*c);
       }
     }
-    wait_total += wait;
     const int p = clock.start();
     const int staleness = observed_staleness(clock.weights_of(p), p, N);
     BATON_ASSERT(staleness <= wsp::s_global(params.staleness, params.nm), "VW {}: minibatch {} staleness {} > s_global",
                  vw, p, staleness);
     const double lr = sched.at(step);
-    const TimedStep t = session.step(step, lr);
+    const TimedStep t = emulated_step(session, setup.stretch, step, lr, vm);
     if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
       throw Error(fmt::format("virtual worker {}: {}", vw, *spike),
                   "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor (0 turns the check off)");
@@ -354,17 +440,16 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
       own.emplace_back(push->wave, partial);
       std::fill(partial.begin(), partial.end(), 0.0f);
     }
-    const double push_s = push_timer.seconds();
+    if (clock.waiting_for() && !pull_requested) pull_requested.emplace();  // the end of clock c ≥ D asks
+    vm.push_s = push_timer.seconds();
 
-    vwlog.step(step, lr, t,
-               VwMetrics{.vw = vw, .clock = clock.c_local(), .c_global = c_global, .staleness = staleness,
-                         .wait_s = wait, .wait_total_s = wait_total, .push_s = push_s},
-               fmt::format("clock {} (global {}) | staleness {}", clock.c_local(), c_global, staleness));
+    vm.clock = clock.c_local();
+    vm.c_global = c_global;
+    vm.staleness = staleness;
+    vwlog.step(step, lr, t, vm, fmt::format("clock {} (global {}) | staleness {}", clock.c_local(), c_global, staleness));
   }
-  log::info("vw {}: {} minibatches in {:.1f} s, {:.2f} s ({:.0f}%) waiting for the parameter server", vw,
-            vwlog.summary().steps_done, run_timer.seconds(), wait_total, 100 * wait_total / std::max(1e-9, run_timer.seconds()));
-  // Every VW has pushed all its waves before anyone frees the windows (collective).
-  world.barrier();
+  // Collective: every VW has pushed all its waves before anyone frees the windows.
+  vwlog.finish(world, vws, "waiting for the parameter server");
   return vwlog.summary();
 }
 

@@ -19,6 +19,11 @@
 // wave update ũ_k = w_end_k − w_start (its optimizer's deltas over the wave) is all-reduced and
 // every VW sets w = w_start + Σ_k ũ_k / N, so all VWs hold the same weights after each wave
 // (staleness 0 between waves). With Nm = 1 and plain SGD it is data parallelism at the same lr.
+//
+// Either mode may emulate a heterogeneous cluster on one machine (config/device_emulation.h): each
+// minibatch's compute is stretched by the rank's slowdown (train/compute_stretch.h) and its backend
+// refuses memory beyond the rank's limit; the metrics report per VW its minibatches/s, the time
+// waiting for the server (request to return) and the part of it spent blocked (idle).
 #pragma once
 #include "config/config.h"
 #include "dist/comm.h"

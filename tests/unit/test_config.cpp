@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "config/config_diff.h"
 #include "config/config_keys.h"
+#include "config/device_emulation.h"
 #include "core/error.h"
 
 namespace baton {
@@ -168,6 +169,11 @@ staleness = 3
 cluster = "configs/clusters/mixed.toml"
 virtual_workers = ["v100,v100", "rtx:4"]
 nm = 4
+policy = "hd"
+placement = "local"
+jitter = 0.25
+slowdown = [1, 2.5, 1, 1, 3, 1, 1, 1]
+memory_limit = [0, 0.5, 16, 16, 8, 8, 8, 8]
 )";
 
 const char* kFullImageConfig = R"(# the CNN, image-data, SGD and pipeline-layout keys, none at its default
@@ -342,6 +348,11 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_EQ(c.hetero.nm, 4);
   EXPECT_EQ(c.hetero.cluster, "configs/clusters/mixed.toml");
   EXPECT_EQ(c.hetero.virtual_workers, (std::vector<std::string>{"v100,v100", "rtx:4"}));
+  EXPECT_EQ(c.hetero.policy, "hd");
+  EXPECT_EQ(c.hetero.placement, "local");
+  EXPECT_DOUBLE_EQ(c.hetero.jitter, 0.25);
+  EXPECT_EQ(c.hetero.slowdown, (std::vector<double>{1, 2.5, 1, 1, 3, 1, 1, 1}));
+  EXPECT_EQ(c.hetero.memory_limit, (std::vector<double>{0, 0.5, 16, 16, 8, 8, 8, 8}));
   // Derived: 8 ranks / (tp 2 x pp 2) = dp 2; 512 / 2 / 4 = 64 micro-batches per step.
   EXPECT_EQ(c.dp, 2);
   EXPECT_EQ(c.global_batch_per_rank(), 256);
@@ -605,6 +616,36 @@ TEST(ConfigOverrides, FloatOverride) {
   EXPECT_DOUBLE_EQ(load_config_string("", "x", {"optim.lr=3e-4"}).optim.lr, 3e-4);
 }
 
+TEST(ConfigOverrides, NumberLists) {
+  // A file's list, a TOML list on the command line, one the shell stripped of brackets and a
+  // single number (one rank).
+  EXPECT_EQ(load_config_string("[hetero]\nslowdown = [1, 2.5]\n", "x").hetero.slowdown, (std::vector<double>{1, 2.5}));
+  EXPECT_EQ(load_config_string("", "x", {"hetero.slowdown=[1, 3]"}).hetero.slowdown, (std::vector<double>{1, 3}));
+  EXPECT_EQ(load_config_string("", "x", {"hetero.slowdown=1,3.5"}).hetero.slowdown, (std::vector<double>{1, 3.5}));
+  EXPECT_EQ(load_config_string("", "x", {"hetero.slowdown=2"}).hetero.slowdown, (std::vector<double>{2}));
+  EXPECT_EQ(load_config_string("", "x", {"hetero.memory_limit=[0.5, 0]"}).hetero.memory_limit,
+            (std::vector<double>{0.5, 0}));
+  EXPECT_TRUE(load_config_string("", "x", {"hetero.slowdown=[]"}).hetero.slowdown.empty());
+  // The resolved config writes floats and reads them back.
+  Config c;
+  c.hetero.slowdown = {1, 1.0 / 3.0 + 2};
+  c.hetero.memory_limit = {0, 0.5};
+  EXPECT_THAT(c.to_toml(), HasSubstr("\nslowdown = [1.0, 2.3333333333333335]"));
+  EXPECT_EQ(load_config_string(c.to_toml(), "resolved"), c);
+}
+
+TEST(ConfigErrors, NumberLists) {
+  Failure f = load_fails("[hetero]\nslowdown = [1, 0.5]\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:2", "hetero.slowdown[1] must be >= 1, got 0.5");
+  EXPECT_THAT(f.hint, HasSubstr("every entry of hetero.slowdown"));
+  EXPECT_CONFIG_ERROR(load_fails("", {"hetero.memory_limit=[1, -2]"}), "--set", "hetero.memory_limit[1] must be >= 0");
+  f = load_fails("[hetero]\nslowdown = [1, \"fast\"]\n");
+  EXPECT_CONFIG_ERROR(f, "x.toml:2", "hetero.slowdown must be an array of finite numbers", "\"fast\"");
+  EXPECT_THAT(f.hint, HasSubstr("slowdown = [1, 2.5]"));
+  EXPECT_CONFIG_ERROR(load_fails("[hetero]\nslowdown = 3\n"), "x.toml:2", "hetero.slowdown must be an array of numbers, got integer");
+  EXPECT_CONFIG_ERROR(load_fails("", {"hetero.slowdown=1,fast"}), "--set", "an array with a string element \"fast\"");
+}
+
 TEST(ConfigOverrides, StringKeysTakeTheTextAsWritten) {
   const Config c = load_config_string(
       "", "x",
@@ -754,6 +795,69 @@ TEST(ConfigDiff, NamesTheFirstDifferingKeyInTableOrder) {
   std::string fewer = a.to_toml();
   fewer.erase(fewer.find("steps = "), fewer.find('\n', fewer.find("steps = ")) - fewer.find("steps = ") + 1);
   EXPECT_NE(first_config_difference(a.to_toml(), fewer, "rank 1").find("another baton version?"), std::string::npos);
+}
+
+// ---- heterogeneity on one machine (config/device_emulation.h) --------------------------------
+
+Config wsp_config(const std::vector<std::string>& overrides, int world = 2) {
+  return load_config_string("[hetero]\nsync = \"wsp\"\n", "x.toml", overrides, world);
+}
+
+TEST(DeviceEmulation, SlowdownAndMemoryFromTheNamedDevices) {
+  // HetPipe's V and Q: fp32 peaks 15.7 and 5.3 TFLOP/s, 16 and 8 GB.
+  const Config c = wsp_config({"hetero.virtual_workers=[\"0@V100\", \"1@P4000\"]"});
+  const std::vector<RankEmulation> e = rank_emulation(c, 2);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].device, "V100-SXM2-16GB");
+  EXPECT_EQ(e[1].device, "QUADRO-P4000");
+  EXPECT_DOUBLE_EQ(e[0].slowdown, 1);
+  EXPECT_DOUBLE_EQ(e[1].slowdown, 15.7 / 5.3);
+  EXPECT_THAT(e[1].slowdown_from, HasSubstr("fp32"));
+  EXPECT_EQ(e[0].memory_limit, size_t{16000000000});
+  EXPECT_EQ(e[1].memory_limit, size_t{8000000000});
+  check_trainable(c);  // a device named on a one-rank VW trains
+}
+
+TEST(DeviceEmulation, GivenListsWinAndUnnamedRanksRunAsThemselves) {
+  const Config c = wsp_config({"hetero.virtual_workers=[\"0@V100\", \"1\", \"2\"]", "hetero.slowdown=[1, 3, 1.5]",
+                               "hetero.memory_limit=[0, 2, 0.5]", "train.global_batch=48"}, 3);
+  const std::vector<RankEmulation> e = rank_emulation(c, 3);
+  EXPECT_EQ((std::vector<double>{e[0].slowdown, e[1].slowdown, e[2].slowdown}), (std::vector<double>{1, 3, 1.5}));
+  EXPECT_EQ(e[0].memory_limit, 0u);  // 0 = unlimited, even for a named device
+  EXPECT_EQ(e[1].memory_limit, size_t{2} << 30);
+  EXPECT_EQ(e[2].memory_limit, size_t{1} << 29);
+  for (const RankEmulation& r : rank_emulation(wsp_config({}), 2)) {
+    EXPECT_EQ(r.slowdown, 1);
+    EXPECT_EQ(r.memory_limit, 0u);
+    EXPECT_FALSE(r.emulated());
+  }
+  // Only the devices named set the scale: an unnamed rank is 1, the fastest named one too.
+  const std::vector<RankEmulation> m = rank_emulation(wsp_config({"hetero.virtual_workers=[\"0\", \"1@RTX-2060\"]"}), 2);
+  EXPECT_DOUBLE_EQ(m[0].slowdown, 1);
+  EXPECT_DOUBLE_EQ(m[1].slowdown, 1);
+  EXPECT_EQ(m[0].memory_limit, 0u);
+}
+
+TEST(DeviceEmulation, Refusals) {
+  Failure f = failure_of([] { rank_emulation(wsp_config({"hetero.slowdown=[1, 2, 3]"}), 2); });
+  EXPECT_THAT(f.what, HasSubstr("hetero.slowdown has 3 entries but the job has 2 ranks"));
+  EXPECT_THAT(f.hint, HasSubstr("give 2 entries"));
+  f = failure_of([] { rank_emulation(wsp_config({"hetero.memory_limit=[4]"}), 2); });
+  EXPECT_THAT(f.what, HasSubstr("hetero.memory_limit has 1 entry but the job has 2 ranks"));
+  f = failure_of([] { rank_emulation(wsp_config({"hetero.virtual_workers=[\"0@V100\", \"1@P4000\"]",
+                                                  "precision.compute=bf16"}), 2); });
+  EXPECT_THAT(f.what, HasSubstr("rank 0 stands for V100-SXM2-16GB, which has no bf16 peak"));
+  EXPECT_THAT(f.hint, HasSubstr("hetero.slowdown"));
+  f = failure_of([] { rank_emulation(wsp_config({"hetero.virtual_workers=[\"0@V1000\", \"1\"]"}), 2); });
+  EXPECT_TRUE(f.thrown);
+  EXPECT_FALSE(f.hint.empty());
+  // Outside virtual-worker runs the keys would do nothing: refused.
+  for (const char* key : {"hetero.slowdown=[1, 3]", "hetero.memory_limit=[1, 1]", "hetero.jitter=0.5"}) {
+    f = failure_of([&] { check_trainable(load_config_string("", "x.toml", {key}, 2)); });
+    EXPECT_THAT(f.what, HasSubstr("emulate devices on the ranks of virtual workers")) << key;
+    EXPECT_THAT(f.hint, HasSubstr("hetero.virtual_workers")) << key;
+  }
+  check_trainable(wsp_config({"hetero.jitter=0.5", "hetero.slowdown=[1, 3]"}));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -13,6 +14,7 @@
 
 #include "backend/cpu/cpu_cnn.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/bytes.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -104,15 +106,32 @@ class CpuBackend final : public Backend {
   DType act_dtype() const override { return act_; }
 
   void* alloc(size_t bytes) override {
-    // aligned_alloc wants a size that is a multiple of the alignment; round up (and never 0).
+    // aligned_alloc wants a size that is a multiple of the alignment; round up (and never 0). The
+    // block's size sits in a header one alignment unit before the pointer handed out.
     size_t rounded = (bytes + 63) / 64 * 64;
     if (rounded == 0) rounded = 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    std::memset(p, 0, rounded);
-    return p;
+    const size_t in_use = in_use_.load(std::memory_order_relaxed);
+    if (limit_.bytes != 0 && in_use + rounded > limit_.bytes) refuse(bytes, in_use);
+    auto* base = static_cast<char*>(std::aligned_alloc(64, rounded + kHeader));
+    if (base == nullptr) throw std::bad_alloc();
+    std::memset(base + kHeader, 0, rounded);
+    *reinterpret_cast<size_t*>(base) = rounded;
+    in_use_ += rounded;
+    return base + kHeader;
   }
-  void release(void* p) override { std::free(p); }
+  void release(void* p) override {
+    if (p == nullptr) return;
+    char* base = static_cast<char*>(p) - kHeader;
+    in_use_ -= *reinterpret_cast<const size_t*>(base);
+    std::free(base);
+  }
+  void set_memory_limit(const MemoryLimit& limit) override { limit_ = limit; }
+  std::string memory_summary() const override {
+    if (limit_.bytes == 0) return {};
+    return fmt::format("memory: {} in use of the {} limit{}", format_bytes(double(in_use_.load())),
+                       format_bytes(double(limit_.bytes)),
+                       limit_.device.empty() ? std::string() : fmt::format(" ({}, emulated)", limit_.device));
+  }
   void to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void zero_bytes(void* x, size_t bytes) override {
@@ -345,6 +364,21 @@ class CpuBackend final : public Backend {
       transpose_batches(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), N, A, B);
   }
   static constexpr size_t kChunk = size_t(1) << 20;  // bytes per parallel memset/memcpy piece
+  static constexpr size_t kHeader = 64;  // alloc()'s size header; keeps the 64-byte alignment
+
+  [[noreturn]] void refuse(size_t bytes, size_t in_use) const {
+    throw Error(fmt::format("out of memory on rank {}{}: allocating {} with {} in use would exceed its memory "
+                            "limit of {}", limit_.rank,
+                            limit_.device.empty() ? std::string() : fmt::format(" (emulating {})", limit_.device),
+                            format_bytes(double(bytes)), format_bytes(double(in_use)), format_bytes(double(limit_.bytes))),
+                fmt::format("the device could not hold this: run fewer minibatches in flight (hetero.nm), a smaller "
+                            "train.micro_batch, a device with more memory for rank {} in hetero.virtual_workers, or "
+                            "raise hetero.memory_limit ({} bytes asked, limit {} bytes)", limit_.rank, bytes,
+                            limit_.bytes));
+  }
+
+  MemoryLimit limit_;
+  std::atomic<size_t> in_use_{0};
   DType act_;
   CpuOps ops_;
   mutable CpuCnn cnn_;  // primitive caches (pool2d_workspace_bytes builds them too)

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# `baton train` with hetero.sync = "wsp" and virtual workers (VWs) of several pipeline stages
+# (issue 13 items 1-3; docs/hetpipe.md "Virtual workers of several stages"):
+# - reduction to data parallelism: 2 VWs of 2 stages, D = 0, Nm = 1, plain SGD at lr / 2 give the
+#   mean losses of dp = 2 × pp = 2 at lr (2.0e-8 relative measured; tested at 1e-6);
+# - HetPipe PMP alone (one VW, D = 0): minibatch p runs on the local updates 1 … p − Nm whatever
+#   the partition — a VW of 2 stages and one of 3 stages (explicit layers) with Nm = 3 both give
+#   the losses of pipedream with vertical sync on 3 stages, which reads the same versions
+#   (7.0e-9 relative measured; tested at 1e-6);
+# - a mixed run (a one-stage VW beside a two-stage one, D = 2, Nm = 2, the slow VW's ranks
+#   emulating a device 2× slower) trains, with every minibatch's observed staleness ≤ s_global = 6
+#   and the slow VW's minibatches/s below the fast one's;
+# - the refusals of what the pipelined path does not run.
+source "$(dirname "$0")/lib.sh"
+use_mpirun
+make_tiny_dataset
+write_tiny_config
+SGD=(--set optim.kind=sgd --set optim.lr=0.4 --set optim.momentum=0 --set optim.weight_decay=0
+     --set optim.warmup_steps=0 --set optim.decay=constant --set optim.grad_clip=0 --set train.steps=12
+     --set checkpoint.every=0)
+WSP=(--set hetero.sync='"wsp"')
+
+"${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=dp --set parallel.pp=2 --set train.micro_batch=4 > dp.log
+"${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=vw22 --set train.micro_batch=4 \
+  --set hetero.virtual_workers='["0,1", "2,3"]' --set optim.lr=0.2 > vw22.log
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=pd --set parallel.pp=3 --set parallel.schedule=pipedream \
+  --set parallel.vertical_sync=true --set parallel.stages='[[0, 1], [1, 3], [3, 4]]' --set train.micro_batch=8 > pd.log
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=one2 --set train.micro_batch=8 \
+  --set hetero.virtual_workers='["0,1"]' --set hetero.nm=3 > one2.log
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=one3 --set train.micro_batch=8 \
+  --set hetero.virtual_workers='["0:0-1, 1:1-3, 2:3-4"]' --set hetero.nm=3 > one3.log
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=mix --set train.micro_batch=4 \
+  --set train.steps=24 --set hetero.virtual_workers='["0", "1,2"]' --set hetero.nm=2 --set hetero.staleness=2 \
+  --set hetero.slowdown='[1, 2, 2]' --set optim.lr=0.2 > mix.log
+grep -q "vw 1: 24 minibatches" mix.log || { cat mix.log; fail "no per-VW summary"; }
+
+python3 - <<'PY'
+import json
+def rows(path):
+    return [json.loads(l) for l in open(path)]
+def losses(path):
+    return [r["loss"] for r in rows(path)]
+dp = losses("dp/metrics.jsonl")
+a, b = losses("vw22/metrics.jsonl"), losses("vw22/metrics-vw1.jsonl")
+worst = max(abs((x + y) / 2 - d) / d for x, y, d in zip(a, b, dp))
+assert len(dp) == len(a) == len(b) == 12 and dp[-1] < dp[0] - 0.1
+assert worst < 1e-6, f"2 VWs x 2 stages (D=0, Nm=1, lr/2) differ from dp2 x pp2 by {worst:.2e}"
+print(f"2 VWs of 2 stages, D=0 Nm=1 = dp 2 x pp 2 within {worst:.1e}")
+pd = losses("pd/metrics.jsonl")
+for run in ("one2", "one3"):
+    v = losses(f"{run}/metrics.jsonl")
+    worst = max(abs(x - d) / d for x, d in zip(v, pd))
+    assert len(v) == 12 and worst < 1e-6, f"{run}: one VW with Nm = 3 differs from pipedream vertical sync by {worst:.2e}"
+    print(f"{run}: one VW, Nm = 3 = pipedream vertical sync pp 3 within {worst:.1e}")
+fast, slow = rows("mix/metrics.jsonl"), rows("mix/metrics-vw1.jsonl")
+for v in (fast, slow):
+    assert len(v) == 24 and all(0 <= r["staleness"] <= 6 for r in v)
+    assert max(r["staleness"] for r in v) > 0 and v[-1]["c_global"] >= 8
+    assert all(r["idle_s"] <= r["wait_s"] + 1e-6 for r in v)
+assert slow[-1]["slowdown"] == 2 and fast[-1]["slowdown"] == 1
+assert slow[-1]["minibatches_per_s"] < fast[-1]["minibatches_per_s"], "the 2x slower VW is not slower"
+print("mixed VWs: staleness within s_global, the slow VW slower")
+PY
+
+# What the pipelined path refuses.
+expect_error "gives layers for some stages only" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" \
+  "${WSP[@]}" --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0:0-2, 1"]'
+expect_error "the stages end at layer 3, but the model has 4 layers" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml \
+  "${SGD[@]}" "${WSP[@]}" --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0:0-2, 1:2-3"]'
+expect_error "bf16 compute is not built for it" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" \
+  --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0,1"]' --set precision.compute=bf16
+expect_error "as one micro-batch through its pipeline" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" \
+  "${WSP[@]}" --set run.dir=bad --set hetero.virtual_workers='["0,1"]'
+echo "PASS"

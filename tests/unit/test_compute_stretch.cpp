@@ -1,0 +1,97 @@
+// Heterogeneity on one machine (docs/hetpipe.md): the seeded stretch of a rank's compute
+// (train/compute_stretch.h) and the CPU backend's memory limit (backend.h set_memory_limit).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "train/compute_stretch.h"
+
+namespace baton {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ComputeStretch, FactorIsTheSlowdownWithoutJitter) {
+  const ComputeStretch s(3, 0, 1234, 1);
+  for (int64_t p = 1; p <= 50; ++p) EXPECT_EQ(s.factor(p), 3.0);
+  EXPECT_TRUE(s.active());
+  EXPECT_FALSE(ComputeStretch(1, 0, 1234, 0).active());
+}
+
+TEST(ComputeStretch, JitterIsSeededAndInRange) {
+  const ComputeStretch a(2, 0.5, 7, 1), same(2, 0.5, 7, 1), other_rank(2, 0.5, 7, 2), other_seed(2, 0.5, 8, 1);
+  std::set<double> seen;
+  double lo = 10, hi = 0, sum = 0;
+  int differs_rank = 0, differs_seed = 0;
+  const int n = 2000;
+  for (int64_t p = 1; p <= n; ++p) {
+    const double f = a.factor(p);
+    EXPECT_EQ(f, same.factor(p)) << "the factor is a function of (seed, rank, minibatch) alone";
+    EXPECT_EQ(f, a.factor(p));
+    ASSERT_GE(f, 2.0);
+    ASSERT_LE(f, 3.0);
+    lo = std::min(lo, f), hi = std::max(hi, f), sum += f;
+    seen.insert(f);
+    differs_rank += f != other_rank.factor(p);
+    differs_seed += f != other_seed.factor(p);
+  }
+  EXPECT_GT(seen.size(), size_t(n) * 9 / 10);
+  EXPECT_LT(lo, 2.05);  // spread over [2, 3]: uniform, mean 2.5
+  EXPECT_GT(hi, 2.95);
+  EXPECT_NEAR(sum / n, 2.5, 0.03);
+  EXPECT_GT(differs_rank, n * 9 / 10);
+  EXPECT_GT(differs_seed, n * 9 / 10);
+}
+
+TEST(ComputeStretch, SleepsTheExtraTime) {
+  const ComputeStretch s(3, 0, 1, 0);
+  Timer t;
+  const double slept = s.stretch(0.02, 1);  // 20 ms of compute at x3: 40 ms more
+  const double wall = t.seconds();
+  EXPECT_GE(slept, 0.04);
+  EXPECT_LT(slept, 0.04 + 0.2);  // a loaded machine may oversleep, never undersleep
+  EXPECT_GE(wall, slept - 1e-3);
+  EXPECT_EQ(ComputeStretch(1, 0, 1, 0).stretch(0.5, 1), 0.0);  // nothing to stretch: no sleep
+  EXPECT_EQ(s.stretch(0, 1), 0.0);
+}
+
+TEST(ComputeStretch, RefusesFactorsBelowOne) {
+  EXPECT_THROW(ComputeStretch(0.5, 0, 1, 0), Error);
+  EXPECT_THROW(ComputeStretch(1, -0.1, 1, 0), Error);
+}
+
+TEST(CpuMemoryLimit, RefusesWhatTheDeviceCouldNotHold) {
+  const std::unique_ptr<Backend> be = make_cpu_backend();
+  be->set_memory_limit({.bytes = size_t{1} << 20, .rank = 3, .device = "QUADRO-P4000"});
+  void* a = be->alloc(600 << 10);  // 600 KiB of the 1 MiB
+  try {
+    be->alloc(500 << 10);
+    FAIL() << "an allocation beyond the limit was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("out of memory on rank 3 (emulating QUADRO-P4000)"));
+    EXPECT_THAT(e.what(), HasSubstr("allocating 500 KiB with 600 KiB in use would exceed its memory limit of 1 MiB"));
+    EXPECT_THAT(e.hint(), HasSubstr("train.micro_batch"));
+    EXPECT_THAT(e.hint(), HasSubstr("hetero.memory_limit"));
+  }
+  EXPECT_THAT(be->memory_summary(), HasSubstr("600 KiB in use of the 1 MiB limit"));
+  be->release(a);  // released memory counts no more
+  void* b = be->alloc(1000 << 10);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 64, 0u);
+  EXPECT_EQ(static_cast<const char*>(b)[1000 * 1024 - 1], 0);  // still zeroed
+  be->release(b);
+  be->release(nullptr);
+}
+
+TEST(CpuMemoryLimit, NoLimitByDefault) {
+  const std::unique_ptr<Backend> be = make_cpu_backend();
+  void* a = be->alloc(size_t{64} << 20);
+  be->release(a);
+  EXPECT_EQ(be->memory_summary(), "");
+}
+
+}  // namespace
+}  // namespace baton
