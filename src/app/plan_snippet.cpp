@@ -242,18 +242,14 @@ HeteroSnippet make_hetero_snippet(const std::string& config_path, const std::vec
                                   const Config& cfg, int layers, HeteroLayout l, const std::string& header) {
   BATON_ASSERT(!l.virtual_workers.empty() && l.nm >= 1, "no virtual workers to run");
   const int n = static_cast<int>(l.virtual_workers.size());
-  // Each VW runs minibatches of b = global_batch / N rows (docs/hetpipe.md, "The data split").
-  // load_config counts every rank as data-parallel (dp = ranks / (tp·pp)), so the batch is raised
-  // to a multiple of micro_batch × ranks, which every VW split accepts too.
-  const int64_t unit = int64_t{cfg.train.micro_batch} * l.ranks;
-  const int64_t global_batch = std::max<int64_t>(1, (cfg.train.global_batch + unit - 1) / unit) * unit;
+  // Each VW runs minibatches of b = global_batch / N rows (docs/hetpipe.md, "The data split"), and
+  // a VW of several stages runs each as one micro-batch: global_batch = micro_batch × N gives every
+  // VW the planned minibatch of train.micro_batch rows.
+  const int64_t global_batch = int64_t{cfg.train.micro_batch} * n;
   if (global_batch != cfg.train.global_batch)
-    l.notes.push_back(fmt::format("train.global_batch {} -> {}: a multiple of train.micro_batch × ranks = {} × {}",
-                                  cfg.train.global_batch, global_batch, cfg.train.micro_batch, l.ranks));
-  if (global_batch / n != cfg.train.micro_batch)
-    l.notes.push_back(fmt::format("each of the {} virtual workers runs minibatches of {} rows (global_batch / {}); "
-                                  "the plan is for minibatches of train.micro_batch = {}",
-                                  n, global_batch / n, n, cfg.train.micro_batch));
+    l.notes.push_back(fmt::format("train.global_batch {} -> {}: one minibatch of train.micro_batch = {} rows per "
+                                  "virtual worker and step", cfg.train.global_batch, global_batch,
+                                  cfg.train.micro_batch));
   const int64_t steps = (cfg.train.steps + l.nm - 1) / l.nm * l.nm;
   if (steps != cfg.train.steps)
     l.notes.push_back(fmt::format("train.steps {} -> {}: whole waves of Nm = {}", cfg.train.steps, steps, l.nm));
