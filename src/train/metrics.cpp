@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -53,6 +54,39 @@ void MetricsWriter::write(const StepMetrics& m) {
     throw Error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)),
                 "free space in run.dir (or point run.dir elsewhere); checkpoint.resume = \"auto\" continues, and "
                 "a torn last record is dropped on resume");
+}
+
+// A torn record (a write cut by a full disk or a crash: no newline at the end, not JSON) is dropped
+// too, so that the next record starts its own line.
+// A resumed run appends to its metrics file; lines of steps after the checkpoint (logged by the run
+// that crashed before its next checkpoint) are dropped first, so each step appears once.
+void truncate_metrics_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || (j.contains("step") && j["step"].get<int64_t>() > step)) {
+      dropped = true;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  if (!dropped) return;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.flush();
+    if (!out.good()) {  // a full disk: keep the old file whole rather than rename a cut copy over it
+      out.close();
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw Error(fmt::format("cannot rewrite {} (disk full?)", path), "free space in run.dir and resume again");
+    }
+  }
+  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace baton

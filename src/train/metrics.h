@@ -48,6 +48,10 @@ struct StepMetrics {
   std::optional<VwMetrics> vw;  // WSP runs
 };
 
+// Drops the records of steps after `step` (and a torn last record) from the metrics file `path`,
+// so that a resumed run's records follow the checkpoint's step once. Throws Error on a full disk.
+void truncate_metrics_after(const std::string& path, int64_t step);
+
 class MetricsWriter {
  public:
   // Appends to <dir>/<name> when `append`, else truncates. No-op writer if dir is empty.

@@ -115,39 +115,6 @@ class DatasetTokens final : public BatchSource {
   std::unique_ptr<TokenLoader> train_, valid_;
 };
 
-// A torn record (a write cut by a full disk or a crash: no newline at the end, not JSON) is dropped
-// too, so that the next record starts its own line.
-// A resumed run appends to metrics.jsonl; lines of steps after the checkpoint (logged by the run
-// that crashed before its next checkpoint) are dropped first, so each step appears once.
-void truncate_metrics_after(const std::string& run_dir, int64_t step) {
-  const std::string path = run_dir + "/metrics.jsonl";
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept, line;
-  bool dropped = false;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || (j.contains("step") && j["step"].get<int64_t>() > step)) {
-      dropped = true;
-      continue;
-    }
-    kept += line + "\n";
-  }
-  if (!dropped) return;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    out.flush();
-    if (!out.good()) {  // a full disk: keep the old file whole rather than rename a cut copy over it
-      out.close();
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw Error(fmt::format("cannot rewrite {} (disk full?)", path), "free space in run.dir and resume again");
-    }
-  }
-  std::filesystem::rename(tmp, path);
-}
 
 // Sampling needs the full logits and the whole model: tp = pp = 1; one replica is enough.
 void log_sample(TrainSession& session, const Tokenizer& tokenizer) {
@@ -229,7 +196,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
   preflight_outputs(cfg, session);
   const std::optional<int64_t> resumed = session.resume();
   const int64_t start_step = resumed.value_or(0);
-  if (resumed && rank0) truncate_metrics_after(cfg.run.dir, start_step);
+  if (resumed && rank0) truncate_metrics_after(cfg.run.dir + "/metrics.jsonl", start_step);
   const std::string config_path = rank0 ? write_resolved_config(cfg, cfg.run.dir) : "";
   MetricsWriter metrics(rank0 ? cfg.run.dir : "", resumed.has_value());
   log::info("run dir: {} (config {}, metrics {}, checkpoints {} every {})", cfg.run.dir, config_path,

@@ -744,7 +744,7 @@ TEST(ConfigToToml, NonDefaultValuesRoundTrip) {
   c.run.dir = "runs/with \"quotes\" and \\backslash\\";
   c.data.train = "tab\there\nnewline \x01 ctrl ünïcode";
   c.checkpoint.dir = "";
-  c.hetero.virtual_workers = {"a\"b", "c\\d", ""};
+  c.hetero.virtual_workers = {"a\"b", "c\\d", "", "e"};  // 4 VWs: the batch splits into 4 slices
   const std::string text = c.to_toml();
   EXPECT_THAT(text, HasSubstr("lr = 0.0003"));
   const Config back = load_config_string(text, "resolved.toml", {}, 8);
