@@ -77,13 +77,24 @@ void check_hetero_trainable(const Config& cfg) {
                             cfg.train.steps, h.nm),
                 fmt::format("use train.steps = {} (every virtual worker runs train.steps minibatches, "
                             "pushing after each wave of nm)", (cfg.train.steps / h.nm + 1) * h.nm));
-  BATON_REQUIRE(cfg.checkpoint.every == 0 && (cfg.checkpoint.resume == "auto" || cfg.checkpoint.resume == "never"),
-                h.sync == "wsp" ? "checkpoints of WSP runs (global weights, each VW's local state and clocks) "
-                                  "are not built yet"
+  // WSP checkpoints (train/wsp_checkpoint.h) are taken at the end of a clock that pulls (c >= D):
+  // a multiple of Nm minibatches, at least (D + 1)·Nm.
+  const bool wsp_checkpoints = h.sync == "wsp" && !pipelined;
+  BATON_REQUIRE(wsp_checkpoints || (cfg.checkpoint.every == 0 && (cfg.checkpoint.resume == "auto" ||
+                                                                  cfg.checkpoint.resume == "never")),
+                h.sync == "wsp" ? "checkpoints of WSP runs with virtual workers of several stages are not built yet"
                                 : "checkpoints of virtual-worker runs under hetero.sync = \"allreduce\" (each VW's "
                                   "optimizer state) are not built yet",
-                "set checkpoint.every = 0 and checkpoint.resume = \"never\" (or \"auto\"); a virtual-worker "
-                "run neither writes nor reads checkpoints");
+                "set checkpoint.every = 0 and checkpoint.resume = \"never\" (or \"auto\"); such a run neither "
+                "writes nor reads checkpoints");
+  const int64_t unit = int64_t{h.nm} * (h.staleness + 1);
+  BATON_REQUIRE(!wsp_checkpoints || cfg.checkpoint.every == 0 ||
+                    (cfg.checkpoint.every % h.nm == 0 && cfg.checkpoint.every >= unit),
+                fmt::format("checkpoint.every = {}: WSP checkpoints are taken at the end of a wave whose clock pulls "
+                            "(clock >= staleness), so every must be a multiple of hetero.nm = {} and at least "
+                            "(staleness + 1) x nm = {}", cfg.checkpoint.every, h.nm, unit),
+                fmt::format("use checkpoint.every = {}", std::max<int64_t>(unit, (cfg.checkpoint.every + h.nm - 1) /
+                                                                                     h.nm * h.nm)));
 }
 
 }  // namespace

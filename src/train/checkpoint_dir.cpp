@@ -45,17 +45,7 @@ void rename_durably(const std::string& from, const std::string& to, const std::s
   fsync_path(dir, true);
 }
 
-void write_latest(const std::string& dir, const std::string& filename) {
-  const std::string tmp = dir + "/" + kLatest + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << filename << "\n";
-    f.flush();
-    BATON_REQUIRE(f.good(), fmt::format("cannot write '{}'", tmp), "check free disk space in checkpoint.dir");
-  }
-  fsync_path(tmp, false);
-  rename_durably(tmp, dir + "/" + kLatest, dir);
-}
+void write_latest(const std::string& dir, const std::string& filename) { write_durably(dir, kLatest, filename + "\n"); }
 
 // Removes leftovers of interrupted saves and all but the newest `keep` complete checkpoints, never
 // `just_written`.
@@ -75,6 +65,18 @@ void prune(const std::string& dir, int keep, const std::string& just_written) {
 }
 
 }  // namespace
+
+void write_durably(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string tmp = dir + "/" + name + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    f.flush();
+    BATON_REQUIRE(f.good(), fmt::format("cannot write '{}'", tmp), "check free disk space in checkpoint.dir");
+  }
+  fsync_path(tmp, false);
+  rename_durably(tmp, dir + "/" + name, dir);
+}
 
 std::string checkpoint_file_name(int64_t step) { return fmt::format("step-{:07d}.h5", step); }
 

@@ -23,6 +23,10 @@ namespace baton {
 
 std::string checkpoint_file_name(int64_t step);  // "step-0000200.h5"
 
+// Writes `text` to dir/name so that the name appears only with the whole text on disk (a .tmp
+// file, fsync, rename, fsync of the directory). Throws Error.
+void write_durably(const std::string& dir, const std::string& name, const std::string& text);
+
 struct CheckpointEntry {
   int64_t step = 0;
   std::string path;

@@ -25,6 +25,7 @@
 #include "train/metrics.h"
 #include "train/session.h"
 #include "dist/node_local.h"
+#include "train/wsp_checkpoint.h"
 #include "train/wsp_pipeline.h"
 #include "wsp/worker_clock.h"
 
@@ -85,6 +86,7 @@ VwSetup vw_setup(const Config& cfg, const std::vector<std::vector<int>>& vws, in
   local.hetero = HeteroConfig{};
   local.train.global_batch = rows;
   local.dp = 1;
+  local.checkpoint.dir = vw_checkpoint_dir(cfg, vw);  // its own files (train/wsp_checkpoint.h)
   ModelAndData md = model_and_data(local);
   if (!cfg.hetero.virtual_workers.empty())  // a one-stage VW's explicit layers must be the whole model
     virtual_workers(cfg.hetero, 0)[static_cast<size_t>(vw)].layer_ranges(md.builder->num_layers(), vw);
@@ -116,11 +118,16 @@ class VwLog {
  public:
   // `reports`: this rank writes the VW's metrics and log lines (its last stage, which has the
   // loss); every rank of the VW calls step() (evaluation is collective over the VW).
-  VwLog(const Config& cfg, TrainSession& session, int rank, int vw, bool reports = true)
+  // `resumed_at` >= 0: a resumed run appends after the records up to that step.
+  VwLog(const Config& cfg, TrainSession& session, int rank, int vw, bool reports = true, int64_t resumed_at = -1)
       : cfg_(cfg), session_(session),
-        metrics_((rank == 0 ? write_resolved_config(cfg, cfg.run.dir) : std::string(), reports ? cfg.run.dir : ""),
-                 false, vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw)),
+        metrics_((rank == 0 ? write_resolved_config(cfg, cfg.run.dir) : std::string(),
+                  reports && resumed_at >= 0 ? truncate_metrics_after(cfg.run.dir + "/" + file_name(vw), resumed_at)
+                                             : void(),
+                  reports ? cfg.run.dir : ""),
+                 resumed_at >= 0, file_name(vw)),
         vw_(vw), reports_(reports) {}
+  static std::string file_name(int vw) { return vw == 0 ? "metrics.jsonl" : fmt::format("metrics-vw{}.jsonl", vw); }
   const TrainSummary& summary() const { return summary_; }
   void step(int64_t step, double lr, const TimedStep& t, VwMetrics vm, const std::string& sync) {
     totals_[kWait] += vm.wait_s;
@@ -375,12 +382,26 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   // own = the VW's pushed waves not yet in w_global (at most D + 1 of them).
   std::vector<float> w(F), after(F), partial(F, 0.0f), global(F);
   std::deque<std::pair<int, std::vector<float>>> own;
+  // Resume (train/wsp_checkpoint.h): every VW's weights are w_global of the checkpoint's wave end;
+  // the server starts there, its waves counted from `wave0` on.
+  const std::optional<WspResume> resume = find_wsp_resume(cfg, world, vw);
+  int64_t start = 0;
+  if (resume) {
+    session.load(resume->path);
+    start = resume->step;
+    if (resume->elastic)
+      log::info("elastic resume at step {}: {} virtual workers now, {} in the checkpoint; every VW continues from "
+                "the global weights (and VW 0's optimizer state) of {}", start, N, resume->old_vws, resume->path);
+    else
+      log::info("resumed WSP at step {} (every VW from its own checkpoint, weights = w_global)", start);
+  }
+  const int wave0 = static_cast<int>(start / params.nm);
   be.to_host(w.data(), model.params(), F * sizeof(float));
-  server.init(w.data());  // every VW starts from the same w0 (same seed)
+  server.init(w.data());  // every VW starts from the same weights (w0: the same seed; or the checkpoint's)
   global = w;
 
-  wsp::WorkerClock clock(vw, params, static_cast<int>(cfg.train.steps));
-  int c_global = 0, pushed = 0;
+  wsp::WorkerClock clock(vw, params, static_cast<int>(cfg.train.steps), nullptr, wave0);
+  int c_global = wave0, pushed = wave0;
   // Merge rule (wsp/worker_clock.h, docs/hetpipe.md rule 6): w_local = w_global + the VW's own
   // finished updates not in it — its pushed waves the server has not folded in yet, and ũ_partial.
   const auto merge_pull = [&](int64_t pulled_c_global) {
@@ -396,11 +417,11 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   };
 
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
-  VwLog vwlog(cfg, session, world.rank(), vw);
+  VwLog vwlog(cfg, session, world.rank(), vw, true, resume ? start : -1);
   // Since the pending pull was requested: at the push that ends its clock (waiting_for() set).
   std::optional<Timer> pull_requested;
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);  // each VW's own losses
-  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+  for (int64_t step = start; step < cfg.train.steps; ++step) {
     // A pull the server already allows returns now (fresher weights); one that gates this
     // minibatch is waited for, sleeping (dist/param_server.h). wait = request to return (the
     // VW may have run up to s_local minibatches meanwhile), idle = the time blocked in pull().
@@ -408,16 +429,16 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
     if (const std::optional<int> needs = clock.waiting_for()) {
       std::optional<int64_t> c;
       if (clock.startable()) {
-        c = server.try_pull(*needs, global.data());
+        c = server.try_pull(*needs - wave0, global.data());
       } else {
         Timer blocked;
-        c = server.pull(*needs, global.data());
+        c = server.pull(*needs - wave0, global.data());
         vm.idle_s = blocked.seconds();
       }
       if (c) {
         vm.wait_s = pull_requested ? pull_requested->seconds() : vm.idle_s;
         pull_requested.reset();
-        merge_pull(*c);
+        merge_pull(*c + wave0);
       }
     }
     const int p = clock.start();
@@ -435,7 +456,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
     std::swap(w, after);
     Timer push_timer;
     if (const std::optional<wsp::WorkerClock::Push> push = clock.finish()) {
-      server.push(vw, push->wave, partial.data());  // w_global += ũ once every VW pushed the wave
+      server.push(vw, push->wave - wave0, partial.data());  // w_global += ũ once every VW pushed the wave
       ++pushed;
       own.emplace_back(push->wave, partial);
       std::fill(partial.begin(), partial.end(), 0.0f);
@@ -447,6 +468,21 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
     vm.c_global = c_global;
     vm.staleness = staleness;
     vwlog.step(step, lr, t, vm, fmt::format("clock {} (global {}) | staleness {}", clock.c_local(), c_global, staleness));
+    // A checkpoint (wsp_checkpoint.h): everyone meets at this wave's end, takes the pull it now
+    // allows (every VW's weights become w_global), and saves.
+    const bool last = step + 1 == cfg.train.steps;
+    if ((cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) || last) {
+      world.barrier();
+      if (const std::optional<int> needs = clock.waiting_for()) {
+        merge_pull(server.pull(*needs - wave0, global.data()) + wave0);
+        pull_requested.reset();
+      } else {  // the end of a clock < D (only a run shorter than D + 1 waves ends there): no pull
+        BATON_ASSERT(last, "WSP checkpoint at step {} of a clock that does not pull", step + 1);
+      }
+      if (!last || own.empty()) session.save(step + 1, lr);
+      world.barrier();  // every VW's file is complete before the marker names the step
+      if (world.rank() == 0 && (!last || own.empty())) publish_wsp_checkpoint(cfg, world.size(), step + 1);
+    }
   }
   // Collective: every VW has pushed all its waves before anyone frees the windows.
   vwlog.finish(world, vws, "waiting for the parameter server");

@@ -5,13 +5,19 @@
 
 namespace baton::wsp {
 
-WorkerClock::WorkerClock(int vw, const WspParams& params, int minibatches, Trace* trace)
+WorkerClock::WorkerClock(int vw, const WspParams& params, int minibatches, Trace* trace, int first_wave)
     : vw_(vw), params_(params), limit_(minibatches), trace_(trace), local_(params.num_vw),
       pending_(params.num_vw) {
   check_params(params);
   BATON_ASSERT(vw >= 0 && vw < params.num_vw, "worker clock: VW {} of {}", vw, params.num_vw);
   BATON_ASSERT(minibatches >= 0 && minibatches % params.nm == 0,
                "worker clock: {} minibatches is not a whole number of waves of {}", minibatches, params.nm);
+  BATON_ASSERT(first_wave >= 0 && (limit_ == 0 || first_wave * params.nm <= limit_), "worker clock: first wave {}",
+               first_wave);
+  next_ = first_wave * params.nm + 1;
+  finished_ = first_wave * params.nm;
+  pushed_ = c_local_ = first_wave;
+  for (int k = 0; k < params.num_vw; ++k) local_.add_range(k, 1, first_wave * params.nm);
 }
 
 void WorkerClock::emit(Event e) {

@@ -37,7 +37,10 @@ namespace baton::wsp {
 class WorkerClock {
  public:
   // `minibatches` bounds the run (0: unbounded); `trace` (optional) receives this VW's events.
-  WorkerClock(int vw, const WspParams& params, int minibatches = 0, Trace* trace = nullptr);
+  // `first_wave` > 0 resumes at the start of that wave from a state where every VW's waves before
+  // it are in w_local (a WSP checkpoint: train/wsp_checkpoint.h): minibatch first_wave·Nm + 1 is
+  // next, c_local = first_wave, nothing in flight, no pull outstanding.
+  WorkerClock(int vw, const WspParams& params, int minibatches = 0, Trace* trace = nullptr, int first_wave = 0);
 
   // The next minibatch, if the local rule and the pull gate let it start now.
   std::optional<int> startable() const;

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Checkpoints of WSP runs with virtual workers of one rank each (issue 13 item 6; docs/hetpipe.md
+# "Checkpoints and elastic resume", train/wsp_checkpoint.h):
+# - a checkpoint makes every VW's weights w_global: all VWs' files of a step hold the same tensors;
+# - resume with the same VWs is exact: with D = 0, Nm = 1 and two VWs (a WSP run that does not
+#   depend on timing) 8 steps + a resumed 4 give every VW's losses of an uninterrupted 12-step run
+#   bit for bit (SGD with momentum: the optimizer state is each VW's own, restored);
+# - elastic resume: a 3-VW run's checkpoint continues on 2 VWs from the global weights;
+# - a run with staleness (D = 2) checkpoints at its pulling clocks and resumes;
+# - refusals.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib_checkpoint.sh"
+use_mpirun
+make_tiny_dataset
+write_tiny_config
+SGD=(--set optim.kind=sgd --set optim.lr=0.2 --set optim.momentum=0.9 --set optim.weight_decay=0
+     --set optim.warmup_steps=0 --set optim.decay=constant --set optim.grad_clip=0 --set train.steps=12)
+# D = 0 and Nm = 1: every minibatch waits for the pull of every VW's previous one, so the run does
+# not depend on timing (with Nm > 1 a pull the server already allows is merged before the next
+# minibatch, and whether it is allowed yet is timing).
+WSP=(--set hetero.sync='"wsp"' --set hetero.nm=1 --set checkpoint.every=4)
+
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=full > full.log
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=part --set train.steps=8 > part1.log
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=part > part2.log
+grep -q "resumed WSP at step 8" part2.log || { cat part2.log; fail "no resume"; }
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set train.global_batch=12 --set run.dir=el \
+  --set train.steps=8 > el1.log
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set train.global_batch=12 --set run.dir=el > el2.log
+grep -q "elastic resume at step 8: 2 virtual workers now, 3 in the checkpoint" el2.log || { cat el2.log; fail "no elastic"; }
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set hetero.sync='"wsp"' --set hetero.nm=2 \
+  --set hetero.staleness=2 --set checkpoint.every=6 --set run.dir=stale --set train.steps=6 > stale1.log
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set hetero.sync='"wsp"' --set hetero.nm=2 \
+  --set hetero.staleness=2 --set checkpoint.every=6 --set run.dir=stale > stale2.log
+grep -q "resumed WSP at step 6" stale2.log || { cat stale2.log; fail "no resume with staleness"; }
+
+# Every VW's file of a step holds w_global: the same parameters (`baton ckpt inspect` checksums).
+for spec in "full 4,8,12 2" "el 4,8 3" "stale 6,12 2"; do
+  read -r run steps vws <<< "$spec"
+  for s in ${steps//,/ }; do
+    f0=$(printf "%s/ckpt/vw0/step-%07d.h5" "$run" "$s")
+    tensor_checksums "$f0" | grep '^  params/' > p0.txt
+    [ -s p0.txt ] || fail "$f0: no parameters"
+    for k in $(seq 1 $((vws - 1))); do
+      diff -q p0.txt <(tensor_checksums "$(printf "%s/ckpt/vw%d/step-%07d.h5" "$run" "$k" "$s")" | grep '^  params/') \
+        > /dev/null || fail "$run step $s: VW $k's weights are not VW 0's (w_global)"
+    done
+  done
+  [ -f "$(printf "%s/ckpt/wsp-%07d.json" "$run" "${steps##*,}")" ] || fail "$run: no marker of the last checkpoint"
+done
+python3 - <<'PY'
+import json
+def rows(path):
+    return [json.loads(l) for l in open(path)]
+# Exact resume: every VW's records of the resumed run are the uninterrupted run's, bit for bit.
+for f in ("metrics.jsonl", "metrics-vw1.jsonl"):
+    a, b = rows(f"full/{f}"), rows(f"part/{f}")
+    assert [r["step"] for r in b] == list(range(1, 13)), [r["step"] for r in b]
+    assert [r["loss"] for r in a] == [r["loss"] for r in b], f
+# Elastic: both VWs of the 2-VW run continue at step 9 and train.
+for f in ("metrics.jsonl", "metrics-vw1.jsonl"):
+    r = rows(f"el/{f}")
+    assert [x["step"] for x in r] == list(range(1, 13)) and r[-1]["loss"] < r[0]["loss"], f
+print("WSP checkpoints: every VW holds w_global; same-VW resume bit-exact; elastic 3 -> 2 VWs continues")
+PY
+
+expect_error "WSP checkpoints are taken at the end of a wave whose clock pulls" "$BATON" train tiny.toml "${SGD[@]}" \
+  --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.nm=2 --set hetero.staleness=1 --set checkpoint.every=2
+expect_error "checkpoints of virtual-worker runs under hetero.sync = \"allreduce\"" "$BATON" train tiny.toml "${SGD[@]}" \
+  --set run.dir=bad --set hetero.nm=2 --set checkpoint.every=4
+expect_error "checkpoints of WSP runs with virtual workers of several stages" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train \
+  tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.virtual_workers='["0,1"]' \
+  --set train.micro_batch=8 --set checkpoint.every=4
+echo "PASS"
