@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "app/app.h"
+#include "app/hetero_cluster.h"
 #include "config/config.h"
 #include "config/config_diff.h"
 #include "core/build_info.h"
@@ -58,6 +59,21 @@ void require_same_config_everywhere(const Config& cfg, dist::Comm& world) {
 
 }  // namespace
 
+// hetero.cluster (+ policy): the virtual workers and Nm the HetPipe planner derives for the cluster
+// (app/hetero_cluster.h) replace them in the config, which is validated again and then runs (and
+// is written to run.dir) as if they had been given.
+static void resolve_hetero_cluster(Config& cfg, int world_size) {
+  const std::vector<std::string> vws = derive_virtual_workers(cfg, world_size);
+  const int nm = derive_nm(cfg, world_size);
+  log::info("hetero.cluster {} (policy {}): {} virtual workers, Nm = {}: {}", cfg.hetero.cluster,
+            cfg.hetero.policy.empty() ? "hd" : cfg.hetero.policy, vws.size(), nm, fmt::join(vws, " | "));
+  cfg.hetero.virtual_workers = vws;
+  cfg.hetero.nm = nm;
+  cfg.hetero.cluster.clear();
+  cfg.hetero.policy.clear();
+  validate(cfg, world_size);
+}
+
 int run_with_config(const std::string& config, const std::vector<std::string>& overrides,
                     bool log_all_ranks, const std::function<int(const Config&, dist::Comm&)>& body) {
   dist::MpiRuntime::init(nullptr, nullptr);
@@ -72,6 +88,7 @@ int run_with_config(const std::string& config, const std::vector<std::string>& o
     std::optional<Error> bad;
     try {
       cfg = load_config(config, overrides, world->size());
+      if (!cfg.hetero.cluster.empty()) resolve_hetero_cluster(cfg, world->size());
       training_preflight(cfg, world->size());
     } catch (const Error& e) {
       bad = e;

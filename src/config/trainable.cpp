@@ -19,9 +19,11 @@ namespace {
 // (docs/hetpipe.md "Not built yet").
 void check_hetero_trainable(const Config& cfg) {
   const HeteroConfig& h = cfg.hetero;
-  BATON_REQUIRE(h.policy.empty() && h.placement == "default",
-                "hetero.policy and hetero.placement = \"local\" are not built yet",
-                "give the virtual workers in hetero.virtual_workers and leave placement and policy at their defaults");
+  BATON_REQUIRE(h.placement == "default", "hetero.placement = \"local\" (ED-local) is not built yet",
+                "leave hetero.placement at \"default\" (tensors round robin over the shards)");
+  BATON_REQUIRE(h.policy.empty() || !h.cluster.empty(),
+                fmt::format("hetero.policy = \"{}\" groups the devices of hetero.cluster, which is not set", h.policy),
+                "set hetero.cluster to a cluster file (configs/clusters/), or drop hetero.policy");
   if (h.sync != "wsp") {
     BATON_REQUIRE(h.staleness == 0 && h.cluster.empty(),
                   "hetero.sync = \"allreduce\" (the synchronous baseline: virtual workers average every wave, "
@@ -39,10 +41,13 @@ void check_hetero_trainable(const Config& cfg) {
       return;
     }
   }
+  // `baton train` replaces hetero.cluster by the virtual workers the planner derives from it
+  // (app/hetero_cluster.h) before this check; other commands do not.
   BATON_REQUIRE(h.cluster.empty(),
-                "hetero.cluster (virtual workers derived by the HetPipe partitioner) does not train yet",
-                "give the virtual workers explicitly in hetero.virtual_workers (or leave it empty: one per "
-                "rank); `baton plan --algorithm hetpipe` partitions a cluster file");
+                "hetero.cluster (virtual workers derived by the HetPipe partitioner) is resolved by `baton train` "
+                "only",
+                "run `baton train`, or give the virtual workers in hetero.virtual_workers (`baton plan --algorithm "
+                "hetpipe` prints them)");
   const std::vector<std::vector<int>> vws = virtual_worker_ranks(h, 0);
   const bool pipelined = std::any_of(vws.begin(), vws.end(), [](const std::vector<int>& r) { return r.size() > 1; });
   if (pipelined) {

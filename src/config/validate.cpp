@@ -288,6 +288,8 @@ void validate(Config& cfg, int world_size) {
   // its number of stages: train/wsp_trainer.h).
   if (trains_virtual_workers(cfg.hetero) && !cfg.hetero.virtual_workers.empty())
     cfg.dp = static_cast<int>(cfg.hetero.virtual_workers.size());
+  // VWs still to come from hetero.cluster (`baton train` derives them and validates again).
+  if (!cfg.hetero.cluster.empty() && cfg.hetero.virtual_workers.empty()) cfg.dp = 1;
 
   const auto& t = cfg.train;
   const int64_t per_step = int64_t{t.micro_batch} * cfg.dp;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <thread>
 
 #include "core/error.h"
@@ -59,6 +60,9 @@ ParamServer::ParamServer(MPI_Comm comm, std::vector<TensorSpan> tensors, int num
 }
 
 ParamServer::~ParamServer() {
+  // MPI_Win_free is collective: while an error unwinds this rank alone, the other ranks are not
+  // there to join it and it would hang instead of letting the error end the job (dist/guard.h).
+  if (std::uncaught_exceptions() > 0) return;
   if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);  // no check: destructors must not throw
 }
 
