@@ -24,35 +24,13 @@
 #include "train/loss_spike.h"
 #include "train/metrics.h"
 #include "train/session.h"
+#include "train/vw_rows.h"
 #include "dist/node_local.h"
 #include "train/wsp_pipeline.h"
 #include "wsp/worker_clock.h"
 
 namespace baton {
 namespace {
-
-// VW k's rows of each global batch: data-parallel rank k's slice (wsp_trainer.h). Validation
-// batches are the same for every VW: each evaluates its own w_local on them.
-class VwRows final : public BatchSource {
- public:
-  VwRows(std::unique_ptr<BatchSource> inner, int row0, int rows) : inner_(std::move(inner)), row0_(row0), rows_(rows) {}
-  void train_rows(int64_t step, int row, int n, HostBatch& out) const override {
-    inner_->train_rows(step, row0_ + row, n, out);
-  }
-  bool has_valid() const override { return inner_->has_valid(); }
-  void valid_rows(int batch, int rows, int row, int n, HostBatch& out) const override {
-    inner_->valid_rows(batch, rows, row, n, out);
-  }
-  int64_t valid_samples() const override { return inner_->valid_samples(); }
-  std::string describe() const override {
-    return fmt::format("{} | this VW: rows [{}, {}) of each global batch", inner_->describe(), row0_, row0_ + rows_);
-  }
-  std::string baseline() const override { return inner_->baseline(); }
-
- private:
-  std::unique_ptr<BatchSource> inner_;
-  int row0_, rows_;
-};
 
 // Rank 0 logs what every rank emulates (config/device_emulation.h: a pure function of the config).
 void log_emulation(const std::vector<RankEmulation>& emu, const std::vector<std::vector<int>>& vws, double jitter) {
