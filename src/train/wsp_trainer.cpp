@@ -27,6 +27,7 @@
 #include "train/vw_rows.h"
 #include "dist/node_local.h"
 #include "train/wsp_pipeline.h"
+#include "train/wsp_turns.h"
 #include "wsp/worker_clock.h"
 
 namespace baton {
@@ -358,6 +359,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   global = w;
 
   wsp::WorkerClock clock(vw, params, static_cast<int>(cfg.train.steps));
+  WspTurns turns(cfg, world, vws, vw);  // hetero.deterministic: minibatches in a seeded global order
   int c_global = 0, pushed = 0;
   // Merge rule (wsp/worker_clock.h, docs/hetpipe.md rule 6): w_local = w_global + the VW's own
   // finished updates not in it — its pushed waves the server has not folded in yet, and ũ_partial.
@@ -383,13 +385,14 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
     // minibatch is waited for, sleeping (dist/param_server.h). wait = request to return (the
     // VW may have run up to s_local minibatches meanwhile), idle = the time blocked in pull().
     VwMetrics vm{.vw = vw};
+    turns.begin();
     if (const std::optional<int> needs = clock.waiting_for()) {
       std::optional<int64_t> c;
       if (clock.startable()) {
         c = server.try_pull(*needs, global.data());
       } else {
         Timer blocked;
-        c = server.pull(*needs, global.data());
+        c = turns.gated_pull(server, *needs, global.data());
         vm.idle_s = blocked.seconds();
       }
       if (c) {
@@ -419,6 +422,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
       std::fill(partial.begin(), partial.end(), 0.0f);
     }
     if (clock.waiting_for() && !pull_requested) pull_requested.emplace();  // the end of clock c ≥ D asks
+    turns.end();
     vm.push_s = push_timer.seconds();
 
     vm.clock = clock.c_local();
