@@ -11,7 +11,8 @@
 #   clipping and weight decay; and again with VW 1 three times slower (hetero.slowdown, which
 #   weighs the schedule) and another seed, with plain SGD; a reference with a wrong merge rule (the
 #   wave's finished minibatches not yet pushed dropped at a pull) must differ, so the test can fail;
-# - (c) the refusals: hetero.deterministic without sync = "wsp", and with a VW of several ranks.
+# - (c) the refusals: hetero.deterministic without sync = "wsp", with a VW of several ranks, and with
+#   checkpoints.
 source "$(dirname "$0")/lib.sh"
 : "${WSP_REFERENCE:?}"
 use_mpirun
@@ -100,4 +101,6 @@ grep -q 'set hetero.sync = "wsp"' err.txt || { cat err.txt; fail "no hint to set
 expect_error 'hetero.deterministic = true is built for virtual workers of one rank only' \
   timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set checkpoint.every=0 --set hetero.deterministic=true \
   --set hetero.sync='"wsp"' --set hetero.virtual_workers='["0, 1"]' --set train.micro_batch=8
+expect_error 'hetero.deterministic = true with checkpoints' \
+  "$BATON" train tiny.toml --set hetero.sync='"wsp"' --set hetero.deterministic=true --set checkpoint.every=10
 echo "PASS"
