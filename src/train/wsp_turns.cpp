@@ -12,7 +12,6 @@
 #include "config/virtual_workers.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "core/timer.h"
 #include "dist/param_server.h"
 #include "wsp/interleaving.h"
 
@@ -64,7 +63,6 @@ void WspTurns::begin() {
   if (i == 0 || order_[static_cast<size_t>(i - 1)] == vw_) return;
   const int from = rank_of_[static_cast<size_t>(order_[static_cast<size_t>(i - 1)])];
   int64_t token = -1;
-  Timer waited;
   dist::RequestPtr r = world_->recv(&token, 1, DType::I64, from, kTurnTag);
   {
     dist::BlockedTimer blocked("the deterministic mode's turn token");
@@ -73,7 +71,6 @@ void WspTurns::begin() {
       std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 50 << std::min(attempt, 5))));
   }
   r->wait();
-  waited_s_ += waited.seconds();
   BATON_ASSERT(token == i - 1, "deterministic mode: VW {} (turn {}) got the token of turn {} from rank {}", vw_, i,
                token, from);
 }

@@ -55,9 +55,6 @@ class WspTurns {
   // After the minibatch's push: hands the token to the rank of the next turn (another VW's).
   void end();
 
-  // Seconds spent waiting for the token so far.
-  double waited_s() const { return waited_s_; }
-
  private:
   bool on_ = false;
   dist::Comm* world_ = nullptr;
@@ -67,7 +64,6 @@ class WspTurns {
   std::vector<int64_t> mine_;  // this VW's turns, in order
   size_t next_ = 0;            // index into mine_ of the current / next turn
   bool in_turn_ = false;
-  double waited_s_ = 0;
 };
 
 }  // namespace baton
