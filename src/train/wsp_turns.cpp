@@ -37,9 +37,14 @@ std::vector<int> deterministic_turns(const Config& cfg, int world_size) {
   return order;
 }
 
-WspTurns::WspTurns(const Config& cfg, dist::Comm& world, const std::vector<std::vector<int>>& vws, int vw)
+WspTurns::WspTurns(const Config& cfg, dist::Comm& world, const std::vector<std::vector<int>>& vws, int vw,
+                   int64_t first_step)
     : on_(cfg.hetero.deterministic), world_(&world), vw_(vw) {
   if (!on_) return;
+  BATON_REQUIRE(first_step == 0,
+                fmt::format("hetero.deterministic = true cannot resume at step {}: the order of turns is replayed "
+                            "from the run's start only", first_step),
+                "start the deterministic run in a new run.dir, or set checkpoint.resume = \"never\"");
   order_ = deterministic_turns(cfg, world.size());
   for (const std::vector<int>& ranks : vws) rank_of_.push_back(ranks.at(0));
   for (size_t i = 0; i < order_.size(); ++i)

@@ -44,7 +44,10 @@ class WspTurns {
   static constexpr int kTurnTag = 31013;  // the world communicator's only other p2p tag is run_trace's 31000
 
   // `vws`: every VW's ranks (one each); `vw`: this rank's VW. Rank 0 logs the schedule.
-  WspTurns(const Config& cfg, dist::Comm& world, const std::vector<std::vector<int>>& vws, int vw);
+  // `first_step`: the step the loop starts at; the order is replayed from its beginning only, so a
+  // resumed loop (first_step > 0) is refused with an error (resuming at a cut is not built).
+  WspTurns(const Config& cfg, dist::Comm& world, const std::vector<std::vector<int>>& vws, int vw,
+           int64_t first_step = 0);
   bool on() const { return on_; }
 
   // Before the VW's next minibatch: waits for the token of the previous turn (another VW's).
