@@ -142,6 +142,9 @@ struct HeteroConfig {
   // GiB per rank its backend may allocate (0 = unlimited). Empty = the named device's memory, none
   // named = unlimited.
   std::vector<double> memory_limit;
+  // WSP's deterministic mode (issue 13 item 7, train/wsp_turns.h): the VWs take turns in a seeded
+  // order (wsp::interleave), one minibatch at a time, so the run is reproducible bit for bit.
+  bool deterministic = false;
 
   bool operator==(const HeteroConfig&) const = default;
 };

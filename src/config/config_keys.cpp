@@ -154,6 +154,8 @@ std::vector<KeyDesc> make_table() {
                 .range = at_least(1)),
       BATON_KEY(hetero, memory_limit, "per rank: GiB its backend may allocate (0 = unlimited; empty = the "
                 "memory of the device named in virtual_workers, none named = unlimited)", .range = at_least(0)),
+      BATON_KEY(hetero, deterministic, "WSP test mode: the virtual workers take turns in a seeded order (one "
+                "minibatch each, serialized), so the run is reproducible bit for bit (virtual workers of one rank)"),
   };
 }
 

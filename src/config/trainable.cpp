@@ -15,7 +15,8 @@ namespace {
 
 // [hetero]: virtual workers of one stage each run under WSP and under the synchronous allreduce
 // baseline (train/wsp_trainer.h), their ranks optionally emulating devices (slowdown, memory limit,
-// jitter: config/device_emulation.h); everything else of HetPipe is refused until it is built
+// jitter: config/device_emulation.h), the deterministic mode for VWs of one rank under WSP
+// (train/wsp_turns.h); everything else of HetPipe is refused until it is built
 // (docs/hetpipe.md "Not built yet").
 void check_hetero_trainable(const Config& cfg) {
   const HeteroConfig& h = cfg.hetero;
@@ -24,6 +25,16 @@ void check_hetero_trainable(const Config& cfg) {
   BATON_REQUIRE(h.policy.empty() || !h.cluster.empty(),
                 fmt::format("hetero.policy = \"{}\" groups the devices of hetero.cluster, which is not set", h.policy),
                 "set hetero.cluster to a cluster file (configs/clusters/), or drop hetero.policy");
+  BATON_REQUIRE(!h.deterministic || h.sync == "wsp",
+                fmt::format("hetero.deterministic = true replays a seeded order of WSP's virtual workers "
+                            "(wsp::interleave), but hetero.sync = \"{}\"", h.sync),
+                "set hetero.sync = \"wsp\", or drop hetero.deterministic");
+  // Checkpoints are a meeting of every VW at a clock's end, which serialized turns never reach
+  // together; resuming would also have to restart the order of turns at a cut of it.
+  BATON_REQUIRE(!h.deterministic ||
+                    (cfg.checkpoint.every == 0 && (cfg.checkpoint.resume == "auto" || cfg.checkpoint.resume == "never")),
+                "hetero.deterministic = true with checkpoints (checkpoint.every > 0 or a resume path) is not built yet",
+                "set checkpoint.every = 0 and checkpoint.resume = \"never\" (or \"auto\") for a deterministic run");
   if (h.sync != "wsp") {
     BATON_REQUIRE(h.staleness == 0 && h.cluster.empty(),
                   "hetero.sync = \"allreduce\" (the synchronous baseline: virtual workers average every wave, "
@@ -51,6 +62,11 @@ void check_hetero_trainable(const Config& cfg) {
   const std::vector<std::vector<int>> vws = virtual_worker_ranks(h, 0);
   const bool pipelined = std::any_of(vws.begin(), vws.end(), [](const std::vector<int>& r) { return r.size() > 1; });
   if (pipelined) {
+    BATON_REQUIRE(!h.deterministic,
+                  "hetero.deterministic = true is built for virtual workers of one rank only (each VW takes its "
+                  "turns as one rank); virtual workers of several stages are not replayed yet",
+                  "give each virtual worker one rank (e.g. hetero.virtual_workers = [\"0\", \"1\", \"2\"]), or "
+                  "drop hetero.deterministic");
     BATON_REQUIRE(h.sync == "wsp",
                   "virtual workers of several stages under hetero.sync = \"allreduce\" are not built yet",
                   "use hetero.sync = \"wsp\" (staleness = 0 is the closest synchronous setting) or give each "

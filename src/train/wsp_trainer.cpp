@@ -24,36 +24,15 @@
 #include "train/loss_spike.h"
 #include "train/metrics.h"
 #include "train/session.h"
+#include "train/vw_rows.h"
 #include "dist/node_local.h"
 #include "train/wsp_checkpoint.h"
 #include "train/wsp_pipeline.h"
+#include "train/wsp_turns.h"
 #include "wsp/worker_clock.h"
 
 namespace baton {
 namespace {
-
-// VW k's rows of each global batch: data-parallel rank k's slice (wsp_trainer.h). Validation
-// batches are the same for every VW: each evaluates its own w_local on them.
-class VwRows final : public BatchSource {
- public:
-  VwRows(std::unique_ptr<BatchSource> inner, int row0, int rows) : inner_(std::move(inner)), row0_(row0), rows_(rows) {}
-  void train_rows(int64_t step, int row, int n, HostBatch& out) const override {
-    inner_->train_rows(step, row0_ + row, n, out);
-  }
-  bool has_valid() const override { return inner_->has_valid(); }
-  void valid_rows(int batch, int rows, int row, int n, HostBatch& out) const override {
-    inner_->valid_rows(batch, rows, row, n, out);
-  }
-  int64_t valid_samples() const override { return inner_->valid_samples(); }
-  std::string describe() const override {
-    return fmt::format("{} | this VW: rows [{}, {}) of each global batch", inner_->describe(), row0_, row0_ + rows_);
-  }
-  std::string baseline() const override { return inner_->baseline(); }
-
- private:
-  std::unique_ptr<BatchSource> inner_;
-  int row0_, rows_;
-};
 
 // Rank 0 logs what every rank emulates (config/device_emulation.h: a pure function of the config).
 void log_emulation(const std::vector<RankEmulation>& emu, const std::vector<std::vector<int>>& vws, double jitter) {
@@ -401,6 +380,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   global = w;
 
   wsp::WorkerClock clock(vw, params, static_cast<int>(cfg.train.steps), nullptr, wave0);
+  WspTurns turns(cfg, world, vws, vw, start);  // hetero.deterministic: minibatches in a seeded global order
   int c_global = wave0, pushed = wave0;
   // Merge rule (wsp/worker_clock.h, docs/hetpipe.md rule 6): w_local = w_global + the VW's own
   // finished updates not in it — its pushed waves the server has not folded in yet, and ũ_partial.
@@ -426,13 +406,14 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
     // minibatch is waited for, sleeping (dist/param_server.h). wait = request to return (the
     // VW may have run up to s_local minibatches meanwhile), idle = the time blocked in pull().
     VwMetrics vm{.vw = vw};
+    turns.begin();
     if (const std::optional<int> needs = clock.waiting_for()) {
       std::optional<int64_t> c;
       if (clock.startable()) {
         c = server.try_pull(*needs - wave0, global.data());
       } else {
         Timer blocked;
-        c = server.pull(*needs - wave0, global.data());
+        c = turns.gated_pull(server, *needs - wave0, global.data());
         vm.idle_s = blocked.seconds();
       }
       if (c) {
@@ -462,6 +443,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
       std::fill(partial.begin(), partial.end(), 0.0f);
     }
     if (clock.waiting_for() && !pull_requested) pull_requested.emplace();  // the end of clock c ≥ D asks
+    turns.end();
     vm.push_s = push_timer.seconds();
 
     vm.clock = clock.c_local();

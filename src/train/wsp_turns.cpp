@@ -1,0 +1,106 @@
+// WSP's deterministic mode: the seeded order of turns and the token that serializes them (see
+// wsp_turns.h).
+#include "train/wsp_turns.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "config/device_emulation.h"
+#include "config/virtual_workers.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/param_server.h"
+#include "wsp/interleaving.h"
+
+namespace baton {
+
+std::vector<int> deterministic_turns(const Config& cfg, int world_size) {
+  const std::vector<std::vector<int>> vws = virtual_worker_ranks(cfg.hetero, world_size);
+  const int n = static_cast<int>(vws.size());
+  const std::vector<RankEmulation> emu = rank_emulation(cfg, world_size);
+  wsp::InterleavingSpec spec{.params = {.num_vw = n, .nm = cfg.hetero.nm, .staleness = cfg.hetero.staleness},
+                             .waves = static_cast<int>(cfg.train.steps / cfg.hetero.nm),
+                             .speed = {},
+                             .seed = cfg.train.seed};
+  for (const std::vector<int>& ranks : vws) {
+    BATON_ASSERT(ranks.size() == 1, "deterministic mode with a virtual worker of {} ranks", ranks.size());
+    spec.speed.push_back(1.0 / emu[static_cast<size_t>(ranks[0])].slowdown);
+  }
+  std::vector<int> order = wsp::interleave(spec).order;
+  for (int v = 0; v < n; ++v)
+    BATON_ASSERT(std::count(order.begin(), order.end(), v) == cfg.train.steps,
+                 "deterministic mode: VW {} has {} turns, not train.steps = {}", v,
+                 std::count(order.begin(), order.end(), v), cfg.train.steps);
+  return order;
+}
+
+WspTurns::WspTurns(const Config& cfg, dist::Comm& world, const std::vector<std::vector<int>>& vws, int vw,
+                   int64_t first_step)
+    : on_(cfg.hetero.deterministic), world_(&world), vw_(vw) {
+  if (!on_) return;
+  BATON_REQUIRE(first_step == 0,
+                fmt::format("hetero.deterministic = true cannot resume at step {}: the order of turns is replayed "
+                            "from the run's start only", first_step),
+                "start the deterministic run in a new run.dir, or set checkpoint.resume = \"never\"");
+  order_ = deterministic_turns(cfg, world.size());
+  for (const std::vector<int>& ranks : vws) rank_of_.push_back(ranks.at(0));
+  for (size_t i = 0; i < order_.size(); ++i)
+    if (order_[i] == vw_) mine_.push_back(static_cast<int64_t>(i));
+  if (world.rank() == 0) {
+    const size_t shown = std::min<size_t>(order_.size(), 36);
+    log::info("deterministic mode (hetero.deterministic): {} turns of one minibatch each, serialized in "
+              "wsp::interleave's order (seed {}, relative speeds 1 / slowdown); the VWs of the first {}: {}{}",
+              order_.size(), cfg.train.seed, shown,
+              fmt::join(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(shown), " "),
+              shown < order_.size() ? " ..." : "");
+  }
+}
+
+void WspTurns::begin() {
+  if (!on_) return;
+  BATON_ASSERT(!in_turn_ && next_ < mine_.size(), "deterministic mode: VW {} starts turn {} of its {}", vw_, next_,
+               mine_.size());
+  const int64_t i = mine_[next_];
+  in_turn_ = true;
+  if (i == 0 || order_[static_cast<size_t>(i - 1)] == vw_) return;
+  const int from = rank_of_[static_cast<size_t>(order_[static_cast<size_t>(i - 1)])];
+  int64_t token = -1;
+  dist::RequestPtr r = world_->recv(&token, 1, DType::I64, from, kTurnTag);
+  {
+    dist::BlockedTimer blocked("the deterministic mode's turn token");
+    // Poll with sleeps: a blocking MPI receive would spin on a core the computing rank needs.
+    for (int attempt = 0; !r->test(); ++attempt)
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 50 << std::min(attempt, 5))));
+  }
+  r->wait();
+  BATON_ASSERT(token == i - 1, "deterministic mode: VW {} (turn {}) got the token of turn {} from rank {}", vw_, i,
+               token, from);
+}
+
+int64_t WspTurns::gated_pull(dist::ParamServer& server, int64_t needs, float* out) {
+  if (!on_) return server.pull(needs, out);
+  BATON_ASSERT(in_turn_, "deterministic mode: VW {} pulls outside its turn", vw_);
+  const std::optional<int64_t> c = server.try_pull(needs, out);
+  BATON_ASSERT(c.has_value(),
+               "deterministic mode: turn {} (VW {}): the pull that gates its minibatch {} needs c_global {}, which "
+               "the turns before it do not reach (the schedule and the one-rank loop disagree)",
+               mine_[next_], vw_, next_ + 1, needs);
+  return *c;
+}
+
+void WspTurns::end() {
+  if (!on_) return;
+  BATON_ASSERT(in_turn_, "deterministic mode: VW {} ends a turn it did not begin", vw_);
+  const int64_t i = mine_[next_];
+  in_turn_ = false;
+  ++next_;
+  if (static_cast<size_t>(i + 1) >= order_.size() || order_[static_cast<size_t>(i + 1)] == vw_) return;
+  const int64_t token = i;
+  world_->send(&token, 1, DType::I64, rank_of_[static_cast<size_t>(order_[static_cast<size_t>(i + 1)])], kTurnTag)
+      ->wait();
+}
+
+}  // namespace baton

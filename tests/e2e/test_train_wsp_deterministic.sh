@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# WSP's deterministic mode (issue 13 item 7; docs/hetpipe.md "Deterministic mode"): with
+# hetero.deterministic = true the virtual workers (one rank each) take turns in wsp::interleave's
+# seeded order, one minibatch per turn, serialized by a token, so every parameter-server read and
+# write happens in a fixed global order.
+# - (a) two runs of the same config give identical metrics: loss, grad_norm, val_loss, clock,
+#   c_global and staleness of every VW at every step, compared as the JSON's text;
+# - (b) a run equals the single-process reference of the update rule (tests/reference/
+#   wsp_reference.cpp: the N VWs' sessions in one process, w_global, wave slots and the merge rule
+#   on host vectors, no parameter server, no MPI) over 20 steps: 3 VWs, D = 1, Nm = 2, AdamW with
+#   clipping and weight decay; and again with VW 1 three times slower (hetero.slowdown, which
+#   weighs the schedule) and another seed, with plain SGD; a reference with a wrong merge rule (the
+#   wave's finished minibatches not yet pushed dropped at a pull) must differ, so the test can fail;
+# - (c) the refusals: hetero.deterministic without sync = "wsp", with a VW of several ranks, and with
+#   checkpoints.
+source "$(dirname "$0")/lib.sh"
+: "${WSP_REFERENCE:?}"
+use_mpirun
+make_tiny_dataset
+write_tiny_config
+# tiny.toml (lib.sh): 20 steps; 3 VWs of 4 rows (global batch 12), D = 1, Nm = 2, evaluated every 4.
+DET=(--set checkpoint.every=0 --set train.global_batch=12 --set hetero.sync='"wsp"' --set hetero.staleness=1
+     --set hetero.nm=2 --set hetero.deterministic=true --set data.valid='"tiny"' --set train.eval_every=4
+     --set train.eval_steps=2)
+SLOW=(--set hetero.slowdown='[1, 3, 1]' --set train.seed=7 --set optim.kind=sgd --set optim.lr=0.15
+      --set optim.momentum=0 --set optim.weight_decay=0 --set optim.grad_clip=0)
+
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${DET[@]}" --set run.dir=det1 > det1.log
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${DET[@]}" --set run.dir=det2 > det2.log
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${DET[@]}" "${SLOW[@]}" --set run.dir=slow > slow.log
+grep -q "deterministic mode (hetero.deterministic): 60 turns" det1.log || { cat det1.log; fail "no deterministic-mode line"; }
+OMP_NUM_THREADS=1 "$WSP_REFERENCE" --ranks 3 --out ref tiny.toml "${DET[@]}" > ref.log || { cat ref.log; fail "reference"; }
+OMP_NUM_THREADS=1 "$WSP_REFERENCE" --ranks 3 --out ref_slow tiny.toml "${DET[@]}" "${SLOW[@]}" > ref_slow.log \
+  || { cat ref_slow.log; fail "reference (slowdown)"; }
+OMP_NUM_THREADS=1 "$WSP_REFERENCE" --ranks 3 --out ref_wrong --drop-partial tiny.toml "${DET[@]}" > ref_wrong.log \
+  || { cat ref_wrong.log; fail "reference (wrong merge rule)"; }
+
+python3 - <<'PY'
+import json, re
+FIELDS = ("loss", "grad_norm", "val_loss", "clock", "c_global", "staleness")
+def files(d):
+    return [f"{d}/metrics.jsonl"] + [f"{d}/metrics-vw{k}.jsonl" for k in (1, 2)]
+def raw(path):
+    """Per step: each field's text as written (bit for bit), and the parsed record."""
+    out = []
+    for line in open(path):
+        r = json.loads(line)
+        text = {f: m.group(1) for f in FIELDS if (m := re.search(rf'"{f}":([^,}}]+)', line))}
+        out.append((r, text))
+    return out
+
+# (a) Two runs: every field's text identical, every VW, every step.
+for a, b in zip(files("det1"), files("det2")):
+    ra, rb = raw(a), raw(b)
+    assert len(ra) == len(rb) == 20, (a, len(ra), len(rb))
+    for (x, tx), (y, ty) in zip(ra, rb):
+        assert tx == ty, f"{a} step {x['step']}: the runs differ: {tx} vs {ty}"
+print("(a) two deterministic runs: identical loss, grad_norm, val_loss, clock, c_global, staleness (3 VWs x 20 steps)")
+
+# (b) The run against the single-process reference of the rule.
+def compare(run, ref):
+    worst, exact, n = 0.0, 0, 0
+    for k, (a, b) in enumerate(zip(files(run), files(ref))):
+        ra, rb = raw(a), raw(b)
+        assert len(ra) == len(rb) == 20, (a, len(ra), b, len(rb))
+        for (x, tx), (y, ty) in zip(ra, rb):
+            assert x["step"] == y["step"] and x["vw"] == y["vw"] == k
+            for f in ("clock", "c_global", "staleness"):
+                assert x[f] == y[f], f"{run} VW {k} step {x['step']}: {f} {x[f]} vs the reference's {y[f]}"
+            for f in ("loss", "grad_norm", "val_loss"):
+                if f not in x and f not in y:
+                    continue
+                assert f in x and f in y, f"{run} VW {k} step {x['step']}: {f} in one of them only"
+                worst = max(worst, abs(x[f] - y[f]) / abs(y[f]))
+                exact += tx[f] == ty[f]
+                n += 1
+    return worst, exact, n
+for run, ref in (("det1", "ref"), ("slow", "ref_slow")):
+    worst, exact, n = compare(run, ref)
+    print(f"(b) {run} vs the single-process reference: {exact}/{n} values bit-identical, worst {worst:.1e} relative")
+    assert worst <= 1e-6, f"{run}: the deterministic run differs from the reference by {worst:.2e}"
+    v = [json.loads(l) for l in open(files(run)[0])]
+    assert max(r["c_global"] for r in v) >= 8, "the pulls never caught up"
+    assert v[-1]["loss"] < v[0]["loss"] - 0.1, f"{run}: did not train"
+worst, exact, n = compare("det1", "ref_wrong")
+print(f"(b) det1 vs a reference with a wrong merge rule (partial wave dropped): {exact}/{n} bit-identical, "
+      f"worst {worst:.1e} relative")
+assert worst > 1e-4, f"the comparison cannot tell a wrong merge rule: {worst:.2e}"
+PY
+# The slower VW 1 changes the order of turns (speeds 1, 1/3, 1).
+a=$(grep -o "deterministic mode.*" det1.log | sed 's/.*: //'); b=$(grep -o "deterministic mode.*" slow.log | sed 's/.*: //')
+[ "$a" != "$b" ] || fail "hetero.slowdown and train.seed did not change the order of turns: $a"
+
+# (c) Refusals.
+expect_error 'hetero.deterministic = true replays a seeded order of WSP' \
+  "$BATON" train tiny.toml --set checkpoint.every=0 --set hetero.deterministic=true
+expect_error 'hetero.deterministic = true replays a seeded order of WSP' \
+  timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set checkpoint.every=0 --set hetero.deterministic=true \
+  --set hetero.virtual_workers='["0", "1"]'
+grep -q 'set hetero.sync = "wsp"' err.txt || { cat err.txt; fail "no hint to set sync = wsp"; }
+expect_error 'hetero.deterministic = true is built for virtual workers of one rank only' \
+  timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set checkpoint.every=0 --set hetero.deterministic=true \
+  --set hetero.sync='"wsp"' --set hetero.virtual_workers='["0, 1"]' --set train.micro_batch=8
+expect_error 'hetero.deterministic = true with checkpoints' \
+  "$BATON" train tiny.toml --set hetero.sync='"wsp"' --set hetero.deterministic=true --set checkpoint.every=10
+echo "PASS"
