@@ -100,12 +100,11 @@ void check_hetero_trainable(const Config& cfg) {
                             "pushing after each wave of nm)", (cfg.train.steps / h.nm + 1) * h.nm));
   // WSP checkpoints (train/wsp_checkpoint.h) are taken at the end of a clock that pulls (c >= D):
   // a multiple of Nm minibatches, at least (D + 1)·Nm.
-  const bool wsp_checkpoints = h.sync == "wsp" && !pipelined;
+  const bool wsp_checkpoints = h.sync == "wsp";
   BATON_REQUIRE(wsp_checkpoints || (cfg.checkpoint.every == 0 && (cfg.checkpoint.resume == "auto" ||
                                                                   cfg.checkpoint.resume == "never")),
-                h.sync == "wsp" ? "checkpoints of WSP runs with virtual workers of several stages are not built yet"
-                                : "checkpoints of virtual-worker runs under hetero.sync = \"allreduce\" (each VW's "
-                                  "optimizer state) are not built yet",
+                "checkpoints of virtual-worker runs under hetero.sync = \"allreduce\" (each VW's optimizer state) "
+                "are not built yet",
                 "set checkpoint.every = 0 and checkpoint.resume = \"never\" (or \"auto\"); such a run neither "
                 "writes nor reads checkpoints");
   const int64_t unit = int64_t{h.nm} * (h.staleness + 1);

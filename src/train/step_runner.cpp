@@ -69,11 +69,17 @@ StepRunner::StepRunner(const StepRunnerSetup& setup) : s_(setup) {
     updates_per_step_ = microbatches_ / r;
   }
   if (s_.hooks) {
-    BATON_ASSERT(traits_->update == pipeline::UpdateRule::PER_MICROBATCH && s_.drain_every == 0 &&
-                     microbatches_ == 1 && place_->model_stages.size() == 1,
-                 "update hooks need a per-microbatch kind, one micro-batch per step, one stage per rank, no drain");
-    stage_->set_before_forward([this](int, int microbatch) { s_.hooks->before_forward(microbatch + 1, *versions_); });
-    stage_->set_after_compute([this](int microbatch, double seconds) { s_.hooks->after_compute(microbatch + 1, seconds); });
+    BATON_ASSERT(traits_->update == pipeline::UpdateRule::PER_MICROBATCH && microbatches_ == 1 &&
+                     place_->model_stages.size() == 1 && pipe_->replicas.empty(),
+                 "update hooks need a per-microbatch kind, one micro-batch per step, one stage per rank");
+    // Numbers over the run: a segment's micro-batch k is minibatch segment_start_ + k + 1, and its
+    // weight version v is update segment_start_ + v (one update per step).
+    stage_->set_before_forward([this](int, int microbatch) {
+      s_.hooks->before_forward(segment_start_ + microbatch + 1, *versions_, segment_start_);
+    });
+    stage_->set_after_compute([this](int microbatch, double seconds) {
+      s_.hooks->after_compute(segment_start_ + microbatch + 1, seconds);
+    });
   }
   // Evaluation runs on replica 0 of every stage (rank = stage in this communicator), apart from
   // the training program's messages.
@@ -144,7 +150,7 @@ void StepRunner::on_update(int version, const UpdateStats& u) {
   s_.optimizer->step(w, model.grads(), lr_, u.clip_scale, segment_start_ * updates_per_step_ + version);
   s_.grads->gather_params(w);
   model.zero_grads();
-  if (s_.hooks) s_.hooks->after_update(version, *versions_);
+  if (s_.hooks) s_.hooks->after_update(segment_start_ + version, *versions_, segment_start_);
   // Samples behind one update: one micro-batch per data-parallel group (pipedream), the global
   // batch (2bw).
   const int rows = traits_->update == pipeline::UpdateRule::PER_MICROBATCH ? s_.micro_batch * dp_

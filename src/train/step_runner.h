@@ -49,12 +49,13 @@ namespace baton {
 // The points of an asynchronous per-microbatch program where HetPipe's WSP talks to its parameter
 // server (train/wsp_pipeline.h): before this rank's forward of a minibatch (a pull may gate it) and
 // after each of its updates (a wave's last pushes). Minibatches and updates are numbered from 1
-// over the run; `versions` is this rank's weight stash, whose versions are the update numbers.
+// over the run; `versions` is this rank's weight stash, whose version v is update `base` + v (the
+// stash restarts at every drained segment, train.checkpoint.every).
 class UpdateHooks {
  public:
   virtual ~UpdateHooks() = default;
-  virtual void before_forward(int64_t minibatch, WeightVersions& versions) = 0;
-  virtual void after_update(int64_t update, WeightVersions& versions) = 0;
+  virtual void before_forward(int64_t minibatch, WeightVersions& versions, int64_t base) = 0;
+  virtual void after_update(int64_t update, WeightVersions& versions, int64_t base) = 0;
   // After this rank's forward or backward of `minibatch`, which took `seconds` (an emulated slower
   // device stretches it: train/compute_stretch.h).
   virtual void after_compute(int64_t /*minibatch*/, double /*seconds*/) {}
@@ -71,7 +72,7 @@ struct StepRunnerSetup {
   bool scatter_gather = false;  // PTD-P scatter/gather (tp > 1, no sequence parallelism)
   bool vertical_sync = false;   // pipedream
   int nm = 0;                   // hetpipe: minibatches in flight (0 = pp)
-  UpdateHooks* hooks = nullptr; // per-microbatch kinds, one segment (no drain): WSP's pushes and pulls
+  UpdateHooks* hooks = nullptr; // per-microbatch kinds, one micro-batch per step: WSP's pushes and pulls
   int global_batch = 1;         // samples per step over every data-parallel group
   int micro_batch = 1;
   int T = 1;                    // positions per sample

@@ -49,6 +49,9 @@ struct WspResume {
 // same checkpoint (Error otherwise, naming both steps).
 std::optional<WspResume> find_wsp_resume(const Config& cfg, dist::Comm& world, int vw);
 
+// Logs where the run resumed (and, when elastic, from which file with how many VWs).
+void log_wsp_resume(const WspResume& r, int num_vw);
+
 // Rank 0, once every VW has saved step `step`: publishes the marker (atomically) and prunes markers
 // beyond checkpoint.keep.
 void publish_wsp_checkpoint(const Config& cfg, int world_size, int64_t step);

@@ -41,13 +41,16 @@ int observed_staleness(const wsp::VersionVector& w, int p, int num_vw) {
 }
 
 WspStageSync::WspStageSync(const WspStageSetup& setup)
-    : s_(setup), clock_(setup.vw, setup.params, static_cast<int>(setup.minibatches)) {
+    : s_(setup), clock_(setup.vw, setup.params, static_cast<int>(setup.minibatches), nullptr, setup.first_wave),
+      c_global_(setup.first_wave), pushed_(setup.first_wave) {
   BATON_ASSERT(s_.vw_comm, "WSP stage without its VW's communicator");
+  // A resumed run's weights hold every VW's waves before the first (the checkpoint's w_global).
+  if (s_.first_wave > 0) merges_.emplace_back(s_.first_wave * s_.params.nm, s_.first_wave);
 }
 
-void WspStageSync::to_host(WeightVersions& versions, int version, std::vector<float>& out) {
+void WspStageSync::to_host(WeightVersions& versions, int64_t version, std::vector<float>& out) {
   bool found = false;
-  versions.for_each_from(version, [&](int v, float* buf) {
+  versions.for_each_from(static_cast<int>(version), [&](int v, float* buf) {
     if (v != version) return;
     model_->backend().to_host(out.data(), buf, out.size() * sizeof(float));
     found = true;
@@ -109,11 +112,17 @@ void WspStageSync::bind(SequentialModel& model, const GlobalParams& global, dist
       comm.recv(list->data(), n, DType::I32, s, kTagIds)->wait();
     }
   full_.assign(global_->floats(), 0.0f);
-  pack(anchor_, owned_, packed_);
-  w0.assign(global_->floats(), 0.0f);
+  gather_owned(anchor_, w0);
+}
+
+void WspStageSync::gather_owned(const std::vector<float>& mine, std::vector<float>& full) {
+  dist::Comm& comm = *s_.vw_comm;
   const ParamTable& gt = global_->table;
-  for (int s = 0; s < k; ++s) {
-    if (s > 0) {
+  full.assign(global_->floats(), 0.0f);
+  for (int s = 0; s < comm.size(); ++s) {
+    if (s == 0) {
+      pack(mine, owned_, packed_);
+    } else {
       size_t n = 0;
       for (int g : stage_owned_[s]) n += gt.numel(g);
       packed_.resize(n);
@@ -121,20 +130,20 @@ void WspStageSync::bind(SequentialModel& model, const GlobalParams& global, dist
     }
     size_t pos = 0;
     for (int g : stage_owned_[s]) {
-      std::copy_n(packed_.data() + pos, gt.numel(g), gt.at(w0.data(), g));
+      std::copy_n(packed_.data() + pos, gt.numel(g), gt.at(full.data(), g));
       pos += gt.numel(g);
     }
   }
 }
 
-void WspStageSync::after_update(int64_t update, WeightVersions& versions) {
+void WspStageSync::after_update(int64_t update, WeightVersions& versions, int64_t base) {
   const std::optional<wsp::WorkerClock::Push> push = clock_.finish();
   BATON_ASSERT(clock_.finished() == update, "VW {}: update {} finished minibatch {}", s_.vw, update, clock_.finished());
   if (!push) return;
   Timer timer;
   // ũ_s: every update of the wave on this stage's layers (the weights moved by merges in between
   // moved the anchor too).
-  to_host(versions, static_cast<int>(update), host_);
+  to_host(versions, update - base, host_);
   const ParamTable& t = model_->table();
   std::vector<float> u(host_.size(), 0.0f);
   for (int i : held_)
@@ -153,24 +162,8 @@ void WspStageSync::after_update(int64_t update, WeightVersions& versions) {
     sends_.push_back(comm.send(sendbufs_.back().data(), sendbufs_.back().size(), DType::F32, 0, kTagPush));
   } else {
     // The VW's ũ: this stage's and every other stage's (they finished the wave before us).
-    std::fill(full_.begin(), full_.end(), 0.0f);
-    const ParamTable& gt = global_->table;
-    for (int s = 0; s < comm.size(); ++s) {
-      if (s == 0) {
-        pack(u, owned_, packed_);
-      } else {
-        size_t n = 0;
-        for (int g : stage_owned_[s]) n += gt.numel(g);
-        packed_.resize(n);
-        comm.recv(packed_.data(), n, DType::F32, s, kTagPush)->wait();
-      }
-      size_t pos = 0;
-      for (int g : stage_owned_[s]) {
-        std::copy_n(packed_.data() + pos, gt.numel(g), gt.at(full_.data(), g));
-        pos += gt.numel(g);
-      }
-    }
-    server_->push(s_.vw, push->wave, full_.data());  // w_global += ũ once every VW pushed the wave
+    gather_owned(u, full_);
+    server_->push(s_.vw, push->wave - s_.first_wave, full_.data());  // w_global += ũ once every VW pushed the wave
   }
   own_.emplace_back(push->wave, std::move(u));
   push_ += timer.seconds();
@@ -181,7 +174,7 @@ void WspStageSync::after_compute(int64_t minibatch, double seconds) {
   if (s_.stretch) stretched_ += s_.stretch->stretch(seconds, minibatch);
 }
 
-void WspStageSync::leader_pull(int64_t x, WeightVersions& versions) {
+std::vector<float> WspStageSync::leader_send_pull(int64_t x) {
   dist::Comm& comm = *s_.vw_comm;
   const ParamTable& gt = global_->table;
   for (dist::RequestPtr& r : sends_) r->wait();
@@ -202,49 +195,71 @@ void WspStageSync::leader_pull(int64_t x, WeightVersions& versions) {
   std::vector<float> mine(model_->flat_size(), 0.0f);
   const ParamTable& t = model_->table();
   for (int i : held_) std::copy_n(gt.at(full_.data(), global_of_[i]), t.numel(i), t.at(mine.data(), i));
-  merge(x, mine, versions);
+  return mine;
 }
 
-void WspStageSync::before_forward(int64_t minibatch, WeightVersions& versions) {
+std::vector<float> WspStageSync::receive_pull(int64_t& x) {
+  int64_t msg[3] = {0, 0, 0};
+  dist::Comm& comm = *s_.vw_comm;
+  comm.recv(msg, 3, DType::I64, 0, kTagPullClock)->wait();
+  x = msg[0];
+  const ParamTable& t = model_->table();
+  size_t n = 0;
+  for (int i : held_) n += t.numel(i);
+  packed_.resize(n);
+  comm.recv(packed_.data(), n, DType::F32, 0, kTagPullData)->wait();
+  std::vector<float> mine(model_->flat_size(), 0.0f);
+  size_t pos = 0;
+  for (int i : held_) {
+    std::copy_n(packed_.data() + pos, t.numel(i), t.at(mine.data(), i));
+    pos += t.numel(i);
+  }
+  // The VW's waiting is its leader's (this stage waited for the leader, not the server).
+  double leader_wait = 0, leader_idle = 0;
+  std::memcpy(&leader_wait, &msg[1], sizeof(double));
+  std::memcpy(&leader_idle, &msg[2], sizeof(double));
+  wait_ += std::max(0.0, leader_wait - wait_total_);
+  idle_ += std::max(0.0, leader_idle - idle_total_);
+  wait_total_ = leader_wait;
+  idle_total_ = leader_idle;
+  return mine;
+}
+
+bool WspStageSync::merge_at_meeting() {
+  const std::optional<int> needs = clock_.waiting_for();
+  if (!needs) return false;
+  int64_t x = 0;
+  std::vector<float> mine;
+  if (leader()) {
+    x = server_->pull(*needs - s_.first_wave, full_.data()) + s_.first_wave;
+    mine = leader_send_pull(x);
+  } else {
+    mine = receive_pull(x);
+  }
+  merge(x, mine, nullptr, 0);
+  return true;
+}
+
+void WspStageSync::before_forward(int64_t minibatch, WeightVersions& versions, int64_t base) {
   if (const std::optional<int> needs = clock_.waiting_for()) {
     if (leader()) {
       // A pull the server already allows is taken now (fresher weights); the one that gates this
       // minibatch is waited for, sleeping (dist/param_server.h).
+      std::optional<int64_t> x;
       if (clock_.startable()) {
-        if (const std::optional<int64_t> x = server_->try_pull(*needs, full_.data())) leader_pull(*x, versions);
+        x = server_->try_pull(*needs - s_.first_wave, full_.data());
       } else {
         double blocked = 0;
-        const int64_t x = server_->pull(*needs, full_.data(), &blocked);
+        x = server_->pull(*needs - s_.first_wave, full_.data(), &blocked);
         idle_ += blocked;
         idle_total_ += blocked;
-        leader_pull(x, versions);
       }
+      if (x) merge(*x + s_.first_wave, leader_send_pull(*x + s_.first_wave), &versions, base);
     } else if (!clock_.startable()) {
       // The leader pulled before its own forward of this minibatch: X and this stage's part.
-      int64_t msg[3] = {0, 0, 0};
-      dist::Comm& comm = *s_.vw_comm;
-      comm.recv(msg, 3, DType::I64, 0, kTagPullClock)->wait();
-      const int64_t x = msg[0];
-      const ParamTable& t = model_->table();
-      size_t n = 0;
-      for (int i : held_) n += t.numel(i);
-      packed_.resize(n);
-      comm.recv(packed_.data(), n, DType::F32, 0, kTagPullData)->wait();
-      std::vector<float> mine(model_->flat_size(), 0.0f);
-      size_t pos = 0;
-      for (int i : held_) {
-        std::copy_n(packed_.data() + pos, t.numel(i), t.at(mine.data(), i));
-        pos += t.numel(i);
-      }
-      // The VW's waiting is its leader's (this stage waited for the leader, not the server).
-      double leader_wait = 0, leader_idle = 0;
-      std::memcpy(&leader_wait, &msg[1], sizeof(double));
-      std::memcpy(&leader_idle, &msg[2], sizeof(double));
-      wait_ += std::max(0.0, leader_wait - wait_total_);
-      idle_ += std::max(0.0, leader_idle - idle_total_);
-      wait_total_ = leader_wait;
-      idle_total_ = leader_idle;
-      merge(x, mine, versions);
+      int64_t x = 0;
+      std::vector<float> mine = receive_pull(x);
+      merge(x, mine, &versions, base);
     }
   }
   const int p = clock_.start();
@@ -263,25 +278,42 @@ void WspStageSync::before_forward(int64_t minibatch, WeightVersions& versions) {
                s_.vw, p, staleness_);
 }
 
-void WspStageSync::merge(int64_t x, const std::vector<float>& global_local, WeightVersions& versions) {
+void WspStageSync::merge(int64_t x, const std::vector<float>& global_local, WeightVersions* versions, int64_t base) {
   const int c = pushed_ - 1, b = (c + 1) * s_.params.nm;  // the pull of clock c; minibatch (c+2)·Nm reads b
   while (!own_.empty() && own_.front().first < x) own_.pop_front();
-  to_host(versions, b, host_);
+  Backend& be = model_->backend();
+  if (versions) {
+    to_host(*versions, b - base, host_);
+  } else {  // a drained pipeline: the weights are the model's parameters (= version b)
+    be.to_host(host_.data(), model_->params(), host_.size() * sizeof(float));
+  }
+  // Version b becomes the target exactly (and the anchor of the wave after it, which it is);
+  // later versions move by the same Δ, keeping the own updates they hold on top.
   const ParamTable& t = model_->table();
+  std::vector<float> target = host_;
   std::fill(delta_.begin(), delta_.end(), 0.0f);
   for (int i : held_)
     for (size_t j = t.offset(i), e = j + t.numel(i); j < e; ++j) {
-      float target = global_local[j];
-      for (const auto& [wave, u] : own_) target += u[j];
-      delta_[j] = target - host_[j];
-      anchor_[j] += delta_[j];
+      target[j] = global_local[j];
+      for (const auto& [wave, u] : own_) target[j] += u[j];
+      delta_[j] = target[j] - host_[j];
+      anchor_[j] = target[j];
     }
-  Backend& be = model_->backend();
-  versions.for_each_from(b, [&](int, float* buf) {
+  const auto rebase = [&](int v, float* buf) {
+    if (v == b - base) {
+      be.to_device(buf, target.data(), target.size() * sizeof(float));
+      return;
+    }
     be.to_host(host_.data(), buf, host_.size() * sizeof(float));
     for (size_t j = 0; j < host_.size(); ++j) host_[j] += delta_[j];
     be.to_device(buf, host_.data(), host_.size() * sizeof(float));
-  });
+  };
+  if (versions) {
+    versions->for_each_from(static_cast<int>(b - base), rebase);
+  } else {
+    rebase(static_cast<int>(b - base), model_->params());
+    model_->refresh_compute_params();
+  }
   clock_.complete_pull(pulled_version(s_.num_vw, x, s_.vw, pushed_, s_.params.nm));
   merges_.emplace_back(b, x);
   c_global_ = x;

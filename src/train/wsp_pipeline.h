@@ -65,6 +65,7 @@ struct WspStageSetup {
   int64_t minibatches = 0;          // the run's (train.steps)
   dist::Comm* vw_comm = nullptr;    // the VW's stages, rank = stage
   const ComputeStretch* stretch = nullptr;  // this rank's emulated device (null: none)
+  int first_wave = 0;  // a resumed run's first wave (train/wsp_checkpoint.h): the server counts from it
 };
 
 class WspStageSync final : public UpdateHooks {
@@ -75,9 +76,14 @@ class WspStageSync final : public UpdateHooks {
   // into `w0` (other stages: untouched).
   void bind(SequentialModel& model, const GlobalParams& global, dist::ParamServer* server, std::vector<float>& w0);
 
-  void before_forward(int64_t minibatch, WeightVersions& versions) override;
-  void after_update(int64_t update, WeightVersions& versions) override;
+  void before_forward(int64_t minibatch, WeightVersions& versions, int64_t base) override;
+  void after_update(int64_t update, WeightVersions& versions, int64_t base) override;
   void after_compute(int64_t minibatch, double seconds) override;
+  // A checkpoint's meeting (train/wsp_checkpoint.h), every VW drained at a wave's end: takes the
+  // outstanding pull (the leader from the server, the other stages from it) and sets this stage's
+  // weights — the model's parameters, from which the next segment's stash starts — to its part of
+  // w_global. Returns false (and does nothing) when no pull is outstanding (the end of a clock < D).
+  bool merge_at_meeting();
   // Completes the messages still in flight (end of the run).
   void finish();
 
@@ -96,11 +102,19 @@ class WspStageSync final : public UpdateHooks {
 
  private:
   bool leader() const { return s_.vw_comm->rank() == 0; }
-  void to_host(WeightVersions& versions, int version, std::vector<float>& out);
+  void to_host(WeightVersions& versions, int64_t version, std::vector<float>& out);
   // Local flat <-> packed (this stage's tensors in `ids` order) <-> global flat.
   void pack(const std::vector<float>& local, const std::vector<int>& which, std::vector<float>& out) const;
-  void merge(int64_t x, const std::vector<float>& global_local, WeightVersions& versions);
-  void leader_pull(int64_t x, WeightVersions& versions);
+  // The merge rule onto the stash (versions >= b = the pull's clock end, `base` as above) or, with
+  // `versions` null, onto the model's parameters (a drained pipeline).
+  void merge(int64_t x, const std::vector<float>& global_local, WeightVersions* versions, int64_t base);
+  // Leader: sends X and every other stage's part of full_ (pulled as of X); returns its own part.
+  std::vector<float> leader_send_pull(int64_t x);
+  // Other stages: receives the leader's X and this stage's part.
+  std::vector<float> receive_pull(int64_t& x);
+  // Leader: `full` (global layout) = this stage's owned tensors of `mine` (local layout) and every
+  // other stage's, received packed (they send theirs: bind's w0, each wave's ũ).
+  void gather_owned(const std::vector<float>& mine, std::vector<float>& full);
 
   WspStageSetup s_;
   SequentialModel* model_ = nullptr;

@@ -267,6 +267,7 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
   local.dp = 1;
   local.parallel.pp = k;
   local.parallel.schedule = "hetpipe";
+  local.checkpoint.dir = vw_checkpoint_dir(cfg, vw);  // the VW's own file (train/wsp_checkpoint.h)
   ModelAndData md = model_and_data(local);
   local.parallel.stages = me.layer_ranges(md.builder->num_layers(), vw);
   md.data = std::make_unique<VwRows>(std::move(md.data), vw * rows, rows);
@@ -276,14 +277,22 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
   log_emulation(emu, vw_ranks, cfg.hetero.jitter);
   const RankEmulation& mine = emu[static_cast<size_t>(world.rank())];
   const ComputeStretch stretch(mine.slowdown, cfg.hetero.jitter, cfg.train.seed, world.rank());
+  const std::optional<WspResume> resume = find_wsp_resume(cfg, world, vw);
+  const int64_t start = resume ? resume->step : 0;
   WspStageSync sync({.vw = vw, .num_vw = N, .params = params, .minibatches = cfg.train.steps,
-                     .vw_comm = vw_comm.get(), .stretch = &stretch});
+                     .vw_comm = vw_comm.get(), .stretch = &stretch,
+                     .first_wave = static_cast<int>(start / params.nm)});
   TrainSession session(local, *vw_comm, md.builder, std::move(md.data),
                        {.hetpipe_nm = params.nm, .hooks = &sync,
                         .memory_limit = {.bytes = mine.memory_limit, .rank = world.rank(), .device = mine.device}});
   session.log_header();
+  if (resume) {
+    session.load(resume->path);  // the VW's stages read their layers of it
+    log_wsp_resume(*resume, N);
+  }
   // The parameter server holds the whole model in one layout every rank agrees on; the VWs'
-  // leaders gather w0 (the same in every VW: one seed) and VW 0's hands it to every shard.
+  // leaders gather w0 (the same in every VW: one seed, or the checkpoint's w_global) and VW 0's
+  // hands it to every shard.
   const GlobalParams global = global_params(*md.builder, session.backend());
   dist::ParamServer server(world.handle(), global.spans(), N, params.staleness);
   std::vector<float> w0(global.floats(), 0.0f);
@@ -301,9 +310,9 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
               world.size());
 
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
-  VwLog vwlog(cfg, session, world.rank(), vw, reports);
+  VwLog vwlog(cfg, session, world.rank(), vw, reports, resume ? start : -1);
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);
-  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+  for (int64_t step = start; step < cfg.train.steps; ++step) {
     const double lr = sched.at(step);
     const TimedStep t = session.step(step, lr);
     if (reports)
@@ -315,6 +324,18 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
                          .wait_s = sync.take_wait(), .push_s = sync.take_push(), .idle_s = sync.take_idle(),
                          .slowdown = sync.slowdown(step + 1), .stretch_s = sync.take_stretch()},
                fmt::format("clock {} (global {}) | staleness {}", sync.clock(), sync.c_global(), sync.staleness()));
+    // A checkpoint (wsp_checkpoint.h): the VWs' pipelines drained at this wave's end (the step
+    // runner's segments end at checkpoint.every), everyone meets, merges w_global and saves.
+    // The run's end is one too, unless its clock does not pull (a run shorter than D + 1 waves).
+    const bool last = step + 1 == cfg.train.steps;
+    if ((cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) || last) {
+      world.barrier();
+      const bool merged = sync.merge_at_meeting();
+      BATON_ASSERT(merged || last, "WSP checkpoint at step {} of a clock that does not pull", step + 1);
+      if (merged) session.save(step + 1, lr);  // collective over the VW's stages: one file per VW
+      world.barrier();
+      if (world.rank() == 0 && merged) publish_wsp_checkpoint(cfg, world.size(), step + 1);
+    }
   }
   sync.finish();
   vwlog.finish(world, vw_ranks, "waiting for the parameter server");
@@ -368,11 +389,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   if (resume) {
     session.load(resume->path);
     start = resume->step;
-    if (resume->elastic)
-      log::info("elastic resume at step {}: {} virtual workers now, {} in the checkpoint; every VW continues from "
-                "the global weights (and VW 0's optimizer state) of {}", start, N, resume->old_vws, resume->path);
-    else
-      log::info("resumed WSP at step {} (every VW from its own checkpoint, weights = w_global)", start);
+    log_wsp_resume(*resume, N);
   }
   const int wave0 = static_cast<int>(start / params.nm);
   be.to_host(w.data(), model.params(), F * sizeof(float));

@@ -66,6 +66,12 @@ every = 10
 TOML
 }
 
+# tiny.toml as plain SGD (the WSP tests' reductions to data parallelism): lr 0.4, no momentum, weight
+# decay, warm-up, decay or clipping, 12 steps, a checkpoint only at the end.
+PLAIN_SGD=(--set optim.kind=sgd --set optim.lr=0.4 --set optim.momentum=0 --set optim.weight_decay=0
+           --set optim.warmup_steps=0 --set optim.decay=constant --set optim.grad_clip=0 --set train.steps=12
+           --set checkpoint.every=0)
+
 # A small dataset "tiny" (.bin/.idx) with its 300-piece tokenizer "tiny.model".
 make_tiny_dataset() {
   make_corpus train.txt 20

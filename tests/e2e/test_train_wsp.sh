@@ -21,9 +21,7 @@ use_mpirun
 make_tiny_dataset
 # tiny.toml (lib.sh) as plain SGD: no momentum, weight decay, warm-up, decay or clipping, 12 steps.
 write_tiny_config
-SGD=(--set optim.kind=sgd --set optim.lr=0.4 --set optim.momentum=0 --set optim.weight_decay=0
-     --set optim.warmup_steps=0 --set optim.decay=constant --set optim.grad_clip=0 --set train.steps=12
-     --set checkpoint.every=0)
+SGD=("${PLAIN_SGD[@]}")
 
 for n in 2 4; do
   "${MPIRUN[@]}" $n "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=dp$n > dp$n.log

@@ -15,9 +15,7 @@ source "$(dirname "$0")/lib.sh"
 use_mpirun
 make_tiny_dataset
 write_tiny_config
-SGD=(--set optim.kind=sgd --set optim.lr=0.4 --set optim.momentum=0 --set optim.weight_decay=0
-     --set optim.warmup_steps=0 --set optim.decay=constant --set optim.grad_clip=0 --set train.steps=12
-     --set checkpoint.every=0)
+SGD=("${PLAIN_SGD[@]}")
 WSP=(--set hetero.sync='"wsp"')
 
 "${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=dp --set parallel.pp=2 --set train.micro_batch=4 > dp.log

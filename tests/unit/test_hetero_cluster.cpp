@@ -78,7 +78,7 @@ TEST_F(HeteroCluster, PlannedSnippetLoadsAndCoversTheModel) {
     const Config run = load_config(config_, sn.sets, sn.ranks);
     EXPECT_EQ(run.hetero.sync, "wsp");
     EXPECT_EQ(run.hetero.nm, p.nm);
-    EXPECT_EQ(run.train.global_batch, 32 * 16);  // a multiple of micro_batch × ranks (load_config's rule)
+    EXPECT_EQ(run.train.global_batch, 32 * 4);  // one minibatch of micro_batch rows per VW and step
     EXPECT_EQ(run.train.steps % p.nm, 0);
     expect_covers(run.hetero, sn.ranks, 10, 4);
     EXPECT_NE(sn.toml.find("[hetero]\nsync = \"wsp\"\nnm = " + std::to_string(p.nm)), std::string::npos) << sn.toml;
