@@ -1,5 +1,6 @@
-// Checkpoints of WSP runs with virtual workers (VWs) of one rank each (issue 13 item 6;
-// docs/hetpipe.md "Checkpoints and elastic resume").
+// Checkpoints of WSP runs (issue 13 item 6; docs/hetpipe.md "Checkpoints and elastic resume"), for
+// virtual workers (VWs) of one rank and of several stages (whose pipelines drain at each
+// checkpoint step: the step runner's segments end at checkpoint.every).
 //
 // A checkpoint is a synchronisation point of the whole job, taken at the end of a clock c ≥ D (a
 // clock that pulls): every VW finishes its minibatch (c+1)·Nm and pushes wave c, all meet (so
@@ -16,9 +17,9 @@
 //   optimizer state — and the run continues at wave c + 1 with every VW's weights = w_global.
 //   Where the WSP run itself does not depend on timing (D = 0 and Nm = 1 with two VWs: every
 //   minibatch waits for the pull of every VW's previous one) the resumed run repeats the
-//   uninterrupted one bit for bit (e2e test).
-// - A different set of VWs (a node lost: 3 VWs → 2, another grouping): elastic restart from the
-//   global weights; every VW loads VW 0's file (the weights are w_global in every VW's file, and
+//   uninterrupted one bit for bit (e2e test, VWs of one rank and of two stages).
+// - A different set of VWs (a node lost: 3 VWs → 2, another grouping or other stage boundaries):
+//   elastic restart from the global weights; every VW loads VW 0's file (each stage its layers) (the weights are w_global in every VW's file, and
 //   VW 0's optimizer state is the one it continues with). The data position (the step) carries
 //   over; each VW now takes global_batch / (new number of VWs) rows.
 #pragma once

@@ -303,7 +303,7 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
   if (world.rank() == 0)
     log::info("WSP (HetPipe §4-5): {} virtual workers ({}) | Nm = {} minibatches in flight and per wave | D = {} | "
               "s_global = {} | minibatch = {} rows of each global batch of {} | parameter server: {} shards, "
-              "each VW's first stage its client | no checkpoints of pipelined VWs yet",
+              "each VW's first stage its client | checkpoints at wave ends (train/wsp_checkpoint.h)",
               N, fmt::join(cfg.hetero.virtual_workers.empty() ? std::vector<std::string>{"one rank each"}
                                                                : cfg.hetero.virtual_workers, " | "),
               params.nm, params.staleness, wsp::s_global(params.staleness, params.nm), rows, cfg.train.global_batch,
