@@ -59,7 +59,10 @@ StepRunner::StepRunner(const StepRunnerSetup& setup) : s_(setup) {
   BATON_REQUIRE(s_.total_steps > 0, "asynchronous pipeline without a step count", "set train.steps");
   // A short program of the same kind sizes the activation slots (the in-flight count does not
   // grow with the number of steps); one more slot serves evaluation while a segment is in flight.
-  const int probe_steps = static_cast<int>(std::min<int64_t>(s_.total_steps, pipe_->ranks() + 1));
+  // hetpipe keeps up to Nm steps (one minibatch each) in flight on its first stage, which may be
+  // more than pp + 1: the probe must be long enough to reach that peak.
+  const int probe_steps =
+      static_cast<int>(std::min<int64_t>(s_.total_steps, std::max(pipe_->ranks(), s_.nm) + 1));
   pipeline::Executor probe(program(probe_steps), place_->pipe_rank, *g.pp, exec_options());
   model.reserve(s_.micro_batch, s_.T, probe.slots() + 1, traits_->split_backward);
   if (traits_->update == pipeline::UpdateRule::PER_MICROBATCH) {
