@@ -5,6 +5,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <thread>
 
 #include "core/error.h"
@@ -59,7 +60,10 @@ ParamServer::ParamServer(MPI_Comm comm, std::vector<TensorSpan> tensors, int num
 }
 
 ParamServer::~ParamServer() {
-  if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);  // no check: destructors must not throw
+  // MPI_Win_free is collective: while an exception unwinds (run_guarded then aborts the job with
+  // its message) the other ranks are not freeing theirs, and waiting for them would hang the job
+  // with the message unprinted. Leave the window to the abort then.
+  if (win_ != MPI_WIN_NULL && std::uncaught_exceptions() == 0) MPI_Win_free(&win_);  // no check: must not throw
 }
 
 void ParamServer::init(const float* flat) {
