@@ -109,7 +109,7 @@ class DatasetTokens final : public BatchSource {
     out.tokens.resize(size_t(n) * T_);
     out.targets.resize(size_t(n) * T_);
   }
-  const Config& cfg_;
+  const Config cfg_;  // a copy: sources outlive the config they were built from (wsp_trainer.cpp)
   int vocab_, T_;
   std::unique_ptr<IndexedDataset> train_ds_, valid_ds_;
   std::unique_ptr<TokenLoader> train_, valid_;

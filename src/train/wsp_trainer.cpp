@@ -34,6 +34,17 @@
 namespace baton {
 namespace {
 
+// The VW's model and its rows of the job's data: the source is built for the job's global batch B
+// (an image loader numbers row r of step s as sample s·B + r; token windows do not depend on B), and
+// VwRows hands this VW rows [vw·rows, (vw + 1)·rows) of it. `local` is the VW's own config.
+ModelAndData vw_model_and_data(const Config& local, const Config& cfg, int vw, int rows) {
+  Config whole = local;
+  whole.train.global_batch = cfg.train.global_batch;
+  ModelAndData md = model_and_data(whole);
+  md.data = std::make_unique<VwRows>(std::move(md.data), vw * rows, rows);
+  return md;
+}
+
 // Rank 0 logs what every rank emulates (config/device_emulation.h: a pure function of the config).
 void log_emulation(const std::vector<RankEmulation>& emu, const std::vector<std::vector<int>>& vws, double jitter) {
   for (size_t r = 0; r < emu.size(); ++r) {
@@ -66,10 +77,9 @@ VwSetup vw_setup(const Config& cfg, const std::vector<std::vector<int>>& vws, in
   local.train.global_batch = rows;
   local.dp = 1;
   local.checkpoint.dir = vw_checkpoint_dir(cfg, vw);  // its own files (train/wsp_checkpoint.h)
-  ModelAndData md = model_and_data(local);
+  ModelAndData md = vw_model_and_data(local, cfg, vw, rows);
   if (!cfg.hetero.virtual_workers.empty())  // a one-stage VW's explicit layers must be the whole model
     virtual_workers(cfg.hetero, 0)[static_cast<size_t>(vw)].layer_ranges(md.builder->num_layers(), vw);
-  md.data = std::make_unique<VwRows>(std::move(md.data), vw * rows, rows);
   auto session = std::make_unique<TrainSession>(
       local, alone, std::move(md.builder), std::move(md.data),
       SessionOptions{.memory_limit = {.bytes = mine.memory_limit, .rank = rank, .device = mine.device}});
@@ -268,9 +278,8 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
   local.parallel.pp = k;
   local.parallel.schedule = "hetpipe";
   local.checkpoint.dir = vw_checkpoint_dir(cfg, vw);  // the VW's own file (train/wsp_checkpoint.h)
-  ModelAndData md = model_and_data(local);
+  ModelAndData md = vw_model_and_data(local, cfg, vw, rows);
   local.parallel.stages = me.layer_ranges(md.builder->num_layers(), vw);
-  md.data = std::make_unique<VwRows>(std::move(md.data), vw * rows, rows);
   const std::vector<RankEmulation> emu = rank_emulation(cfg, world.size());
   std::vector<std::vector<int>> vw_ranks;
   for (const VirtualWorker& v : vws) vw_ranks.push_back(v.ranks());

@@ -115,10 +115,12 @@ for how in signal requeue; do
   for _ in $(seq 1 120); do [ -s "$how/metrics.jsonl" ] && break; sleep 0.25; done
   sleep 1
   if [ "$how" = signal ]; then scancel --signal=TERM --batch "$jid"; else scontrol requeue "$jid"; fi
-  # Requeued: pending with a begin time; let it start now.
+  # Requeued: pending with a begin time; let it start in 2 s. Not "now": slurmd refuses a job
+  # whose new credential is from the same second as the old one's revocation ("Job credential
+  # revoked", the job then fails), which a start within the requeue's second can hit under load.
   for _ in $(seq 1 120); do scontrol show job -o "$jid" 2>/dev/null | grep -q "JobState=PENDING " && break; sleep 0.5; done
   scontrol show job -o "$jid" | grep -q "JobState=PENDING " || { cat "$how.out"; fail "$how: the job was not requeued"; }
-  scontrol update JobId="$jid" StartTime=now
+  scontrol update JobId="$jid" StartTime=now+2
   wait_job "$jid"
   grep -q "stop requested (signal 15): stopping after step" "$how.out" || { cat "$how.out"; fail "$how: no clean stop"; }
   grep -q "^resumed from $how/ckpt/step-" "$how.out" || { cat "$how.out"; fail "$how: no resume"; }

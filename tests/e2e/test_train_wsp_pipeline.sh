@@ -6,7 +6,7 @@
 # - HetPipe PMP alone (one VW, D = 0): minibatch p runs on the local updates 1 … p − Nm whatever
 #   the partition — a VW of 2 stages and one of 3 stages (explicit layers) with Nm = 3 both give
 #   the losses of pipedream with vertical sync on 3 stages, which reads the same versions
-#   (7.0e-9 relative measured; tested at 1e-6);
+#   (7.0e-9 relative measured; tested at 1e-6); with Nm = 4 > pp + 1 it finishes (Nm + 1 slots);
 # - a mixed run (a one-stage VW beside a two-stage one, D = 2, Nm = 2, the slow VW's ranks
 #   emulating a device 2× slower) trains, with every minibatch's observed staleness ≤ s_global = 6
 #   and the slow VW's minibatches/s below the fast one's;
@@ -27,6 +27,12 @@ WSP=(--set hetero.sync='"wsp"')
   --set hetero.virtual_workers='["0,1"]' --set hetero.nm=3 > one2.log
 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=one3 --set train.micro_batch=8 \
   --set hetero.virtual_workers='["0:0-1, 1:1-3, 2:3-4"]' --set hetero.nm=3 > one3.log
+# Nm above pp + 1 (4 minibatches in flight on the first of 2 stages) needs Nm + 1 activation slots
+# there; a probe program of pp + 1 steps sized them to 4 and the run hung at its first minibatch.
+timeout 120 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=one2nm4 \
+  --set train.micro_batch=8 --set hetero.virtual_workers='["0,1"]' --set hetero.nm=4 > one2nm4.log \
+  || { cat one2nm4.log; fail "one VW of 2 stages with Nm = 4 did not finish"; }
+grep -q "5 activation slots" one2nm4.log || { cat one2nm4.log; fail "Nm = 4 on stage 0 of 2: not 4 + 1 slots"; }
 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=mix --set train.micro_batch=4 \
   --set train.steps=24 --set hetero.virtual_workers='["0", "1,2"]' --set hetero.nm=2 --set hetero.staleness=2 \
   --set hetero.slowdown='[1, 2, 2]' --set optim.lr=0.2 > mix.log
