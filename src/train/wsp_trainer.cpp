@@ -45,6 +45,13 @@ ModelAndData vw_model_and_data(const Config& local, const Config& cfg, int vw, i
   return md;
 }
 
+// A VW's own loss spike ends the job (train/loss_spike.h): one message naming the VW.
+void check_spike(LossSpikeGuard& spikes, int vw, int64_t step, double loss) {
+  if (const std::optional<std::string> spike = spikes.check(step + 1, loss))
+    throw Error(fmt::format("virtual worker {}: {}", vw, *spike),
+                "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor (0 turns the check off)");
+}
+
 // Rank 0 logs what every rank emulates (config/device_emulation.h: a pure function of the config).
 void log_emulation(const std::vector<RankEmulation>& emu, const std::vector<std::vector<int>>& vws, double jitter) {
   for (size_t r = 0; r < emu.size(); ++r) {
@@ -222,9 +229,7 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, const std::ve
     const double lr = sched.at(step);
     VwMetrics vm{.vw = vw, .clock = static_cast<int>(step / nm), .staleness = staleness};
     const TimedStep t = emulated_step(session, setup.stretch, step, lr, vm);
-    if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
-      throw Error(fmt::format("virtual worker {}: {}", vw, *spike),
-                  "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor (0 turns the check off)");
+    check_spike(spikes, vw, step, t.result.loss);
     double wait = 0, sync_s = 0;
     if ((step + 1) % nm == 0) {  // the wave's end: average the VWs' wave updates
       Timer sync_timer;
@@ -325,9 +330,7 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
     const double lr = sched.at(step);
     const TimedStep t = session.step(step, lr);
     if (reports)
-      if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
-        throw Error(fmt::format("virtual worker {}: {}", vw, *spike),
-                    "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor (0 turns the check off)");
+      check_spike(spikes, vw, step, t.result.loss);
     vwlog.step(step, lr, t,
                VwMetrics{.vw = vw, .clock = sync.clock(), .c_global = sync.c_global(), .staleness = sync.staleness(),
                          .wait_s = sync.take_wait(), .push_s = sync.take_push(), .idle_s = sync.take_idle(),
@@ -454,9 +457,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
                  vw, p, staleness);
     const double lr = sched.at(step);
     const TimedStep t = emulated_step(session, setup.stretch, step, lr, vm);
-    if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
-      throw Error(fmt::format("virtual worker {}: {}", vw, *spike),
-                  "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor (0 turns the check off)");
+    check_spike(spikes, vw, step, t.result.loss);
     // u_p = the optimizer's effect on the weights; w_local already holds it (§4: applied at once).
     be.to_host(after.data(), model.params(), F * sizeof(float));
     for (size_t j = 0; j < F; ++j) partial[j] += after[j] - w[j];

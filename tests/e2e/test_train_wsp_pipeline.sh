@@ -10,6 +10,8 @@
 # - a mixed run (a one-stage VW beside a two-stage one, D = 2, Nm = 2, the slow VW's ranks
 #   emulating a device 2× slower) trains, with every minibatch's observed staleness ≤ s_global = 6
 #   and the slow VW's minibatches/s below the fast one's;
+# - hetero.cluster + policy: `baton train` derives the VWs (devices, stage boundaries) and Nm with the
+#   HetPipe planner and trains them; the resolved config names them;
 # - the refusals of what the pipelined path does not run.
 source "$(dirname "$0")/lib.sh"
 use_mpirun
@@ -66,6 +68,36 @@ assert slow[-1]["minibatches_per_s"] < fast[-1]["minibatches_per_s"], "the 2x sl
 print("mixed VWs: staleness within s_global, the slow VW slower")
 PY
 
+# hetero.cluster + policy "ed": 2 TITAN V + 2 Quadro P4000 → 2 VWs, each one GPU of every node.
+cat > mini-cluster.toml <<'TOML'
+name = "mini"
+inter_node_gbs = 7
+[[nodes]]
+name = "V"
+device = "TITAN-V"
+gpus = 2
+intra_node_gbs = 15.75
+[[nodes]]
+name = "Q"
+device = "QUADRO-P4000"
+gpus = 2
+intra_node_gbs = 15.75
+TOML
+"${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=cl --set train.micro_batch=4 \
+  --set hetero.cluster='"mini-cluster.toml"' --set hetero.policy='"ed"' --set model.vocab_size=300 > cl.log
+grep -q "^hetero.cluster mini-cluster.toml (policy ed): 2 virtual workers" cl.log || { cat cl.log; fail "no derived VWs"; }
+python3 - <<'PY'
+import json, tomllib
+h = tomllib.load(open("cl/config.toml", "rb"))["hetero"]
+assert h["cluster"] == "" and h["nm"] >= 1 and len(h["virtual_workers"]) == 2, h
+for vw in h["virtual_workers"]:  # ED: each VW a TITAN V stage and a P4000 stage
+    assert [s.split("@")[1].split(":")[0] for s in vw.split(",")] == ["TITAN-V", "QUADRO-P4000"], vw
+for f in ("metrics.jsonl", "metrics-vw1.jsonl"):
+    r = [json.loads(l) for l in open(f"cl/{f}")]
+    assert len(r) == 12 and r[-1]["slowdown"] > 2.5, (f, r[-1])
+print("hetero.cluster (ed): derived", h["virtual_workers"], "Nm", h["nm"])
+PY
+
 # What the pipelined path refuses.
 expect_error "gives layers for some stages only" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" \
   "${WSP[@]}" --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0:0-2, 1"]'
@@ -75,4 +107,8 @@ expect_error "bf16 compute is not built for it" timeout 60 "${MPIRUN[@]}" 2 "$BA
   --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0,1"]' --set precision.compute=bf16
 expect_error "as one micro-batch through its pipeline" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" \
   "${WSP[@]}" --set run.dir=bad --set hetero.virtual_workers='["0,1"]'
+expect_error "hetero.policy = \"ed\" groups the devices of hetero.cluster, which is not set" "$BATON" train tiny.toml \
+  "${SGD[@]}" "${WSP[@]}" --set run.dir=bad --set hetero.policy='"ed"'
+expect_error "mini-cluster.toml" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" \
+  --set run.dir=bad --set hetero.cluster='"mini-cluster.toml"' --set model.vocab_size=300
 echo "PASS"
