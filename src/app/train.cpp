@@ -74,9 +74,17 @@ static void resolve_hetero_cluster(Config& cfg, int world_size) {
   validate(cfg, world_size);
 }
 
+// A WSP run whose server clients push and pull on a thread of their own (dist/server_client.h)
+// needs MPI_THREAD_MULTIPLE, which is chosen at MPI's initialisation, before the config is loaded
+// for the world: decided from the parsed file (a config that does not load fails later anyway).
+static bool wants_server_thread(const std::string& config, const std::vector<std::string>& overrides) {
+  const std::optional<Config> cfg = peek_config(config, overrides);
+  return cfg && cfg->hetero.sync == "wsp" && cfg->hetero.overlap && !cfg->hetero.deterministic;
+}
+
 int run_with_config(const std::string& config, const std::vector<std::string>& overrides,
                     bool log_all_ranks, const std::function<int(const Config&, dist::Comm&)>& body) {
-  dist::MpiRuntime::init(nullptr, nullptr);
+  dist::MpiRuntime::init(nullptr, nullptr, wants_server_thread(config, overrides));
   const int rc = dist::run_guarded([&] {
     std::unique_ptr<dist::Comm> world = dist::MpiRuntime::world();
     log::set_rank(world->rank(), world->size(), world->rank() == 0 || log_all_ranks);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,9 @@ struct HeteroConfig {
   // WSP's deterministic mode (issue 13 item 7, train/wsp_turns.h): the VWs take turns in a seeded
   // order (wsp::interleave), one minibatch at a time, so the run is reproducible bit for bit.
   bool deterministic = false;
+  // WSP: pushes and pulls on a communication thread that overlaps compute (dist/server_client.h;
+  // needs MPI_THREAD_MULTIPLE); false, or in deterministic mode, on the training thread.
+  bool overlap = true;
 
   bool operator==(const HeteroConfig&) const = default;
 };
@@ -191,6 +195,9 @@ struct Config {
 // Throws baton::Error naming the key and file:line.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {},
                    int world_size = 1);
+// The file and overrides as parsed, not validated (nullopt on any error: load_config reports it).
+// For the few decisions made before the world exists (MpiRuntime::init's thread level).
+std::optional<Config> peek_config(const std::string& path, const std::vector<std::string>& overrides);
 // Same from TOML text; `origin` names the source in errors.
 Config load_config_string(const std::string& toml_text, const std::string& origin,
                           const std::vector<std::string>& overrides = {}, int world_size = 1);

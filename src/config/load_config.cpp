@@ -385,15 +385,7 @@ Config load(const std::string& text, const std::string& origin, const std::strin
   return cfg;
 }
 
-}  // namespace
-
-Config load_config_string(const std::string& toml_text, const std::string& origin,
-                          const std::vector<std::string>& overrides, int world_size) {
-  return load(toml_text, origin, "", overrides, world_size);
-}
-
-Config load_config(const std::string& path, const std::vector<std::string>& overrides,
-                   int world_size) {
+std::string read_config_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw Error(
@@ -404,7 +396,31 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   std::stringstream text;
   text << f.rdbuf();
   if (!f) throw Error(fmt::format("cannot read config '{}'", path), "check the file's permissions");
-  return load(text.str(), path, path, overrides, world_size);
+  return text.str();
+}
+
+}  // namespace
+
+Config load_config_string(const std::string& toml_text, const std::string& origin,
+                          const std::vector<std::string>& overrides, int world_size) {
+  return load(toml_text, origin, "", overrides, world_size);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   int world_size) {
+  return load(read_config_file(path), path, path, overrides, world_size);
+}
+
+std::optional<Config> peek_config(const std::string& path, const std::vector<std::string>& overrides) {
+  try {
+    Config cfg;
+    cfg.source_path = path;
+    apply_table(cfg, parse_toml(read_config_file(path), path), path);
+    for (size_t i = 0; i < overrides.size(); ++i) apply_override(cfg, overrides[i], static_cast<int>(i));
+    return cfg;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace baton

@@ -19,7 +19,8 @@ double Comm::all_reduce_host_scalar(double x, ReduceOp op) {
 }
 
 namespace {
-double g_blocked = 0;  // the trainer's thread is the only caller of Comm
+double g_blocked = 0;  // the trainer's thread's (background threads record nothing)
+thread_local bool t_background = false;
 std::mutex g_wait_mutex;
 // Guarded by g_wait_mutex (the watchdog's thread reads it). `whom` points at the communicator's
 // name, valid while the wait lasts: set and cleared per blocking call without allocating.
@@ -56,10 +57,12 @@ void leave() {
 }  // namespace wait_detail
 
 double blocked_seconds() { return g_blocked; }
+void mark_background_thread() { t_background = true; }
 BlockedTimer::BlockedTimer(const char* op, const std::string* whom) : start_(now_seconds()) {
-  wait_detail::enter(op, whom);
+  if (!t_background) wait_detail::enter(op, whom);
 }
 BlockedTimer::~BlockedTimer() {
+  if (t_background) return;
   wait_detail::leave();
   g_blocked += now_seconds() - start_;
 }

@@ -78,6 +78,9 @@ class Comm {
 // a BlockedTimer around each blocking section, which also records what is waited on, for whom
 // (dist/wait_state.h: the stall watchdog's report).
 double blocked_seconds();
+// Called once by a communication thread that runs beside the trainer's (dist/server_client.h): its
+// blocking calls are overlapped with compute, so BlockedTimer neither counts nor reports them.
+void mark_background_thread();
 class BlockedTimer {
  public:
   explicit BlockedTimer(const char* op = "communication", const std::string* whom = nullptr);
@@ -93,7 +96,11 @@ class BlockedTimer {
 // wraps MPI_COMM_WORLD. abort() tears the whole job down (every rank) with `code`.
 class MpiRuntime {
  public:
-  static void init(int* argc, char*** argv);
+  // `thread_multiple`: ask for MPI_THREAD_MULTIPLE (a WSP parameter-server client thread,
+  // dist/server_client.h); otherwise SERIALIZED. Only the first call's choice counts.
+  static void init(int* argc, char*** argv, bool thread_multiple = false);
+  // Whether MPI provides MPI_THREAD_MULTIPLE (false before init or without it).
+  static bool thread_multiple();
   static bool initialized();
   static void finalize();
   [[noreturn]] static void abort(int code);

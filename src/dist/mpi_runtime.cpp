@@ -14,7 +14,7 @@
 
 namespace baton::dist {
 
-void MpiRuntime::init(int* argc, char*** argv) {
+void MpiRuntime::init(int* argc, char*** argv, bool thread_multiple) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   BATON_REQUIRE(!finalized, "MPI was initialised again after MPI_Finalize",
@@ -30,9 +30,11 @@ void MpiRuntime::init(int* argc, char*** argv) {
                           std::getenv("PMI_RANK") || std::getenv("SLURM_PROCID");
     if (!launched) setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
     // SERIALIZED, not FUNNELED: a communication helper thread may issue MPI calls as long as
-    // calls never overlap; OpenMP compute threads never call MPI.
+    // calls never overlap; OpenMP compute threads never call MPI. MULTIPLE only for the runs that
+    // use it (a WSP server client's thread): some one-sided transports refuse windows under it
+    // (Open MPI's osc/pt2pt on networks without RDMA), so it is not asked for by default.
     int provided = MPI_THREAD_SINGLE;
-    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    int rc = MPI_Init_thread(argc, argv, thread_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, &provided);
     BATON_REQUIRE(rc == MPI_SUCCESS, "MPI_Init_thread failed",
                   "check the MPI installation (mpirun --version) and the launcher's environment");
     BATON_REQUIRE(provided >= MPI_THREAD_FUNNELED,
@@ -41,6 +43,13 @@ void MpiRuntime::init(int* argc, char*** argv) {
   }
   // Errors as return codes on every communicator derived from the world (see mpi_comm.h).
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+bool MpiRuntime::thread_multiple() {
+  if (!initialized()) return false;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  return provided >= MPI_THREAD_MULTIPLE;
 }
 
 bool MpiRuntime::initialized() {

@@ -64,12 +64,12 @@ void WspStageSync::pack(const std::vector<float>& local, const std::vector<int>&
   for (int i : which) out.insert(out.end(), t.at(local.data(), i), t.at(local.data(), i) + t.numel(i));
 }
 
-void WspStageSync::bind(SequentialModel& model, const GlobalParams& global, dist::ParamServer* server,
+void WspStageSync::bind(SequentialModel& model, const GlobalParams& global, dist::ServerClient* client,
                         std::vector<float>& w0) {
-  BATON_ASSERT((server != nullptr) == leader(), "the VW's first stage (alone) talks to the parameter server");
+  BATON_ASSERT((client != nullptr) == leader(), "the VW's first stage (alone) talks to the parameter server");
   model_ = &model;
   global_ = &global;
-  server_ = server;
+  client_ = client;
   const ParamTable& t = model.table();
   for (int i = 0; i < t.size(); ++i) {
     const int g = global_->table.find(t.spec(i).name);
@@ -163,11 +163,14 @@ void WspStageSync::after_update(int64_t update, WeightVersions& versions, int64_
   } else {
     // The VW's ũ: this stage's and every other stage's (they finished the wave before us).
     gather_owned(u, full_);
-    server_->push(s_.vw, push->wave - s_.first_wave, full_.data());  // w_global += ũ once every VW pushed the wave
+    client_->push(push->wave - s_.first_wave, full_);  // w_global += ũ once every VW pushed the wave
   }
   own_.emplace_back(push->wave, std::move(u));
   push_ += timer.seconds();
-  if (clock_.waiting_for()) requested_.reset();  // the end of clock c requests its pull
+  if (const std::optional<int> needs = clock_.waiting_for()) {  // the end of clock c requests its pull
+    requested_.reset();
+    if (leader()) client_->request_pull(*needs - s_.first_wave);
+  }
 }
 
 void WspStageSync::after_compute(int64_t minibatch, double seconds) {
@@ -230,8 +233,10 @@ bool WspStageSync::merge_at_meeting() {
   if (!needs) return false;
   int64_t x = 0;
   std::vector<float> mine;
-  if (leader()) {
-    x = server_->pull(*needs - s_.first_wave, full_.data()) + s_.first_wave;
+  if (leader()) {  // every VW drained its pushes before the meeting: pull all of them
+    client_->cancel_pull();
+    client_->request_pull(pushed_ - s_.first_wave);
+    x = client_->wait_pull(full_) + s_.first_wave;
     mine = leader_send_pull(x);
   } else {
     mine = receive_pull(x);
@@ -243,14 +248,15 @@ bool WspStageSync::merge_at_meeting() {
 void WspStageSync::before_forward(int64_t minibatch, WeightVersions& versions, int64_t base) {
   if (const std::optional<int> needs = clock_.waiting_for()) {
     if (leader()) {
-      // A pull the server already allows is taken now (fresher weights); the one that gates this
-      // minibatch is waited for, sleeping (dist/param_server.h).
+      if (!client_->pull_requested()) client_->request_pull(*needs - s_.first_wave);
+      // A pull that has returned (the client tries it beside the compute) is taken now (fresher
+      // weights); the one that gates this minibatch is waited for, sleeping (dist/server_client.h).
       std::optional<int64_t> x;
       if (clock_.startable()) {
-        x = server_->try_pull(*needs - s_.first_wave, full_.data());
+        x = client_->take_pull(full_);
       } else {
         double blocked = 0;
-        x = server_->pull(*needs - s_.first_wave, full_.data(), &blocked);
+        x = client_->wait_pull(full_, &blocked);
         idle_ += blocked;
         idle_total_ += blocked;
       }
@@ -317,6 +323,10 @@ void WspStageSync::merge(int64_t x, const std::vector<float>& global_local, Weig
   clock_.complete_pull(pulled_version(s_.num_vw, x, s_.vw, pushed_, s_.params.nm));
   merges_.emplace_back(b, x);
   c_global_ = x;
+}
+
+void WspStageSync::drain() {
+  if (leader()) client_->drain();
 }
 
 void WspStageSync::finish() {

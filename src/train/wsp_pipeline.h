@@ -36,6 +36,7 @@
 
 #include "dist/comm.h"
 #include "dist/param_server.h"
+#include "dist/server_client.h"
 #include "model/sequential_model.h"
 #include "core/timer.h"
 #include "train/compute_stretch.h"
@@ -72,9 +73,9 @@ class WspStageSync final : public UpdateHooks {
  public:
   explicit WspStageSync(const WspStageSetup& setup);
   // Once the stage's model exists (collective over the VW): maps its tensors into the global
-  // layout; the leader (stage 0, which alone gets the `server`) gathers w0 of the whole model
-  // into `w0` (other stages: untouched).
-  void bind(SequentialModel& model, const GlobalParams& global, dist::ParamServer* server, std::vector<float>& w0);
+  // layout; the leader (stage 0, which alone gets the server's `client`, for the whole model)
+  // gathers w0 of the whole model into `w0` (other stages: untouched).
+  void bind(SequentialModel& model, const GlobalParams& global, dist::ServerClient* client, std::vector<float>& w0);
 
   void before_forward(int64_t minibatch, WeightVersions& versions, int64_t base) override;
   void after_update(int64_t update, WeightVersions& versions, int64_t base) override;
@@ -84,6 +85,8 @@ class WspStageSync final : public UpdateHooks {
   // weights — the model's parameters, from which the next segment's stash starts — to its part of
   // w_global. Returns false (and does nothing) when no pull is outstanding (the end of a clock < D).
   bool merge_at_meeting();
+  // The leader's pushes handed to its client are on the server (before a checkpoint's meeting).
+  void drain();
   // Completes the messages still in flight (end of the run).
   void finish();
 
@@ -119,7 +122,7 @@ class WspStageSync final : public UpdateHooks {
   WspStageSetup s_;
   SequentialModel* model_ = nullptr;
   const GlobalParams* global_ = nullptr;
-  dist::ParamServer* server_ = nullptr;
+  dist::ServerClient* client_ = nullptr;
   wsp::WorkerClock clock_;
   // This stage's tensors: local index -> global index; the ones it pushes (owned) and holds.
   std::vector<int> global_of_;

@@ -17,6 +17,7 @@
 #include "core/timer.h"
 #include "dist/mpi_comm.h"
 #include "dist/param_server.h"
+#include "dist/server_client.h"
 #include "dist/self_comm.h"
 #include "optim/lr_schedule.h"
 #include "core/bytes.h"
@@ -63,6 +64,23 @@ void log_emulation(const std::vector<RankEmulation>& emu, const std::vector<std:
               jitter == 0 ? std::string() : fmt::format(" x a seeded factor in [1, {:.3g}] per minibatch", 1 + jitter),
               e.memory_limit == 0 ? std::string("none") : format_bytes(static_cast<double>(e.memory_limit)));
   }
+}
+
+// Whether this run's server clients push and pull on a thread of their own (hetero.overlap;
+// dist/server_client.h): not in deterministic mode (its fixed order of server accesses), and only
+// where MPI provides MPI_THREAD_MULTIPLE (`baton train` asks for it; rank 0 says when it did not).
+bool server_thread(const Config& cfg, const dist::Comm& world) {
+  if (!cfg.hetero.overlap || cfg.hetero.deterministic) return false;
+  if (dist::MpiRuntime::thread_multiple()) {
+    if (world.rank() == 0)
+      log::info("parameter server clients push and pull on a thread of their own, beside the compute "
+                "(hetero.overlap)");
+    return true;
+  }
+  if (world.rank() == 0)
+    log::warn("hetero.overlap: this MPI does not provide MPI_THREAD_MULTIPLE, so pushes and pulls run on the "
+              "training thread between minibatches (set hetero.overlap = false to say so)");
+  return false;
 }
 
 // The VW's own session (the whole model on this rank, its minibatch = its rows of each global
@@ -309,8 +327,10 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
   // hands it to every shard.
   const GlobalParams global = global_params(*md.builder, session.backend());
   dist::ParamServer server(world.handle(), global.spans(), N, params.staleness);
+  std::optional<dist::ServerClient> client;
+  if (stage == 0) client.emplace(server, server.all(), vw, global.floats(), server_thread(cfg, world));
   std::vector<float> w0(global.floats(), 0.0f);
-  sync.bind(session.model(), global, stage == 0 ? &server : nullptr, w0);
+  sync.bind(session.model(), global, client ? &*client : nullptr, w0);
   world.broadcast(w0.data(), w0.size(), DType::F32, vws[0].stages[0].rank);
   server.init(w0.data());
   const bool reports = stage == k - 1;  // the last stage has the loss
@@ -341,6 +361,7 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
     // The run's end is one too, unless its clock does not pull (a run shorter than D + 1 waves).
     const bool last = step + 1 == cfg.train.steps;
     if ((cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) || last) {
+      sync.drain();  // every VW's waves up to here are on the server once all meet
       world.barrier();
       const bool merged = sync.merge_at_meeting();
       BATON_ASSERT(merged || last, "WSP checkpoint at step {} of a clock that does not pull", step + 1);
@@ -389,6 +410,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   for (int i = 0; i < model.table().size(); ++i) spans.push_back({model.table().offset(i), model.table().numel(i)});
   dist::ParamServer server(mpi->handle(), std::move(spans), N, params.staleness);
   const size_t F = model.flat_size();
+  dist::ServerClient client(server, server.all(), vw, F, server_thread(cfg, world));
   // Host mirrors: w = w_local (the device's params), partial = ũ_partial (own finished updates of
   // the wave not pushed yet), global = the last pulled w_global (gaps between tensors as in w),
   // own = the VW's pushed waves not yet in w_global (at most D + 1 of them).
@@ -428,26 +450,33 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   VwLog vwlog(cfg, session, world.rank(), vw, true, resume ? start : -1);
   // Since the pending pull was requested: at the push that ends its clock (waiting_for() set).
-  std::optional<Timer> pull_requested;
+  Timer pull_requested;
+  const auto request_pull = [&] {
+    if (const std::optional<int> needs = clock.waiting_for(); needs && !client.pull_requested()) {
+      client.request_pull(*needs - wave0);
+      pull_requested.reset();
+    }
+  };
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);  // each VW's own losses
   for (int64_t step = start; step < cfg.train.steps; ++step) {
-    // A pull the server already allows returns now (fresher weights); one that gates this
-    // minibatch is waited for, sleeping (dist/param_server.h). wait = request to return (the
-    // VW may have run up to s_local minibatches meanwhile), idle = the time blocked in pull().
+    // A pull that has returned (the client tries it beside the compute) is merged now (fresher
+    // weights); one that gates this minibatch is waited for, sleeping (dist/server_client.h).
+    // wait = request to return (the VW may have run up to s_local minibatches meanwhile), idle =
+    // the time blocked waiting for it.
     VwMetrics vm{.vw = vw};
     turns.begin();
-    if (const std::optional<int> needs = clock.waiting_for()) {
+    if (clock.waiting_for()) {
+      request_pull();
       std::optional<int64_t> c;
       if (clock.startable()) {
-        c = server.try_pull(*needs - wave0, global.data());
+        c = client.take_pull(global);
       } else {
         Timer blocked;
-        c = turns.gated_pull(server, *needs - wave0, global.data());
+        c = turns.gated_pull(client, global);
         vm.idle_s = blocked.seconds();
       }
       if (c) {
-        vm.wait_s = pull_requested ? pull_requested->seconds() : vm.idle_s;
-        pull_requested.reset();
+        vm.wait_s = pull_requested.seconds();
         merge_pull(*c + wave0);
       }
     }
@@ -464,12 +493,12 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
     std::swap(w, after);
     Timer push_timer;
     if (const std::optional<wsp::WorkerClock::Push> push = clock.finish()) {
-      server.push(vw, push->wave - wave0, partial.data());  // w_global += ũ once every VW pushed the wave
-      ++pushed;
       own.emplace_back(push->wave, partial);
-      std::fill(partial.begin(), partial.end(), 0.0f);
+      client.push(push->wave - wave0, std::move(partial));  // w_global += ũ once every VW pushed the wave
+      ++pushed;
+      partial.assign(F, 0.0f);
     }
-    if (clock.waiting_for() && !pull_requested) pull_requested.emplace();  // the end of clock c ≥ D asks
+    request_pull();  // the end of clock c ≥ D asks
     turns.end();
     vm.push_s = push_timer.seconds();
 
@@ -481,10 +510,12 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
     // allows (every VW's weights become w_global), and saves.
     const bool last = step + 1 == cfg.train.steps;
     if ((cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) || last) {
+      client.drain();  // every VW's waves up to here are on the server once all meet
       world.barrier();
-      if (const std::optional<int> needs = clock.waiting_for()) {
-        merge_pull(server.pull(*needs - wave0, global.data()) + wave0);
-        pull_requested.reset();
+      if (clock.waiting_for()) {  // the pull of every wave pushed so far (the clock's, made fresh)
+        client.cancel_pull();
+        client.request_pull(pushed - wave0);
+        merge_pull(client.wait_pull(global) + wave0);
       } else {  // the end of a clock < D (only a run shorter than D + 1 waves ends there): no pull
         BATON_ASSERT(last, "WSP checkpoint at step {} of a clock that does not pull", step + 1);
       }

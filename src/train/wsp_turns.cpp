@@ -12,7 +12,7 @@
 #include "config/virtual_workers.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/param_server.h"
+#include "dist/server_client.h"
 #include "wsp/interleaving.h"
 
 namespace baton {
@@ -80,14 +80,15 @@ void WspTurns::begin() {
                token, from);
 }
 
-int64_t WspTurns::gated_pull(dist::ParamServer& server, int64_t needs, float* out) {
-  if (!on_) return server.pull(needs, out);
-  BATON_ASSERT(in_turn_, "deterministic mode: VW {} pulls outside its turn", vw_);
-  const std::optional<int64_t> c = server.try_pull(needs, out);
+int64_t WspTurns::gated_pull(dist::ServerClient& client, std::vector<float>& out) {
+  if (!on_) return client.wait_pull(out);
+  BATON_ASSERT(in_turn_ && !client.background(), "deterministic mode: VW {} pulls outside its turn or on a thread",
+               vw_);
+  const std::optional<int64_t> c = client.take_pull(out);
   BATON_ASSERT(c.has_value(),
-               "deterministic mode: turn {} (VW {}): the pull that gates its minibatch {} needs c_global {}, which "
-               "the turns before it do not reach (the schedule and the one-rank loop disagree)",
-               mine_[next_], vw_, next_ + 1, needs);
+               "deterministic mode: turn {} (VW {}): the pull that gates its minibatch {} is not allowed by the "
+               "turns before it (the schedule and the one-rank loop disagree)",
+               mine_[next_], vw_, next_ + 1);
   return *c;
 }
 

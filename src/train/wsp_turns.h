@@ -30,15 +30,15 @@
 
 namespace baton {
 namespace dist {
-class ParamServer;
+class ServerClient;
 }
 
 // The VW taking each turn (the run's wsp::interleave order): train.steps entries per VW.
 // `world_size` ranks, VWs of one rank each (config/virtual_workers.h).
 std::vector<int> deterministic_turns(const Config& cfg, int world_size);
 
-// One VW's side of the turns. Off (begin/end do nothing, gated_pull blocks in ParamServer::pull)
-// unless cfg.hetero.deterministic.
+// One VW's side of the turns. Off (begin/end do nothing, gated_pull blocks in
+// ServerClient::wait_pull) unless cfg.hetero.deterministic.
 class WspTurns {
  public:
   static constexpr int kTurnTag = 31013;  // the world communicator's only other p2p tag is run_trace's 31000
@@ -52,9 +52,10 @@ class WspTurns {
 
   // Before the VW's next minibatch: waits for the token of the previous turn (another VW's).
   void begin();
-  // The pull that gates the VW's next minibatch (WorkerClock::startable() is false): off, blocks
-  // until the server allows it; on, it must be allowed already (internal error otherwise).
-  int64_t gated_pull(dist::ParamServer& server, int64_t needs, float* out);
+  // The requested pull that gates the VW's next minibatch (WorkerClock::startable() is false): off,
+  // blocks until the server allows it; on, it must be allowed already (internal error otherwise;
+  // the client runs on this thread in deterministic mode).
+  int64_t gated_pull(dist::ServerClient& client, std::vector<float>& out);
   // After the minibatch's push: hands the token to the rank of the next turn (another VW's).
   void end();
 

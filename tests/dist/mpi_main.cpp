@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "dist/comm.h"
 
@@ -45,7 +47,10 @@ class AbortOnFailure : public testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MpiRuntime::init(&argc, &argv);
+  // A test program of threads that call MPI (test_server_client) asks for MPI_THREAD_MULTIPLE
+  // through the environment (tests/CMakeLists.txt).
+  const char* multiple = std::getenv("BATON_TEST_MPI_THREAD_MULTIPLE");
+  MpiRuntime::init(&argc, &argv, multiple && std::string(multiple) == "1");
   testing::InitGoogleTest(&argc, argv);
   const int rank = MpiRuntime::world()->rank();
   auto& listeners = testing::UnitTest::GetInstance()->listeners();

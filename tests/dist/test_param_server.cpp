@@ -139,5 +139,44 @@ TEST(ParamServer, ConcurrentPushesAreNotLost) {
   world->barrier();
 }
 
+// A VW's wave pushed in two parts (the stages of a pipelined VW, each pushing its own tensors, with
+// tensors placed by the caller): c_global does not advance until every VW's every part arrived,
+// and a pull of one part reads only its tensors.
+TEST(ParamServer, WavesInPartsAndPlacedTensors) {
+  auto world = MpiRuntime::world();
+  const int n = world->size(), me = world->rank();
+  const std::vector<int> placement = {n - 1, n - 1, 0, n - 1, 0, 0};  // not round robin
+  ParamServer ps(MPI_COMM_WORLD, spans(), n, 1, placement);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(ps.shard_of(i), placement[static_cast<size_t>(i)]);
+  ps.init(initial().data());
+  const ParamServer::Selection first = ps.select({0, 2, 4}), second = ps.select({5, 3, 1});
+  std::vector<float> out(kFlat, -3.0f);
+  for (int k = 0; k < 2; ++k) {
+    ps.push(me, k, wave(me, k).data(), first);
+    world->barrier();
+    EXPECT_FALSE(ps.try_pull(k + 1, out.data()).has_value()) << "wave " << k << " is only partly pushed";
+    world->barrier();
+    ps.push(me, k, wave(me, k).data(), second);
+    world->barrier();
+    const auto c = ps.try_pull(k + 1, out.data());
+    ASSERT_TRUE(c.has_value());
+    EXPECT_EQ(*c, k + 1);
+    expect_snapshot(out, *c, n, -3.0f);
+    world->barrier();
+  }
+  // A pull of one part writes only its tensors.
+  std::vector<float> part(kFlat, -5.0f);
+  ASSERT_TRUE(ps.try_pull(2, part.data(), second).has_value());
+  for (int i : {0, 2, 4}) {
+    const TensorSpan t = spans()[static_cast<size_t>(i)];
+    EXPECT_EQ(part[t.offset], -5.0f) << "tensor " << i << " is not in the selection";
+  }
+  for (int i : {1, 3, 5}) {
+    const TensorSpan t = spans()[static_cast<size_t>(i)];
+    EXPECT_EQ(part[t.offset], out[t.offset]) << "tensor " << i;
+  }
+  world->barrier();
+}
+
 }  // namespace
 }  // namespace baton::dist

@@ -15,6 +15,8 @@
 #   a V100 and a Quadro P4000 get the table's fp32 ratio (15.7 / 5.3) as slowdown, and with D = 0 the
 #   fast VW waits for the slow one (idle <= waiting); hetero.jitter's factors are a function of
 #   (seed, rank, minibatch) only; a memory limit the model does not fit in is refused;
+# - pushes and pulls on the client thread (hetero.overlap, default) and on the training thread give
+#   the same losses bit for bit where the run does not depend on timing (D = 0, Nm = 1);
 # - what does not run yet is refused with error + hint.
 source "$(dirname "$0")/lib.sh"
 use_mpirun
@@ -29,6 +31,19 @@ for n in 2 4; do
     --set optim.lr=$(python3 -c "print(0.4 / $n)") > wsp$n.log
   grep -q "WSP (HetPipe §5): $n virtual workers" wsp$n.log || { cat wsp$n.log; fail "no WSP header"; }
 done
+# Pushes and pulls on the client thread (hetero.overlap, the default) or on the training thread:
+# with D = 0 and Nm = 1 the run does not depend on timing, so the losses are the same bit for bit.
+grep -q "push and pull on a thread of their own" wsp2.log || { cat wsp2.log; fail "no client thread"; }
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=inline2 --set hetero.sync='"wsp"' \
+  --set optim.lr=0.2 --set hetero.overlap=false > inline2.log
+grep -q "thread of their own" inline2.log && { cat inline2.log; fail "hetero.overlap = false still ran the thread"; }
+python3 - <<'PY'
+import json
+for f in ("metrics.jsonl", "metrics-vw1.jsonl"):
+    a, b = ([(r["step"], r["loss"]) for r in map(json.loads, open(d + "/" + f))] for d in ("wsp2", "inline2"))
+    assert a == b, f"{f}: hetero.overlap = false changed the losses of a timing-independent run"
+print("hetero.overlap on and off: the same losses bit for bit (D = 0, Nm = 1)")
+PY
 
 python3 - <<'PY'
 import json
