@@ -16,12 +16,11 @@ namespace {
 // [hetero]: virtual workers of one stage each run under WSP and under the synchronous allreduce
 // baseline (train/wsp_trainer.h), their ranks optionally emulating devices (slowdown, memory limit,
 // jitter: config/device_emulation.h), the deterministic mode for VWs of one rank under WSP
-// (train/wsp_turns.h); everything else of HetPipe is refused until it is built
+// (train/wsp_turns.h), ED-local placement for VWs of several stages; everything else of HetPipe is
+// refused until it is built
 // (docs/hetpipe.md "Not built yet").
 void check_hetero_trainable(const Config& cfg) {
   const HeteroConfig& h = cfg.hetero;
-  BATON_REQUIRE(h.placement == "default", "hetero.placement = \"local\" (ED-local) is not built yet",
-                "leave hetero.placement at \"default\" (tensors round robin over the shards)");
   BATON_REQUIRE(h.policy.empty() || !h.cluster.empty(),
                 fmt::format("hetero.policy = \"{}\" groups the devices of hetero.cluster, which is not set", h.policy),
                 "set hetero.cluster to a cluster file (configs/clusters/), or drop hetero.policy");
@@ -61,6 +60,14 @@ void check_hetero_trainable(const Config& cfg) {
                 "hetpipe` prints them)");
   const std::vector<std::vector<int>> vws = virtual_worker_ranks(h, 0);
   const bool pipelined = std::any_of(vws.begin(), vws.end(), [](const std::vector<int>& r) { return r.size() > 1; });
+  // ED-local places each tensor on a rank of a stage that owns it (train/wsp_pipeline.h); with
+  // virtual workers of one rank each that rank holds the whole model, and the rule is the round robin.
+  BATON_REQUIRE(h.placement == "default" || (h.sync == "wsp" && pipelined),
+                fmt::format("hetero.placement = \"local\" puts each stage's tensors on its own rank, which needs "
+                            "virtual workers of several stages under hetero.sync = \"wsp\" (this run: sync = \"{}\", "
+                            "{})", h.sync, pipelined ? "virtual workers of several stages" : "one rank per virtual worker"),
+                "leave hetero.placement at \"default\" (tensors round robin over the shards), or give the virtual "
+                "workers several stages (e.g. hetero.virtual_workers = [\"0, 1\", \"2, 3\"])");
   if (pipelined) {
     BATON_REQUIRE(!h.deterministic,
                   "hetero.deterministic = true is built for virtual workers of one rank only (each VW takes its "

@@ -10,9 +10,9 @@
 
 namespace baton::dist {
 
-ServerClient::ServerClient(ParamServer& server, const ParamServer::Selection& sel, int vw, size_t flat,
-                           bool background)
-    : server_(server), sel_(sel), vw_(vw), flat_(flat) {
+ServerClient::ServerClient(ParamServer& server, const ParamServer::Selection& pushes,
+                           const ParamServer::Selection& pulls, int vw, size_t flat, bool background)
+    : server_(server), push_sel_(pushes), pull_sel_(pulls), vw_(vw), flat_(flat) {
   if (!background) return;
   pulled_data_.assign(flat_, 0.0f);
   thread_ = std::thread([this] { run(); });
@@ -63,7 +63,7 @@ void ServerClient::run() {
       pushing_ = true;
       lock.unlock();
       try {
-        server_.push(vw_, wave.first, wave.second.data(), sel_);
+        server_.push(vw_, wave.first, wave.second.data(), push_sel_);
       } catch (...) {
         lock.lock();
         return fail();
@@ -80,7 +80,7 @@ void ServerClient::run() {
       lock.unlock();
       std::optional<int64_t> c;
       try {
-        c = server_.try_pull(needs, buf.data(), sel_);
+        c = server_.try_pull(needs, buf.data(), pull_sel_);
       } catch (...) {
         lock.lock();
         return fail();
@@ -107,7 +107,7 @@ void ServerClient::run() {
 
 void ServerClient::push(int64_t wave, std::vector<float> delta) {
   BATON_ASSERT(delta.size() == flat_, "server client: a push of {} floats, not {}", delta.size(), flat_);
-  if (!background()) return server_.push(vw_, wave, delta.data(), sel_);
+  if (!background()) return server_.push(vw_, wave, delta.data(), push_sel_);
   std::lock_guard<std::mutex> lock(mutex_);
   rethrow_locked();
   pushes_.emplace_back(wave, std::move(delta));
@@ -131,7 +131,7 @@ std::optional<int64_t> ServerClient::take_pull(std::vector<float>& out) {
   BATON_ASSERT(out.size() == flat_, "server client: a pull into {} floats, not {}", out.size(), flat_);
   std::optional<int64_t> c;
   if (!background()) {
-    c = server_.try_pull(*needs_, out.data(), sel_);
+    c = server_.try_pull(*needs_, out.data(), pull_sel_);
   } else {
     std::lock_guard<std::mutex> lock(mutex_);
     rethrow_locked();
@@ -148,7 +148,7 @@ int64_t ServerClient::wait_pull(std::vector<float>& out, double* blocked_s) {
   BATON_ASSERT(needs_.has_value(), "server client: waiting for a pull that was not requested");
   BATON_ASSERT(out.size() == flat_, "server client: a pull into {} floats, not {}", out.size(), flat_);
   if (!background()) {
-    const int64_t c = server_.pull(*needs_, out.data(), sel_, blocked_s);
+    const int64_t c = server_.pull(*needs_, out.data(), pull_sel_, blocked_s);
     needs_.reset();
     return c;
   }

@@ -36,10 +36,11 @@ namespace baton::dist {
 
 class ServerClient {
  public:
-  // `sel`: the tensors this client pushes and pulls (the server's own all() for a whole VW); it
-  // must outlive the client, like `server`. Buffers are flat, `flat` floats (holding the server's
-  // tensor spans).
-  ServerClient(ParamServer& server, const ParamServer::Selection& sel, int vw, size_t flat, bool background);
+  // `pushes`, `pulls`: the tensors this client pushes and pulls (the server's own all() for a whole
+  // VW; a stage's owned and held tensors with hetero.placement = "local"); they must outlive the
+  // client, like `server`. Buffers are flat, `flat` floats (holding the server's tensor spans).
+  ServerClient(ParamServer& server, const ParamServer::Selection& pushes, const ParamServer::Selection& pulls, int vw,
+               size_t flat, bool background);
   ~ServerClient();
   ServerClient(const ServerClient&) = delete;
   ServerClient& operator=(const ServerClient&) = delete;
@@ -67,7 +68,8 @@ class ServerClient {
   void rethrow_locked() const;   // an error of the thread, on the caller's thread
 
   ParamServer& server_;
-  const ParamServer::Selection& sel_;
+  const ParamServer::Selection& push_sel_;
+  const ParamServer::Selection& pull_sel_;
   int vw_;
   size_t flat_;
   std::optional<int64_t> needs_;  // the outstanding pull (training thread's view)

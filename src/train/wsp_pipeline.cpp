@@ -23,8 +23,26 @@ std::vector<dist::TensorSpan> GlobalParams::spans() const {
 
 GlobalParams global_params(const ModelBuilder& builder, const Backend& be) {
   GlobalParams g;
-  for (int l = 0; l < builder.num_layers(); ++l) builder.make_layer(l, TensorParallel{}, be, Recompute::NONE)->add_params(g.table);
+  for (int l = 0; l < builder.num_layers(); ++l) {
+    builder.make_layer(l, TensorParallel{}, be, Recompute::NONE)->add_params(g.table);
+    g.layer.resize(static_cast<size_t>(g.table.size()), l);
+  }
   return g;
+}
+
+std::vector<int> local_placement(const GlobalParams& global, const std::vector<VirtualWorker>& vws,
+                                 const std::vector<std::vector<std::vector<int>>>& layers) {
+  const int n = static_cast<int>(vws.size());
+  std::vector<int> shard;
+  for (int i = 0; i < global.table.size(); ++i) {
+    const int v = i % n, l = global.layer[static_cast<size_t>(i)];
+    const std::vector<std::vector<int>>& ranges = layers[static_cast<size_t>(v)];
+    size_t s = 0;
+    while (s < ranges.size() && !(ranges[s][0] <= l && l < ranges[s][1])) ++s;
+    BATON_ASSERT(s < ranges.size(), "VW {} has no stage holding layer {}", v, l);
+    shard.push_back(vws[static_cast<size_t>(v)].stages[s].rank);
+  }
+  return shard;
 }
 
 wsp::VersionVector pulled_version(int num_vw, int64_t c_global, int vw, int pushed, int nm) {
@@ -64,12 +82,10 @@ void WspStageSync::pack(const std::vector<float>& local, const std::vector<int>&
   for (int i : which) out.insert(out.end(), t.at(local.data(), i), t.at(local.data(), i) + t.numel(i));
 }
 
-void WspStageSync::bind(SequentialModel& model, const GlobalParams& global, dist::ServerClient* client,
+void WspStageSync::bind(SequentialModel& model, const GlobalParams& global, dist::ParamServer& server,
                         std::vector<float>& w0) {
-  BATON_ASSERT((client != nullptr) == leader(), "the VW's first stage (alone) talks to the parameter server");
   model_ = &model;
   global_ = &global;
-  client_ = client;
   const ParamTable& t = model.table();
   for (int i = 0; i < t.size(); ++i) {
     const int g = global_->table.find(t.spec(i).name);
@@ -78,6 +94,18 @@ void WspStageSync::bind(SequentialModel& model, const GlobalParams& global, dist
     global_of_.push_back(g);
     held_.push_back(i);
     if (model.owns_param(i)) owned_.push_back(i);
+  }
+  if (s_.per_stage) {
+    std::vector<int> owned, held;
+    for (int i : owned_) owned.push_back(global_of_[i]);
+    for (int i : held_) held.push_back(global_of_[i]);
+    push_sel_ = server.select(owned);
+    pull_sel_ = server.select(held);
+    client_ = std::make_unique<dist::ServerClient>(server, push_sel_, pull_sel_, s_.vw, global_->floats(), s_.background);
+    full_.assign(global_->floats(), 0.0f);
+  } else if (leader()) {
+    client_ = std::make_unique<dist::ServerClient>(server, server.all(), server.all(), s_.vw, global_->floats(),
+                                                   s_.background);
   }
   anchor_.assign(model.flat_size(), 0.0f);
   host_ = delta_ = anchor_;
@@ -156,7 +184,11 @@ void WspStageSync::after_update(int64_t update, WeightVersions& versions, int64_
   for (dist::RequestPtr& r : sends_) r->wait();
   sends_.clear();
   sendbufs_.clear();
-  if (!leader()) {
+  if (s_.per_stage) {  // this stage's part of the VW's ũ, straight to the server
+    const ParamTable& gt = global_->table;
+    for (int i : owned_) std::copy_n(t.at(u.data(), i), t.numel(i), gt.at(full_.data(), global_of_[i]));
+    client_->push(push->wave - s_.first_wave, full_);
+  } else if (!leader()) {
     sendbufs_.emplace_back();
     pack(u, owned_, sendbufs_.back());
     sends_.push_back(comm.send(sendbufs_.back().data(), sendbufs_.back().size(), DType::F32, 0, kTagPush));
@@ -169,12 +201,26 @@ void WspStageSync::after_update(int64_t update, WeightVersions& versions, int64_
   push_ += timer.seconds();
   if (const std::optional<int> needs = clock_.waiting_for()) {  // the end of clock c requests its pull
     requested_.reset();
-    if (leader()) client_->request_pull(*needs - s_.first_wave);
+    if (client()) client_->request_pull(*needs - s_.first_wave);
   }
 }
 
 void WspStageSync::after_compute(int64_t minibatch, double seconds) {
   if (s_.stretch) stretched_ += s_.stretch->stretch(seconds, minibatch);
+}
+
+void WspStageSync::note_wait() {
+  const double waited = requested_.seconds();
+  wait_ += waited;
+  wait_total_ += waited;
+}
+
+std::vector<float> WspStageSync::local_part(const std::vector<float>& global_flat) const {
+  const ParamTable& gt = global_->table;
+  const ParamTable& t = model_->table();
+  std::vector<float> mine(model_->flat_size(), 0.0f);
+  for (int i : held_) std::copy_n(gt.at(global_flat.data(), global_of_[i]), t.numel(i), t.at(mine.data(), i));
+  return mine;
 }
 
 std::vector<float> WspStageSync::leader_send_pull(int64_t x) {
@@ -183,9 +229,7 @@ std::vector<float> WspStageSync::leader_send_pull(int64_t x) {
   for (dist::RequestPtr& r : sends_) r->wait();
   sends_.clear();
   sendbufs_.clear();
-  const double waited = requested_.seconds();
-  wait_ += waited;
-  wait_total_ += waited;
+  note_wait();
   pull_msg_[0] = x;
   std::memcpy(&pull_msg_[1], &wait_total_, sizeof(double));
   std::memcpy(&pull_msg_[2], &idle_total_, sizeof(double));
@@ -195,10 +239,7 @@ std::vector<float> WspStageSync::leader_send_pull(int64_t x) {
     sends_.push_back(comm.send(pull_msg_, 3, DType::I64, s, kTagPullClock));
     sends_.push_back(comm.send(sendbufs_.back().data(), sendbufs_.back().size(), DType::F32, s, kTagPullData));
   }
-  std::vector<float> mine(model_->flat_size(), 0.0f);
-  const ParamTable& t = model_->table();
-  for (int i : held_) std::copy_n(gt.at(full_.data(), global_of_[i]), t.numel(i), t.at(mine.data(), i));
-  return mine;
+  return local_part(full_);
 }
 
 std::vector<float> WspStageSync::receive_pull(int64_t& x) {
@@ -233,11 +274,16 @@ bool WspStageSync::merge_at_meeting() {
   if (!needs) return false;
   int64_t x = 0;
   std::vector<float> mine;
-  if (leader()) {  // every VW drained its pushes before the meeting: pull all of them
+  if (client()) {  // every VW drained its pushes before the meeting: pull all of them
     client_->cancel_pull();
     client_->request_pull(pushed_ - s_.first_wave);
     x = client_->wait_pull(full_) + s_.first_wave;
-    mine = leader_send_pull(x);
+    if (s_.per_stage) {
+      note_wait();
+      mine = local_part(full_);
+    } else {
+      mine = leader_send_pull(x);
+    }
   } else {
     mine = receive_pull(x);
   }
@@ -247,7 +293,7 @@ bool WspStageSync::merge_at_meeting() {
 
 void WspStageSync::before_forward(int64_t minibatch, WeightVersions& versions, int64_t base) {
   if (const std::optional<int> needs = clock_.waiting_for()) {
-    if (leader()) {
+    if (client()) {
       if (!client_->pull_requested()) client_->request_pull(*needs - s_.first_wave);
       // A pull that has returned (the client tries it beside the compute) is taken now (fresher
       // weights); the one that gates this minibatch is waited for, sleeping (dist/server_client.h).
@@ -260,7 +306,12 @@ void WspStageSync::before_forward(int64_t minibatch, WeightVersions& versions, i
         idle_ += blocked;
         idle_total_ += blocked;
       }
-      if (x) merge(*x + s_.first_wave, leader_send_pull(*x + s_.first_wave), &versions, base);
+      if (x && s_.per_stage) {
+        note_wait();
+        merge(*x + s_.first_wave, local_part(full_), &versions, base);
+      } else if (x) {
+        merge(*x + s_.first_wave, leader_send_pull(*x + s_.first_wave), &versions, base);
+      }
     } else if (!clock_.startable()) {
       // The leader pulled before its own forward of this minibatch: X and this stage's part.
       int64_t x = 0;
@@ -326,13 +377,14 @@ void WspStageSync::merge(int64_t x, const std::vector<float>& global_local, Weig
 }
 
 void WspStageSync::drain() {
-  if (leader()) client_->drain();
+  if (client_) client_->drain();
 }
 
 void WspStageSync::finish() {
   for (dist::RequestPtr& r : sends_) r->wait();
   sends_.clear();
   sendbufs_.clear();
+  client_.reset();  // its pushes on the server, its thread joined
 }
 
 }  // namespace baton

@@ -4,8 +4,8 @@
 // updates, while the VW runs the `hetpipe` schedule (Nm minibatches in flight, minibatch p on the
 // local updates 1 … p − Nm; pipeline/schedules.cpp).
 //
-// The VW's first stage is its client of the parameter server ("leader"); the other stages talk to
-// it over the VW's communicator:
+// By default (hetero.placement = "default") the VW's first stage is its client of the parameter
+// server ("leader"); the other stages talk to it over the VW's communicator:
 // - push (end of wave c, on every stage as its backward of minibatch (c+1)·Nm finishes): the stage's
 //   wave update ũ_s = its latest weights − its weights at the wave's start (every update of the
 //   wave, on its layers). Stages s > 0 send theirs to the leader (they finish the wave before it:
@@ -26,6 +26,13 @@
 //   (read by minibatches of wave c+1 that started before the pull) are untouched. Minibatch 11 of
 //   the paper's D = 0, Nm = 4 example reads version 7 = global 1–4 (X = 1, merged at b = 4) plus
 //   own 5–7; minibatch 12 reads version 8 = global 1–8.
+// With hetero.placement = "local" (HetPipe §6's ED-local; local_placement below) every stage is a
+// client of its own: it pushes its owned tensors of ũ (the server completes the VW's wave when all
+// parts arrived: dist/param_server.h) and pulls its held tensors, requesting at its own clock end
+// and merging before its own forward of (c+2)·Nm as above, with the X it got. The stages of a VW
+// may then merge different X ≥ the clock's need (each is w_global of its tensors at some c_global
+// the clock allows): every stage keeps the staleness bound, and a minibatch's weights may mix
+// versions across stages, as in the paper, whose stages talk to their node's server themselves.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -40,6 +47,7 @@
 #include "model/sequential_model.h"
 #include "core/timer.h"
 #include "train/compute_stretch.h"
+#include "config/virtual_workers.h"
 #include "train/step_runner.h"
 #include "wsp/worker_clock.h"
 
@@ -49,10 +57,18 @@ namespace baton {
 // add_params in global layer order, the tied ones once): the parameter server's tensors.
 struct GlobalParams {
   ParamTable table;
+  std::vector<int> layer;  // per tensor: the global layer that adds it first (a tied one's lowest)
   std::vector<dist::TensorSpan> spans() const;
   size_t floats() const { return table.total(); }
 };
 GlobalParams global_params(const ModelBuilder& builder, const Backend& be);
+
+// hetero.placement = "local" (HetPipe §6's ED-local): each tensor's shard is the rank of a stage
+// that owns it — the stage holding its (lowest) layer — taking the VWs in turn (tensor i in VW
+// i mod N), so with ED's identical VWs, whose stage s all sit on node s, every stage pushes and
+// pulls its layers on its own node. `layers[v]` are VW v's stage boundaries ([first, end) per stage).
+std::vector<int> local_placement(const GlobalParams& global, const std::vector<VirtualWorker>& vws,
+                                 const std::vector<std::vector<std::vector<int>>>& layers);
 
 // The version vector of w_global as of c_global plus the VW's own pushed waves beyond it (what a
 // merge of a pull holds): every VW's minibatches 1 … c_global·Nm and own 1 … pushed·Nm.
@@ -67,15 +83,18 @@ struct WspStageSetup {
   dist::Comm* vw_comm = nullptr;    // the VW's stages, rank = stage
   const ComputeStretch* stretch = nullptr;  // this rank's emulated device (null: none)
   int first_wave = 0;  // a resumed run's first wave (train/wsp_checkpoint.h): the server counts from it
+  bool per_stage = false;   // hetero.placement = "local": every stage its own server client
+  bool background = false;  // the clients' pushes and pulls on a thread (dist/server_client.h)
 };
 
 class WspStageSync final : public UpdateHooks {
  public:
   explicit WspStageSync(const WspStageSetup& setup);
   // Once the stage's model exists (collective over the VW): maps its tensors into the global
-  // layout; the leader (stage 0, which alone gets the server's `client`, for the whole model)
-  // gathers w0 of the whole model into `w0` (other stages: untouched).
-  void bind(SequentialModel& model, const GlobalParams& global, dist::ServerClient* client, std::vector<float>& w0);
+  // layout and opens this stage's client of `server` (the leader's, for the whole model; with
+  // per_stage every stage's, for its tensors); the leader gathers w0 of the whole model into `w0`
+  // (other stages: untouched). `server` must outlive this object's finish().
+  void bind(SequentialModel& model, const GlobalParams& global, dist::ParamServer& server, std::vector<float>& w0);
 
   void before_forward(int64_t minibatch, WeightVersions& versions, int64_t base) override;
   void after_update(int64_t update, WeightVersions& versions, int64_t base) override;
@@ -85,9 +104,9 @@ class WspStageSync final : public UpdateHooks {
   // weights — the model's parameters, from which the next segment's stash starts — to its part of
   // w_global. Returns false (and does nothing) when no pull is outstanding (the end of a clock < D).
   bool merge_at_meeting();
-  // The leader's pushes handed to its client are on the server (before a checkpoint's meeting).
+  // The pushes handed to this stage's client are on the server (before a checkpoint's meeting).
   void drain();
-  // Completes the messages still in flight (end of the run).
+  // Completes the messages still in flight and closes the client (end of the run).
   void finish();
 
   // For the metrics of the minibatch that started last on this stage.
@@ -105,6 +124,11 @@ class WspStageSync final : public UpdateHooks {
 
  private:
   bool leader() const { return s_.vw_comm->rank() == 0; }
+  bool client() const { return leader() || s_.per_stage; }  // this stage talks to the server
+  // The held tensors of a global-layout buffer, in this stage's local layout.
+  std::vector<float> local_part(const std::vector<float>& global_flat) const;
+  // A pull returned: the wait since its request (the end of the clock).
+  void note_wait();
   void to_host(WeightVersions& versions, int64_t version, std::vector<float>& out);
   // Local flat <-> packed (this stage's tensors in `ids` order) <-> global flat.
   void pack(const std::vector<float>& local, const std::vector<int>& which, std::vector<float>& out) const;
@@ -122,7 +146,8 @@ class WspStageSync final : public UpdateHooks {
   WspStageSetup s_;
   SequentialModel* model_ = nullptr;
   const GlobalParams* global_ = nullptr;
-  dist::ServerClient* client_ = nullptr;
+  dist::ParamServer::Selection push_sel_, pull_sel_;  // per_stage: this stage's owned / held tensors
+  std::unique_ptr<dist::ServerClient> client_;
   wsp::WorkerClock clock_;
   // This stage's tensors: local index -> global index; the ones it pushes (owned) and holds.
   std::vector<int> global_of_;

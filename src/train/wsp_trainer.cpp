@@ -311,9 +311,12 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
   const ComputeStretch stretch(mine.slowdown, cfg.hetero.jitter, cfg.train.seed, world.rank());
   const std::optional<WspResume> resume = find_wsp_resume(cfg, world, vw);
   const int64_t start = resume ? resume->step : 0;
+  std::unique_ptr<dist::ParamServer> server;  // outlives `sync`, whose client thread uses it
+  const bool local_placement_on = cfg.hetero.placement == "local";
   WspStageSync sync({.vw = vw, .num_vw = N, .params = params, .minibatches = cfg.train.steps,
                      .vw_comm = vw_comm.get(), .stretch = &stretch,
-                     .first_wave = static_cast<int>(start / params.nm)});
+                     .first_wave = static_cast<int>(start / params.nm), .per_stage = local_placement_on,
+                     .background = server_thread(cfg, world)});
   TrainSession session(local, *vw_comm, md.builder, std::move(md.data),
                        {.hetpipe_nm = params.nm, .hooks = &sync,
                         .memory_limit = {.bytes = mine.memory_limit, .rank = world.rank(), .device = mine.device}});
@@ -326,22 +329,34 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
   // leaders gather w0 (the same in every VW: one seed, or the checkpoint's w_global) and VW 0's
   // hands it to every shard.
   const GlobalParams global = global_params(*md.builder, session.backend());
-  dist::ParamServer server(world.handle(), global.spans(), N, params.staleness);
-  std::optional<dist::ServerClient> client;
-  if (stage == 0) client.emplace(server, server.all(), vw, global.floats(), server_thread(cfg, world));
+  std::vector<int> placement;  // empty: round robin
+  if (local_placement_on) {
+    std::vector<std::vector<std::vector<int>>> layers;
+    for (size_t v = 0; v < vws.size(); ++v) {
+      layers.push_back(vws[v].layer_ranges(md.builder->num_layers(), static_cast<int>(v)));
+      if (layers.back().empty())  // the model's even split
+        for (const LayerRange& r : md.builder->default_stages(static_cast<int>(vws[v].stages.size())))
+          layers.back().push_back({r.begin, r.end});
+    }
+    placement = local_placement(global, vws, layers);
+  }
+  server = std::make_unique<dist::ParamServer>(world.handle(), global.spans(), N, params.staleness, placement);
   std::vector<float> w0(global.floats(), 0.0f);
-  sync.bind(session.model(), global, client ? &*client : nullptr, w0);
+  sync.bind(session.model(), global, *server, w0);
   world.broadcast(w0.data(), w0.size(), DType::F32, vws[0].stages[0].rank);
-  server.init(w0.data());
+  server->init(w0.data());
   const bool reports = stage == k - 1;  // the last stage has the loss
   if (world.rank() == 0)
     log::info("WSP (HetPipe §4-5): {} virtual workers ({}) | Nm = {} minibatches in flight and per wave | D = {} | "
-              "s_global = {} | minibatch = {} rows of each global batch of {} | parameter server: {} shards, "
-              "each VW's first stage its client | checkpoints at wave ends (train/wsp_checkpoint.h)",
+              "s_global = {} | minibatch = {} rows of each global batch of {} | parameter server: {} shards, {} | "
+              "checkpoints at wave ends (train/wsp_checkpoint.h)",
               N, fmt::join(cfg.hetero.virtual_workers.empty() ? std::vector<std::string>{"one rank each"}
                                                                : cfg.hetero.virtual_workers, " | "),
               params.nm, params.staleness, wsp::s_global(params.staleness, params.nm), rows, cfg.train.global_batch,
-              world.size());
+              world.size(),
+              local_placement_on ? "placement local (each tensor on a rank of a stage that owns it; every stage its "
+                                   "own client)"
+                                 : "tensors round robin, each VW's first stage its client");
 
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   VwLog vwlog(cfg, session, world.rank(), vw, reports, resume ? start : -1);
@@ -410,7 +425,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
   for (int i = 0; i < model.table().size(); ++i) spans.push_back({model.table().offset(i), model.table().numel(i)});
   dist::ParamServer server(mpi->handle(), std::move(spans), N, params.staleness);
   const size_t F = model.flat_size();
-  dist::ServerClient client(server, server.all(), vw, F, server_thread(cfg, world));
+  dist::ServerClient client(server, server.all(), server.all(), vw, F, server_thread(cfg, world));
   // Host mirrors: w = w_local (the device's params), partial = ũ_partial (own finished updates of
   // the wave not pushed yet), global = the last pulled w_global (gaps between tensors as in w),
   // own = the VW's pushed waves not yet in w_global (at most D + 1 of them).

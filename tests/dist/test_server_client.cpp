@@ -65,7 +65,7 @@ TEST_P(ServerClientTest, WavesArriveInOrderAndPullsAreExact) {
   ps.init(initial().data());
   std::vector<float> out(kFlat, 0.0f);
   {
-    ServerClient client(ps, ps.all(), me, kFlat, GetParam());
+    ServerClient client(ps, ps.all(), ps.all(), me, kFlat, GetParam());
     EXPECT_EQ(client.background(), GetParam());
     for (int k = 0; k < kWaves; ++k) {
       client.push(k, wave(me, k));
@@ -95,7 +95,7 @@ TEST_P(ServerClientTest, TakeNeverBlocksAndWaitReturnsOnTheLastPush) {
   ps.init(initial().data());
   std::vector<float> out(kFlat, 0.0f);
   {
-    ServerClient client(ps, ps.all(), me, kFlat, GetParam());
+    ServerClient client(ps, ps.all(), ps.all(), me, kFlat, GetParam());
     if (me == 0) {
       client.push(0, wave(0, 0));
       client.request_pull(1);
@@ -130,7 +130,7 @@ TEST_P(ServerClientTest, CancelledPullIsNeverReturned) {
   ps.init(initial().data());
   std::vector<float> out(kFlat, 0.0f);
   {
-    ServerClient client(ps, ps.all(), me, kFlat, GetParam());
+    ServerClient client(ps, ps.all(), ps.all(), me, kFlat, GetParam());
     client.request_pull(0);  // allowed at once: returns w0 (on the thread, soon)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     client.cancel_pull();

@@ -79,8 +79,8 @@ for name in ("d_sp", "d_zb", "d_dp"):
 PY
 
 # Not built yet, or not meaningful: a clear error, never a silent no-op.
-expect_error "hetero.placement = \"local\" (ED-local) is not built yet" "$BATON" train tiny.toml --set hetero.sync=wsp \
-  --set hetero.placement=local --set run.dir=bad
+expect_error "hetero.placement = \"local\" puts each stage's tensors on its own rank, which needs virtual workers of several stages" \
+  "$BATON" train tiny.toml --set hetero.sync=wsp --set hetero.placement=local --set run.dir=bad
 expect_error "the other \[hetero\] keys need hetero.sync = \"wsp\"" "$BATON" train tiny.toml --set hetero.staleness=2 --set run.dir=bad
 expect_error "needs parallel.pp > 1" "$BATON" train tiny.toml --set parallel.schedule=wsp --set run.dir=bad
 expect_error "needs parallel.pp > 1" "$BATON" train tiny.toml --set parallel.schedule=1f1b-star --set run.dir=bad

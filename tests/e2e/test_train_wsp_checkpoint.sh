@@ -9,7 +9,8 @@
 # - a run with staleness (D = 2) checkpoints at its pulling clocks and resumes;
 # - virtual workers of two stages (their pipelines drain at each checkpoint): the same bit-exact
 #   resume, and an elastic restart onto other VWs with other stage boundaries (2 × 2 stages → a
-#   VW of stages [0,1) [1,4) beside a one-stage VW);
+#   VW of stages [0,1) [1,4) beside a one-stage VW); with ED-local placement (every stage its own
+#   server client) 8 + 4 steps give the uninterrupted default-placement run's losses bit for bit;
 # - refusals.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_checkpoint.sh"
@@ -46,12 +47,18 @@ cp -r ppart pel  # the same checkpoint, resumed elastically below
 "${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" "${PIPE[@]}" --set hetero.virtual_workers='["0,1", "2,3"]' \
   --set run.dir=ppart > ppart2.log
 grep -q "resumed WSP at step 8" ppart2.log || { cat ppart2.log; fail "no pipelined resume"; }
+# The same with ED-local placement (every stage its own server client, at the meetings too).
+for i in 1 2; do
+  "${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" "${PIPE[@]}" --set hetero.virtual_workers='["0,1", "2,3"]' \
+    --set hetero.placement='"local"' --set run.dir=plocal $([ $i = 1 ] && echo --set train.steps=8) > plocal$i.log
+done
+grep -q "resumed WSP at step 8" plocal2.log || { cat plocal2.log; fail "no resume with placement local"; }
 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${PIPE[@]}" --set hetero.virtual_workers='["0:0-1, 1:1-4", "2"]' \
   --set run.dir=pel > pel.log
 grep -q "elastic resume at step 8: 2 virtual workers now, 2 in the checkpoint" pel.log || { cat pel.log; fail "no elastic"; }
 
 # Every VW's file of a step holds w_global: the same parameters (`baton ckpt inspect` checksums).
-for spec in "full 4,8,12 2" "el 4,8 3" "stale 6,12 2" "pfull 4,8,12 2"; do
+for spec in "full 4,8,12 2" "el 4,8 3" "stale 6,12 2" "pfull 4,8,12 2" "plocal 4,8,12 2"; do
   read -r run steps vws <<< "$spec"
   for s in ${steps//,/ }; do
     f0=$(printf "%s/ckpt/vw0/step-%07d.h5" "$run" "$s")
@@ -69,7 +76,7 @@ import json
 def rows(path):
     return [json.loads(l) for l in open(path)]
 # Exact resume: every VW's records of the resumed run are the uninterrupted run's, bit for bit.
-for full, part in (("full", "part"), ("pfull", "ppart")):
+for full, part in (("full", "part"), ("pfull", "ppart"), ("pfull", "plocal")):
     for f in ("metrics.jsonl", "metrics-vw1.jsonl"):
         a, b = rows(f"{full}/{f}"), rows(f"{part}/{f}")
         assert [r["step"] for r in b] == list(range(1, 13)), [r["step"] for r in b]

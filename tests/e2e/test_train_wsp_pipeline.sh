@@ -9,7 +9,10 @@
 #   (7.0e-9 relative measured; tested at 1e-6); with Nm = 4 > pp + 1 it finishes (Nm + 1 slots);
 # - a mixed run (a one-stage VW beside a two-stage one, D = 2, Nm = 2, the slow VW's ranks
 #   emulating a device 2× slower) trains, with every minibatch's observed staleness ≤ s_global = 6
-#   and the slow VW's minibatches/s below the fast one's;
+#   and the slow VW's minibatches/s below the fast one's; so does the same run with ED-local
+#   placement (every stage its own server client);
+# - ED-local placement (hetero.placement = "local") of 2 VWs × 2 stages, D = 0: the losses of the
+#   default placement bit for bit (2 VWs: the server's sums are order-free);
 # - hetero.cluster + policy: `baton train` derives the VWs (devices, stage boundaries) and Nm with the
 #   HetPipe planner and trains them; the resolved config names them;
 # - the refusals of what the pipelined path does not run.
@@ -23,6 +26,12 @@ WSP=(--set hetero.sync='"wsp"')
 "${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=dp --set parallel.pp=2 --set train.micro_batch=4 > dp.log
 "${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=vw22 --set train.micro_batch=4 \
   --set hetero.virtual_workers='["0,1", "2,3"]' --set optim.lr=0.2 > vw22.log
+# ED-local placement (hetero.placement = "local"): every stage pushes and pulls its own tensors,
+# each placed on a rank of a stage that owns it. With 2 VWs the server's float sums are the same
+# in any order, so the losses equal the leader's bit for bit.
+"${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=vw22loc --set train.micro_batch=4 \
+  --set hetero.virtual_workers='["0,1", "2,3"]' --set optim.lr=0.2 --set hetero.placement='"local"' > vw22loc.log
+grep -q "placement local" vw22loc.log || { cat vw22loc.log; fail "no local placement in the header"; }
 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=pd --set parallel.pp=3 --set parallel.schedule=pipedream \
   --set parallel.vertical_sync=true --set parallel.stages='[[0, 1], [1, 3], [3, 4]]' --set train.micro_batch=8 > pd.log
 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=one2 --set train.micro_batch=8 \
@@ -39,6 +48,9 @@ grep -q "5 activation slots" one2nm4.log || { cat one2nm4.log; fail "Nm = 4 on s
   --set train.steps=24 --set hetero.virtual_workers='["0", "1,2"]' --set hetero.nm=2 --set hetero.staleness=2 \
   --set hetero.slowdown='[1, 2, 2]' --set optim.lr=0.2 > mix.log
 grep -q "vw 1: 24 minibatches" mix.log || { cat mix.log; fail "no per-VW summary"; }
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=mixloc --set train.micro_batch=4 \
+  --set train.steps=24 --set hetero.virtual_workers='["0", "1,2"]' --set hetero.nm=2 --set hetero.staleness=2 \
+  --set hetero.slowdown='[1, 2, 2]' --set optim.lr=0.2 --set hetero.placement='"local"' > mixloc.log
 
 python3 - <<'PY'
 import json
@@ -52,6 +64,9 @@ worst = max(abs((x + y) / 2 - d) / d for x, y, d in zip(a, b, dp))
 assert len(dp) == len(a) == len(b) == 12 and dp[-1] < dp[0] - 0.1
 assert worst < 1e-6, f"2 VWs x 2 stages (D=0, Nm=1, lr/2) differ from dp2 x pp2 by {worst:.2e}"
 print(f"2 VWs of 2 stages, D=0 Nm=1 = dp 2 x pp 2 within {worst:.1e}")
+for f in ("metrics.jsonl", "metrics-vw1.jsonl"):
+    assert losses(f"vw22/{f}") == losses(f"vw22loc/{f}"), f"{f}: placement local changed the losses"
+print("placement local: the same losses as the default placement, bit for bit")
 pd = losses("pd/metrics.jsonl")
 for run in ("one2", "one3"):
     v = losses(f"{run}/metrics.jsonl")
@@ -59,7 +74,7 @@ for run in ("one2", "one3"):
     assert len(v) == 12 and worst < 1e-6, f"{run}: one VW with Nm = 3 differs from pipedream vertical sync by {worst:.2e}"
     print(f"{run}: one VW, Nm = 3 = pipedream vertical sync pp 3 within {worst:.1e}")
 fast, slow = rows("mix/metrics.jsonl"), rows("mix/metrics-vw1.jsonl")
-for v in (fast, slow):
+for v in (fast, slow, rows("mixloc/metrics.jsonl"), rows("mixloc/metrics-vw1.jsonl")):
     assert len(v) == 24 and all(0 <= r["staleness"] <= 6 for r in v)
     assert max(r["staleness"] for r in v) > 0 and v[-1]["c_global"] >= 8
     assert all(r["idle_s"] <= r["wait_s"] + 1e-6 for r in v)
