@@ -28,12 +28,6 @@ void check_hetero_trainable(const Config& cfg) {
                 fmt::format("hetero.deterministic = true replays a seeded order of WSP's virtual workers "
                             "(wsp::interleave), but hetero.sync = \"{}\"", h.sync),
                 "set hetero.sync = \"wsp\", or drop hetero.deterministic");
-  // Checkpoints are a meeting of every VW at a clock's end, which serialized turns never reach
-  // together; resuming would also have to restart the order of turns at a cut of it.
-  BATON_REQUIRE(!h.deterministic ||
-                    (cfg.checkpoint.every == 0 && (cfg.checkpoint.resume == "auto" || cfg.checkpoint.resume == "never")),
-                "hetero.deterministic = true with checkpoints (checkpoint.every > 0 or a resume path) is not built yet",
-                "set checkpoint.every = 0 and checkpoint.resume = \"never\" (or \"auto\") for a deterministic run");
   if (h.sync != "wsp") {
     BATON_REQUIRE(h.staleness == 0 && h.cluster.empty(),
                   "hetero.sync = \"allreduce\" (the synchronous baseline: virtual workers average every wave, "

@@ -31,8 +31,9 @@ double ComputeStretch::factor(int64_t minibatch) const {
   return slowdown_ * (1 + jitter_ * u);
 }
 
-double ComputeStretch::stretch(double compute_seconds, int64_t minibatch) const {
-  const double extra = (factor(minibatch) - 1) * compute_seconds;
+double ComputeStretch::stretch(WorkTime t, int64_t minibatch) const {
+  if (!active()) return 0;
+  const double extra = factor(minibatch) * t.cpu - t.wall;
   if (!(extra > 0)) return 0;
   Timer slept;
   std::this_thread::sleep_for(std::chrono::duration<double>(extra));

@@ -1,12 +1,18 @@
 // Emulating a slower device on a CPU rank (issue 13 item 5, docs/hetpipe.md "Heterogeneity on one
-// machine"): after each minibatch's compute, the rank sleeps (factor − 1) × the compute's measured
-// time, so the minibatch takes factor × as long, as on a device `factor` times slower. Sleeping,
-// not spinning, so ranks sharing the machine's cores keep them.
+// machine"): a compute interval of c CPU seconds (the training thread's own, so not inflated while
+// other ranks share its core) takes factor × c on the emulated device, as on a device `factor`
+// times slower; after it the rank sleeps what its wall time w fell short of that, factor × c − w
+// (nothing when sharing the core already made it longer). So ranks oversubscribing the machine's
+// cores are each as fast as their device, as long as the contention stays below the factor:
+// lockstep runs (WSP with D = 0) and free-running ones share the cores alike. Sleeping, not
+// spinning, so ranks sharing the machine's cores keep them.
 //
 // factor(p) = slowdown × j(p), j(p) in [1, 1 + jitter] drawn from a hash of (seed, rank, p) alone:
 // the same run gives the same factors whatever the timing (reproducible emulated variability).
 #pragma once
 #include <cstdint>
+
+#include "core/timer.h"
 
 namespace baton {
 
@@ -17,9 +23,8 @@ class ComputeStretch {
 
   // The factor minibatch `minibatch`'s compute is stretched by, >= slowdown, <= slowdown × (1 + jitter).
   double factor(int64_t minibatch) const;
-  // Sleeps (factor(minibatch) − 1) × compute_seconds; returns the seconds actually slept (0 when
-  // there is nothing to stretch).
-  double stretch(double compute_seconds, int64_t minibatch) const;
+  // Sleeps factor(minibatch) × t.cpu − t.wall (when positive); returns the seconds actually slept.
+  double stretch(WorkTime t, int64_t minibatch) const;
 
   double slowdown() const { return slowdown_; }
   double jitter() const { return jitter_; }

@@ -61,9 +61,9 @@ void ModelStage::forward(int stage, int microbatch, int slot) {
   if (before_forward_ && w_.training) before_forward_(stage, microbatch);
   const auto [batch, row] = origin(microbatch);
   m_.set_shape(slot, w_.micro, w_.T, batch, row);  // a middle stage loads nothing
-  const Timer timer;
+  const WorkTimer timer;
   m_.forward_chunk(chunk(stage), slot, w_.training, w_.loss_scale);
-  if (after_compute_ && w_.training) after_compute_(microbatch, timer.seconds());
+  if (after_compute_ && w_.training) after_compute_(microbatch, timer.elapsed());
 }
 
 // BWD: the chunk's whole backward. Zero bubble (zb-h1, Qi et al. §2–3): BWD_INPUT only the input
@@ -76,12 +76,12 @@ void ModelStage::backward(int stage, int microbatch, int slot, pipeline::Backwar
                             : part == BackwardPart::INPUT ? BackwardPass::INPUT
                                                           : BackwardPass::WEIGHT;
   const bool last = part != BackwardPart::INPUT && last_before_update_.count({stage, microbatch});
-  const Timer timer;
+  const WorkTimer timer;
   m_.backward_chunk(chunk(stage), slot,
                     last ? std::function<void(int)>([this](int l) { sync_.layer_done(l); })
                          : std::function<void(int)>(),
                     pass);
-  if (after_compute_) after_compute_(microbatch, timer.seconds());
+  if (after_compute_) after_compute_(microbatch, timer.elapsed());
 }
 
 void ModelStage::reduce_tied(int) { sync_.reduce_tied(); }

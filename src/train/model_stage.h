@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/timer.h"
 #include "model/sequential_model.h"
 #include "pipeline/executor.h"
 #include "train/batch_source.h"
@@ -50,7 +51,7 @@ class ModelStage final : public pipeline::Stage {
   // was selected (the WSP trainer's pulls of pipelined virtual workers: train/wsp_pipeline.h).
   void set_before_forward(std::function<void(int stage, int microbatch)> fn) { before_forward_ = std::move(fn); }
   // Called after each training forward and backward with its wall time (seconds).
-  void set_after_compute(std::function<void(int microbatch, double seconds)> fn) { after_compute_ = std::move(fn); }
+  void set_after_compute(std::function<void(int microbatch, WorkTime t)> fn) { after_compute_ = std::move(fn); }
   void set_work(const StageWork& w) { w_ = w; }
   const StageWork& work() const { return w_; }
   // The instructions this rank will run: each stage's last backward before an update completes
@@ -87,7 +88,7 @@ class ModelStage final : public pipeline::Stage {
   WeightVersions* versions_;
   UpdateFn on_update_;
   std::function<void(int, int)> before_forward_;
-  std::function<void(int, double)> after_compute_;
+  std::function<void(int, WorkTime)> after_compute_;
   StageWork w_;
   HostBatch batch_;
   std::set<std::pair<int, int>> last_before_update_;  // (stage, microbatch)

@@ -77,8 +77,8 @@ StepRunner::StepRunner(const StepRunnerSetup& setup) : s_(setup) {
     stage_->set_before_forward([this](int, int microbatch) {
       s_.hooks->before_forward(segment_start_ + microbatch + 1, *versions_, segment_start_);
     });
-    stage_->set_after_compute([this](int microbatch, double seconds) {
-      s_.hooks->after_compute(segment_start_ + microbatch + 1, seconds);
+    stage_->set_after_compute([this](int microbatch, WorkTime t) {
+      s_.hooks->after_compute(segment_start_ + microbatch + 1, t);
     });
   }
   // Evaluation runs on replica 0 of every stage (rank = stage in this communicator), apart from

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "core/timer.h"
 #include "dist/layout.h"
 #include "dist/process_groups.h"
 #include "model/sequential_model.h"
@@ -58,7 +59,7 @@ class UpdateHooks {
   virtual void after_update(int64_t update, WeightVersions& versions, int64_t base) = 0;
   // After this rank's forward or backward of `minibatch`, which took `seconds` (an emulated slower
   // device stretches it: train/compute_stretch.h).
-  virtual void after_compute(int64_t /*minibatch*/, double /*seconds*/) {}
+  virtual void after_compute(int64_t /*minibatch*/, WorkTime /*t*/) {}
 };
 
 struct StepRunnerSetup {

@@ -205,8 +205,8 @@ void WspStageSync::after_update(int64_t update, WeightVersions& versions, int64_
   }
 }
 
-void WspStageSync::after_compute(int64_t minibatch, double seconds) {
-  if (s_.stretch) stretched_ += s_.stretch->stretch(seconds, minibatch);
+void WspStageSync::after_compute(int64_t minibatch, WorkTime t) {
+  if (s_.stretch) stretched_ += s_.stretch->stretch(t, minibatch);
 }
 
 void WspStageSync::note_wait() {

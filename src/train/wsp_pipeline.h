@@ -98,7 +98,7 @@ class WspStageSync final : public UpdateHooks {
 
   void before_forward(int64_t minibatch, WeightVersions& versions, int64_t base) override;
   void after_update(int64_t update, WeightVersions& versions, int64_t base) override;
-  void after_compute(int64_t minibatch, double seconds) override;
+  void after_compute(int64_t minibatch, WorkTime t) override;
   // A checkpoint's meeting (train/wsp_checkpoint.h), every VW drained at a wave's end: takes the
   // outstanding pull (the leader from the server, the other stages from it) and sets this stage's
   // weights — the model's parameters, from which the next segment's stash starts — to its part of

@@ -116,9 +116,11 @@ VwSetup vw_setup(const Config& cfg, const std::vector<std::vector<int>>& vws, in
 // step's time includes the sleep; `vm` gets the factor and the seconds slept.
 TimedStep emulated_step(TrainSession& session, const ComputeStretch& stretch, int64_t step, double lr,
                         VwMetrics& vm) {
+  const WorkTimer work;
   TimedStep t = session.step(step, lr);
+  const WorkTime w = work.elapsed();
   vm.slowdown = stretch.factor(step + 1);
-  vm.stretch_s = stretch.stretch(t.seconds, step + 1);
+  vm.stretch_s = stretch.stretch(w, step + 1);
   t.seconds += vm.stretch_s;
   return t;
 }

@@ -21,15 +21,24 @@ std::vector<int> deterministic_turns(const Config& cfg, int world_size) {
   const std::vector<std::vector<int>> vws = virtual_worker_ranks(cfg.hetero, world_size);
   const int n = static_cast<int>(vws.size());
   const std::vector<RankEmulation> emu = rank_emulation(cfg, world_size);
-  wsp::InterleavingSpec spec{.params = {.num_vw = n, .nm = cfg.hetero.nm, .staleness = cfg.hetero.staleness},
-                             .waves = static_cast<int>(cfg.train.steps / cfg.hetero.nm),
-                             .speed = {},
-                             .seed = cfg.train.seed};
+  std::vector<double> speed;
   for (const std::vector<int>& ranks : vws) {
     BATON_ASSERT(ranks.size() == 1, "deterministic mode with a virtual worker of {} ranks", ranks.size());
-    spec.speed.push_back(1.0 / emu[static_cast<size_t>(ranks[0])].slowdown);
+    speed.push_back(1.0 / emu[static_cast<size_t>(ranks[0])].slowdown);
   }
-  std::vector<int> order = wsp::interleave(spec).order;
+  // One interleaving per segment between checkpoints (every VW meets at a checkpoint: the order
+  // is cut there), each with its own seed; one segment without checkpoints.
+  const int64_t segment = cfg.checkpoint.every > 0 ? cfg.checkpoint.every : cfg.train.steps;
+  std::vector<int> order;
+  for (int64_t first = 0, k = 0; first < cfg.train.steps; first += segment, ++k) {
+    const int64_t steps = std::min(segment, cfg.train.steps - first);
+    wsp::InterleavingSpec spec{.params = {.num_vw = n, .nm = cfg.hetero.nm, .staleness = cfg.hetero.staleness},
+                               .waves = static_cast<int>(steps / cfg.hetero.nm),
+                               .speed = speed,
+                               .seed = cfg.train.seed + static_cast<uint64_t>(k) * 0x9E3779B97F4A7C15ull};
+    const std::vector<int> part = wsp::interleave(spec).order;
+    order.insert(order.end(), part.begin(), part.end());
+  }
   for (int v = 0; v < n; ++v)
     BATON_ASSERT(std::count(order.begin(), order.end(), v) == cfg.train.steps,
                  "deterministic mode: VW {} has {} turns, not train.steps = {}", v,
@@ -41,13 +50,18 @@ WspTurns::WspTurns(const Config& cfg, dist::Comm& world, const std::vector<std::
                    int64_t first_step)
     : on_(cfg.hetero.deterministic), world_(&world), vw_(vw) {
   if (!on_) return;
-  BATON_REQUIRE(first_step == 0,
-                fmt::format("hetero.deterministic = true cannot resume at step {}: the order of turns is replayed "
-                            "from the run's start only", first_step),
-                "start the deterministic run in a new run.dir, or set checkpoint.resume = \"never\"");
+  // A resumed run replays the order from the cut at its checkpoint: the turns before it are every
+  // VW's minibatches 1 … first_step.
+  BATON_REQUIRE(first_step == 0 || (cfg.checkpoint.every > 0 && first_step % cfg.checkpoint.every == 0),
+                fmt::format("hetero.deterministic = true resumes at a multiple of checkpoint.every only (the order of "
+                            "turns is cut there), not at step {}", first_step),
+                "resume with the checkpoint.every the run was written with, or start the deterministic run in a new "
+                "run.dir (checkpoint.resume = \"never\")");
   order_ = deterministic_turns(cfg, world.size());
   for (const std::vector<int>& ranks : vws) rank_of_.push_back(ranks.at(0));
-  for (size_t i = 0; i < order_.size(); ++i)
+  const size_t skipped = static_cast<size_t>(first_step) * vws.size();
+  first_turn_ = static_cast<int64_t>(skipped);
+  for (size_t i = skipped; i < order_.size(); ++i)
     if (order_[i] == vw_) mine_.push_back(static_cast<int64_t>(i));
   if (world.rank() == 0) {
     const size_t shown = std::min<size_t>(order_.size(), 36);
@@ -65,7 +79,7 @@ void WspTurns::begin() {
                mine_.size());
   const int64_t i = mine_[next_];
   in_turn_ = true;
-  if (i == 0 || order_[static_cast<size_t>(i - 1)] == vw_) return;
+  if (i == first_turn_ || order_[static_cast<size_t>(i - 1)] == vw_) return;
   const int from = rank_of_[static_cast<size_t>(order_[static_cast<size_t>(i - 1)])];
   int64_t token = -1;
   dist::RequestPtr r = world_->recv(&token, 1, DType::I64, from, kTurnTag);

@@ -33,8 +33,11 @@ namespace dist {
 class ServerClient;
 }
 
-// The VW taking each turn (the run's wsp::interleave order): train.steps entries per VW.
-// `world_size` ranks, VWs of one rank each (config/virtual_workers.h).
+// The VW taking each turn (the run's wsp::interleave order): train.steps entries per VW. With
+// checkpoint.every > 0, one interleaving per segment of `every` steps (seeds derived from
+// train.seed and the segment's index), concatenated: every VW's turns of a segment come before any
+// of the next one's, so all VWs meet at a checkpoint and a resumed run replays the rest of the
+// order from that cut. `world_size` ranks, VWs of one rank each (config/virtual_workers.h).
 std::vector<int> deterministic_turns(const Config& cfg, int world_size);
 
 // One VW's side of the turns. Off (begin/end do nothing, gated_pull blocks in
@@ -44,8 +47,8 @@ class WspTurns {
   static constexpr int kTurnTag = 31013;  // the world communicator's only other p2p tag is run_trace's 31000
 
   // `vws`: every VW's ranks (one each); `vw`: this rank's VW. Rank 0 logs the schedule.
-  // `first_step`: the step the loop starts at; the order is replayed from its beginning only, so a
-  // resumed loop (first_step > 0) is refused with an error (resuming at a cut is not built).
+  // `first_step`: the step the loop starts at: 0, or a resumed run's checkpoint, a multiple of
+  // checkpoint.every, where the order is cut (deterministic_turns); else an Error.
   WspTurns(const Config& cfg, dist::Comm& world, const std::vector<std::vector<int>>& vws, int vw,
            int64_t first_step = 0);
   bool on() const { return on_; }
@@ -67,6 +70,7 @@ class WspTurns {
   std::vector<int> rank_of_;  // each VW's rank
   std::vector<int64_t> mine_;  // this VW's turns, in order
   size_t next_ = 0;            // index into mine_ of the current / next turn
+  int64_t first_turn_ = 0;     // the run's first turn (a resumed run starts at a cut of the order)
   bool in_turn_ = false;
 };
 

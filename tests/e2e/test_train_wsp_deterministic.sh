@@ -11,8 +11,11 @@
 #   clipping and weight decay; and again with VW 1 three times slower (hetero.slowdown, which
 #   weighs the schedule) and another seed, with plain SGD; a reference with a wrong merge rule (the
 #   wave's finished minibatches not yet pushed dropped at a pull) must differ, so the test can fail;
-# - (c) the refusals: hetero.deterministic without sync = "wsp", with a VW of several ranks, and with
-#   checkpoints.
+# - (c) the refusals: hetero.deterministic without sync = "wsp", with a VW of several ranks, and a
+#   resume off a cut of the order;
+# - (d) checkpoints (issue 13 item 6: "resume with the same VWs is exact in a deterministic mode"):
+#   the order is cut at every checkpoint, where all VWs meet; an interrupted and resumed run equals
+#   the uninterrupted one bit for bit, with D = 1 (a run whose pulls depend on the interleaving).
 source "$(dirname "$0")/lib.sh"
 : "${WSP_REFERENCE:?}"
 use_mpirun
@@ -101,6 +104,27 @@ grep -q 'set hetero.sync = "wsp"' err.txt || { cat err.txt; fail "no hint to set
 expect_error 'hetero.deterministic = true is built for virtual workers of one rank only' \
   timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set checkpoint.every=0 --set hetero.deterministic=true \
   --set hetero.sync='"wsp"' --set hetero.virtual_workers='["0, 1"]' --set train.micro_batch=8
-expect_error 'hetero.deterministic = true with checkpoints' \
-  "$BATON" train tiny.toml --set hetero.sync='"wsp"' --set hetero.deterministic=true --set checkpoint.every=10
+# A resume must land on a cut of the order: det1 (checkpoint.every = 0) ended with a checkpoint at
+# step 20, which a longer run cannot continue deterministically.
+expect_error 'hetero.deterministic = true resumes at a multiple of checkpoint.every only' \
+  timeout 60 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${DET[@]}" --set run.dir=det1 --set train.steps=24
+
+# (d) Checkpoints: the order is cut every checkpoint.every = 8 steps (segments 8, 8, 4), all VWs
+# meet there; 8 steps + a resumed 12 give the uninterrupted run's metrics bit for bit (AdamW: every
+# VW's optimizer state restored; D = 1, so which c_global each pull sees is the schedule's).
+CK=(--set checkpoint.every=8 --set optim.decay=constant)  # the learning rate must not depend on train.steps
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${DET[@]}" "${CK[@]}" --set run.dir=ckfull > ckfull.log
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${DET[@]}" "${CK[@]}" --set run.dir=ckpart --set train.steps=8 > ckpart1.log
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${DET[@]}" "${CK[@]}" --set run.dir=ckpart > ckpart2.log
+grep -q "resumed WSP at step 8" ckpart2.log || { cat ckpart2.log; fail "no deterministic resume"; }
+python3 - <<'PY'
+import json
+keys = ("step", "loss", "grad_norm", "val_loss", "clock", "c_global", "staleness")
+for f in ("metrics.jsonl", "metrics-vw1.jsonl", "metrics-vw2.jsonl"):
+    a, b = ([tuple(r.get(k) for k in keys) for r in map(json.loads, open(f"{d}/{f}"))] for d in ("ckfull", "ckpart"))
+    assert [r[0] for r in b] == list(range(1, 21)), [r[0] for r in b]
+    assert a == b, f"{f}: the resumed deterministic run differs from the uninterrupted one"
+    assert max(r[6] for r in a) > 0, "D = 1: some minibatch should miss updates"
+print("(d) deterministic checkpoints: 8 + 12 resumed steps = 20 uninterrupted, bit for bit (3 VWs, D = 1)")
+PY
 echo "PASS"

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -50,13 +52,37 @@ TEST(ComputeStretch, JitterIsSeededAndInRange) {
 TEST(ComputeStretch, SleepsTheExtraTime) {
   const ComputeStretch s(3, 0, 1, 0);
   Timer t;
-  const double slept = s.stretch(0.02, 1);  // 20 ms of compute at x3: 40 ms more
+  const double slept = s.stretch({.wall = 0.02, .cpu = 0.02}, 1);  // 20 ms of compute at x3: 40 ms more
   const double wall = t.seconds();
   EXPECT_GE(slept, 0.04);
   EXPECT_LT(slept, 0.04 + 0.2);  // a loaded machine may oversleep, never undersleep
   EXPECT_GE(wall, slept - 1e-3);
-  EXPECT_EQ(ComputeStretch(1, 0, 1, 0).stretch(0.5, 1), 0.0);  // nothing to stretch: no sleep
-  EXPECT_EQ(s.stretch(0, 1), 0.0);
+  EXPECT_EQ(ComputeStretch(1, 0, 1, 0).stretch({.wall = 0.5, .cpu = 0.5}, 1), 0.0);  // nothing to stretch
+  EXPECT_EQ(s.stretch({}, 1), 0.0);
+}
+
+// The emulated device's time is factor × the thread's CPU seconds: a compute interval stretched by
+// other ranks sharing the core (wall 50 ms for 20 ms of CPU) sleeps only up to 3 × 20 = 60 ms, and
+// one stretched beyond it (wall 80 ms) not at all.
+TEST(ComputeStretch, SharingTheCoreCountsTowardTheDevicesTime) {
+  const ComputeStretch s(3, 0, 1, 0);
+  const double slept = s.stretch({.wall = 0.05, .cpu = 0.02}, 1);
+  EXPECT_GE(slept, 0.01);
+  EXPECT_LT(slept, 0.01 + 0.2);
+  EXPECT_EQ(s.stretch({.wall = 0.08, .cpu = 0.02}, 1), 0.0);
+}
+
+// Spinning for 30 ms of wall time uses about 30 ms of the thread's CPU; sleeping uses none.
+TEST(ComputeStretch, WorkTimerMeasuresTheThreadsCpu) {
+  const WorkTimer spin;
+  volatile double x = 0;
+  while (spin.elapsed().wall < 0.03) x = x + 1;
+  const WorkTime busy = spin.elapsed();
+  EXPECT_GT(busy.cpu, 0.005);  // on a loaded machine the thread may get a fraction of the core
+  EXPECT_LE(busy.cpu, busy.wall + 1e-3);
+  const WorkTimer nap;
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_LT(nap.elapsed().cpu, 0.01);
 }
 
 TEST(ComputeStretch, RefusesFactorsBelowOne) {
