@@ -7,26 +7,28 @@
 #      2 stages, WSP with D = 0 — NP (a fast VW and a slow VW) against ED (each VW a fast and a slow
 #      stage), both partitioned by `baton plan --algorithm hetpipe` on a 2 + 2 GPU cluster file;
 #      minibatches/s of the job (the sum over the VWs) and of each VW;
-#   2. staleness absorbs jitter: 2 VWs of one rank, every rank's compute stretched by a seeded
-#      factor in [1, 2] per minibatch (hetero.jitter = 1); WSP D = 4, D = 0 and the allreduce
-#      baseline: minibatches/s, time waiting for the parameter server and time idle;
+#   2. staleness absorbs jitter: 4 VWs of one rank standing for 4 equal devices 3× slower than a
+#      core (hetero.slowdown 3: each rank computes a third of its time, so the 4 ranks fit the 2
+#      cores), every rank's compute stretched by a seeded factor in [1, 2] per minibatch
+#      (hetero.jitter = 1); WSP D = 4, D = 0 and the allreduce baseline: minibatches/s, time waiting
+#      for the parameter server and time idle; the same without jitter as the control;
 #   3. convergence: the loss after a fixed number of minibatches for D = 0, 4, 32 (2 VWs of one
 #      rank, lr / 2: WSP adds both VWs' updates) against synchronous data parallelism (dp = 2 at
 #      lr) on configs/quickstart.toml, shortened, and on configs/fashion-resnet.toml, shortened.
 # Throughput runs are repeated (REPS, JITTER_REPS), alternating the configurations, and the tables
-# give medians; the convergence runs run once each. About 9 minutes on the quiet 2-core development
-# VM, 12 with other work on it (the Brown datasets must exist:
+# give medians; the convergence runs run once each. About 17 minutes on the quiet 2-core development
+# VM, more with other work on it (the Brown datasets must exist:
 # launch/quickstart.sh or data/README.md; Fashion-MNIST from Debian's dataset-fashion-mnist).
 # Usage: launch/hetpipe-figures.sh [--no-cnn] [--report]   (--report: only print the tables again
 # from the runs kept in $OUT)
 # Environment: BATON (default build/baton), REPS (repetitions of the allocation runs, default 2),
-# JITTER_REPS (of the jitter runs, default REPS + 1), OUT (default runs/hetpipe-figures: every
+# JITTER_REPS (of the jitter runs, default REPS), OUT (default runs/hetpipe-figures: every
 # run's log, metrics and command are kept there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BATON=${BATON:-build/baton}
 REPS=${REPS:-2}
-JITTER_REPS=${JITTER_REPS:-$((REPS + 1))}  # the jitter's effect is small next to the machine's noise
+JITTER_REPS=${JITTER_REPS:-$REPS}
 OUT=${OUT:-runs/hetpipe-figures}
 CNN=1
 REPORT_ONLY=0
@@ -121,20 +123,28 @@ for rep in $(seq 1 "$REPS"); do
   done
 done
 
-# 2. Staleness absorbs jitter: 2 VWs of one rank, jitter 1 on both (the same factors in every run:
-# they are a function of train.seed, rank and minibatch). Nm = 1: every minibatch is a wave, the
-# pull blocks at once (idle = waiting); Nm = 4: a pull requested at the end of wave c gates only the
-# last minibatch of wave c + 1, so the first 3 run while it waits.
-JIT=(--set hetero.jitter=1 --set 'hetero.virtual_workers=["0", "1"]' --set train.micro_batch=4 --set train.global_batch=8
-     --set train.steps=20)
+# 2. Staleness absorbs jitter: 4 VWs of one rank, each standing for a device 3× slower than a core
+# (an emulated device takes 3 × the rank's CPU seconds, train/compute_stretch.h, so sharing the 2
+# cores does not slow it down), jitter 1 on every rank (the same factors in every run: they are a
+# function of train.seed, rank and minibatch). Nm = 1: every minibatch is a wave, the pull blocks
+# at once (idle = waiting); Nm = 4: a pull requested at the end of wave c gates only the last
+# minibatch of wave c + 1, so the first 3 run while it waits. The control: the same without
+# jitter (what D = 4 gains from running ahead alone).
+JIT=(--set 'hetero.virtual_workers=["0", "1", "2", "3"]' --set 'hetero.slowdown=[3, 3, 3, 3]' --set train.micro_batch=4
+     --set train.global_batch=16 --set train.steps=20)
 for rep in $(seq 1 "$JITTER_REPS"); do
   for nm in 1 4; do
-    job jitter-nm$nm-d4-$rep 2 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.nm=$nm --set hetero.sync='"wsp"' \
-      --set hetero.staleness=4
-    job jitter-nm$nm-d0-$rep 2 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.nm=$nm --set hetero.sync='"wsp"' \
-      --set hetero.staleness=0
+    job jitter-nm$nm-d4-$rep 4 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.jitter=1 \
+      --set hetero.nm=$nm --set hetero.sync='"wsp"' --set hetero.staleness=4
+    job jitter-nm$nm-d0-$rep 4 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.jitter=1 \
+      --set hetero.nm=$nm --set hetero.sync='"wsp"' --set hetero.staleness=0
   done
-  job jitter-nm1-ar-$rep 2 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.nm=1 --set hetero.sync='"allreduce"'
+  job jitter-nm1-ar-$rep 4 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.jitter=1 --set hetero.nm=1 \
+    --set hetero.sync='"allreduce"'
+  for d in 4 0; do
+    job steady-nm1-d$d-$rep 4 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.nm=1 --set hetero.sync='"wsp"' \
+      --set hetero.staleness=$d
+  done
 done
 
 # 3. Convergence: the same minibatches for every run (global batch p − 1 split over the 2 VWs /
@@ -216,14 +226,17 @@ print(f"\nED / NP = **{job['ed'] / job['np']:.2f}** (ratio of the medians; per r
       f"{', '.join(f'{x:.2f}' for x in paired)}; goal ≥ 1.3)\n")
 print("```\n" + cmd("alloc-np-1") + "\n" + cmd("alloc-ed-1") + "\n```\n")
 
-print("### 2. Staleness absorbs jitter (2 VWs of one rank, compute × a seeded factor in [1, 2] per minibatch)\n")
+print("### 2. Staleness absorbs jitter (4 VWs of one rank, each a device 3× slower than a core, compute × a seeded "
+      "factor in [1, 2] per minibatch)\n")
 print("| sync | Nm | job minibatches/s | VW 0 | VW 1 | ÷ D = 0 (same Nm, same repetition) | "
       "waiting for the server, s (mean per VW) | idle, s (mean per VW) | idle / waiting | idle, % of the run | cores busy | runs |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 res = {}
-for key, nm, label in [("d4", 1, "WSP D = 4"), ("d0", 1, "WSP D = 0"), ("ar", 1, "allreduce"),
-                       ("d4", 4, "WSP D = 4"), ("d0", 4, "WSP D = 0")]:
-    runs = [f"jitter-nm{nm}-{key}-{r}" for r in range(1, jreps + 1)]
+for prefix, key, nm, label in [("jitter", "d4", 1, "WSP D = 4"), ("jitter", "d0", 1, "WSP D = 0"),
+                               ("jitter", "ar", 1, "allreduce"), ("jitter", "d4", 4, "WSP D = 4"),
+                               ("jitter", "d0", 4, "WSP D = 0"), ("steady", "d4", 1, "no jitter: WSP D = 4"),
+                               ("steady", "d0", 1, "no jitter: WSP D = 0")]:
+    runs = [f"{prefix}-nm{nm}-{key}-{r}" for r in range(1, jreps + 1)]
     rs = [rates(r) for r in runs]
     paired = [sum(rates(r)) / sum(rates(r.replace(f"-{key}-", "-d0-"))) for r in runs]
     wait = med([statistics.mean(v[-1]["wait_total_s"] for v in vws(r)) for r in runs])
@@ -231,8 +244,12 @@ for key, nm, label in [("d4", 1, "WSP D = 4"), ("d0", 1, "WSP D = 0"), ("ar", 1,
     # the share of each VW's loop spent blocked: less sensitive to how fast the shared cores ran
     share = med([statistics.mean(v[-1]["idle_total_s"] * v[-1]["minibatches_per_s"] / v[-1]["step"] for v in vws(r))
                  for r in runs])
-    res[key, nm] = (med([sum(r) for r in rs]), wait, idle, med(paired), share)
-    print(f"| {label} | {nm} | **{res[key, nm][0]:.3f}** | {med([r[0] for r in rs]):.3f} | {med([r[1] for r in rs]):.3f} | "
+    row = (med([sum(r) for r in rs]), wait, idle, med(paired), share)
+    if prefix == "jitter":
+        res[key, nm] = row
+    else:
+        res["steady", key] = row
+    print(f"| {label} | {nm} | **{row[0]:.3f}** | {med([r[0] for r in rs]):.3f} | {med([r[1] for r in rs]):.3f} | "
           f"{med(paired):.2f} | {wait:.2f} | {idle:.2f} | {100 * idle / max(wait, 1e-9):.0f}% | {100 * share:.1f}% | "
           f"{med([cores(r) for r in runs]):.2f} | {', '.join(f'{sum(r):.3f}' for r in rs)} |")
 for nm in (1, 4):
@@ -241,8 +258,12 @@ for nm in (1, 4):
           f"idle / waiting {100 * res['d4', nm][2] / max(res['d4', nm][1], 1e-9):.0f}% (D = 4), "
           f"{100 * res['d0', nm][2] / max(res['d0', nm][1], 1e-9):.0f}% (D = 0) (paper: 18%); blocked "
           f"{100 * res['d0', nm][4]:.1f}% of the run at D = 0, {100 * res['d4', nm][4]:.1f}% at D = 4", end="")
-print(f"; allreduce / D = 0 (Nm = 1) = {res['ar', 1][3]:.2f}\n")
-print("```\n" + "\n".join(cmd(f"jitter-nm{nm}-{k}-1") for nm, k in [(1, "d4"), (1, "d0"), (1, "ar"), (4, "d4"), (4, "d0")])
+print(f"; allreduce / D = 0 (Nm = 1) = {res['ar', 1][3]:.2f}")
+print(f"\nWithout jitter D = 4 / D = 0 = {res['steady', 'd4'][3]:.2f} (Nm = 1): running ahead alone; the jitter's own part "
+      f"of the gain is {res['d4', 1][3]:.2f} / {res['steady', 'd4'][3]:.2f} = {res['d4', 1][3] / res['steady', 'd4'][3]:.2f} "
+      f"(in expectation E[max of 4 factors] / E[factor] = 1.8 / 1.5 = 1.2 for a lockstep D = 0)\n")
+print("```\n" + "\n".join(cmd(f"{p}-nm{nm}-{k}-1") for p, nm, k in [("jitter", 1, "d4"), ("jitter", 1, "d0"),
+      ("jitter", 1, "ar"), ("jitter", 4, "d4"), ("jitter", 4, "d0"), ("steady", 1, "d4"), ("steady", 1, "d0")])
       + "\n```\n")
 
 def conv_table(prefix, title, unit):

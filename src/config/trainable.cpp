@@ -99,20 +99,12 @@ void check_hetero_trainable(const Config& cfg) {
                             cfg.train.steps, h.nm),
                 fmt::format("use train.steps = {} (every virtual worker runs train.steps minibatches, "
                             "pushing after each wave of nm)", (cfg.train.steps / h.nm + 1) * h.nm));
-  // WSP checkpoints (train/wsp_checkpoint.h) are taken at the end of a clock that pulls (c >= D):
-  // a multiple of Nm minibatches, at least (D + 1)·Nm.
-  const bool wsp_checkpoints = h.sync == "wsp";
-  BATON_REQUIRE(wsp_checkpoints || (cfg.checkpoint.every == 0 && (cfg.checkpoint.resume == "auto" ||
-                                                                  cfg.checkpoint.resume == "never")),
-                "checkpoints of virtual-worker runs under hetero.sync = \"allreduce\" (each VW's optimizer state) "
-                "are not built yet",
-                "set checkpoint.every = 0 and checkpoint.resume = \"never\" (or \"auto\"); such a run neither "
-                "writes nor reads checkpoints");
   const int64_t unit = int64_t{h.nm} * (h.staleness + 1);
-  BATON_REQUIRE(!wsp_checkpoints || cfg.checkpoint.every == 0 ||
-                    (cfg.checkpoint.every % h.nm == 0 && cfg.checkpoint.every >= unit),
-                fmt::format("checkpoint.every = {}: WSP checkpoints are taken at the end of a wave whose clock pulls "
-                            "(clock >= staleness), so every must be a multiple of hetero.nm = {} and at least "
+  // Checkpoints of virtual workers (train/wsp_checkpoint.h) are taken at a wave's end; under WSP one
+  // whose clock pulls (c >= D): a multiple of Nm minibatches, at least (D + 1)·Nm.
+  BATON_REQUIRE(cfg.checkpoint.every == 0 || (cfg.checkpoint.every % h.nm == 0 && cfg.checkpoint.every >= unit),
+                fmt::format("checkpoint.every = {}: virtual-worker checkpoints are taken at the end of a wave whose "
+                            "clock pulls (clock >= staleness), so every must be a multiple of hetero.nm = {} and at least "
                             "(staleness + 1) x nm = {}", cfg.checkpoint.every, h.nm, unit),
                 fmt::format("use checkpoint.every = {}", std::max<int64_t>(unit, (cfg.checkpoint.every + h.nm - 1) /
                                                                                      h.nm * h.nm)));

@@ -60,12 +60,12 @@ void publish_wsp_checkpoint(const Config& cfg, int world_size, int64_t step) {
   }
 }
 
-void log_wsp_resume(const WspResume& r, int num_vw) {
+void log_wsp_resume(const WspResume& r, int num_vw, const char* sync) {
   if (r.elastic)
     log::info("elastic resume at step {}: {} virtual workers now, {} in the checkpoint; every VW continues from "
               "the global weights (and VW 0's optimizer state) of {}", r.step, num_vw, r.old_vws, r.path);
   else
-    log::info("resumed WSP at step {} (every VW from its own checkpoint, weights = w_global)", r.step);
+    log::info("resumed {} at step {} (every VW from its own checkpoint, weights = w_global)", sync, r.step);
 }
 
 std::optional<WspResume> find_wsp_resume(const Config& cfg, dist::Comm& world, int vw) {

@@ -50,8 +50,9 @@ struct WspResume {
 // same checkpoint (Error otherwise, naming both steps).
 std::optional<WspResume> find_wsp_resume(const Config& cfg, dist::Comm& world, int vw);
 
-// Logs where the run resumed (and, when elastic, from which file with how many VWs).
-void log_wsp_resume(const WspResume& r, int num_vw);
+// Logs where the run resumed (and, when elastic, from which file with how many VWs); `sync` names
+// the mode ("WSP", "allreduce").
+void log_wsp_resume(const WspResume& r, int num_vw, const char* sync = "WSP");
 
 // Rank 0, once every VW has saved step `step`: publishes the marker (atomically) and prunes markers
 // beyond checkpoint.keep.

@@ -225,24 +225,32 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, const std::ve
   log::info("allreduce between virtual workers (HetPipe's synchronous baseline): {} virtual workers of one "
             "rank each | Nm = {} minibatches per wave | at each wave's end every VW's weights become the wave's "
             "start + the mean of the VWs' wave updates | minibatch = {} rows of each global batch of {} | "
-            "no checkpoints yet",
+            "checkpoints at wave ends (train/wsp_checkpoint.h)",
             N, nm, cfg.train.global_batch / N, cfg.train.global_batch);
+  // Resume (train/wsp_checkpoint.h): every VW's file holds the common weights of a wave's end; each
+  // VW loads its own (optimizer state included), or VW 0's when the VWs changed.
+  const std::optional<WspResume> resume = find_wsp_resume(cfg, world, vw);
+  if (resume) {
+    session.load(resume->path);
+    log_wsp_resume(*resume, N, "allreduce");
+  }
+  const int64_t first = resume ? resume->step : 0;
   SequentialModel& model = session.model();
   Backend& be = session.backend();
   const size_t F = model.flat_size();
   // start = w at the start of the wave (the same on every VW), u = the wave update, then the sum.
   std::vector<float> start(F), u(F);
-  be.to_host(start.data(), model.params(), F * sizeof(float));  // w0: every VW initialises from the same seed
+  be.to_host(start.data(), model.params(), F * sizeof(float));  // w0 (one seed) or the checkpoint's: the same everywhere
   // The parameters' positions in the flat buffer (the gaps between tensors stay as they are).
   std::vector<char> in_tensor(F, 0);
   for (int i = 0; i < model.table().size(); ++i)
     std::fill_n(in_tensor.begin() + static_cast<std::ptrdiff_t>(model.table().offset(i)), model.table().numel(i), 1);
 
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
-  VwLog vwlog(cfg, session, world.rank(), vw);
-  int waves = 0;
+  VwLog vwlog(cfg, session, world.rank(), vw, true, resume ? first : -1);
+  int waves = static_cast<int>(first / nm);
   LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);  // each VW's own losses
-  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+  for (int64_t step = first; step < cfg.train.steps; ++step) {
     // Minibatch p = step + 1 runs on every VW's waves before its own wave plus its own minibatches
     // of this wave: it misses the other VWs' (p − 1) mod Nm newest minibatches.
     const int staleness = N > 1 ? static_cast<int>(step % nm) : 0;
@@ -273,6 +281,13 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, const std::ve
     vm.wait_s = vm.idle_s = wait;
     vm.push_s = sync_s;
     vwlog.step(step, lr, t, vm, fmt::format("wave {} ({} averaged)", step / nm, waves));
+    // A checkpoint at a wave's end (checkpoint.every is a multiple of Nm; the run's end is one):
+    // every VW's weights are the same, each saves its own file, rank 0 the marker once all did.
+    if ((cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) || step + 1 == cfg.train.steps) {
+      session.save(step + 1, lr);
+      world.barrier();
+      if (world.rank() == 0) publish_wsp_checkpoint(cfg, world.size(), step + 1);
+    }
   }
   vwlog.finish(world, vws, "in the all-reduce (waiting for the other virtual workers included)");
   return vwlog.summary();

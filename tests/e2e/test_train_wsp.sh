@@ -200,17 +200,17 @@ expect_error "not a whole number of waves" "$BATON" train tiny.toml "${SGD[@]}" 
 expect_error "run.stall_timeout_s = 60 is not built for virtual-worker runs" "$BATON" train tiny.toml "${SGD[@]}" \
   --set run.dir=bad --set hetero.sync='"wsp"' --set run.stall_timeout_s=60
 expect_error "need hetero.sync = \"wsp\"" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.staleness=2
-expect_error "WSP checkpoints are taken at the end of a wave whose clock pulls" "$BATON" train tiny.toml "${SGD[@]}" \
+expect_error "virtual-worker checkpoints are taken at the end of a wave whose clock pulls" "$BATON" train tiny.toml "${SGD[@]}" \
   --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.nm=2 --set hetero.staleness=1 --set checkpoint.every=2
-# (c) What the allreduce baseline refuses: WSP's staleness bound, pipelines inside VWs, checkpoints,
-# waves that do not divide train.steps, `baton bench`, tensor parallelism.
+# (c) What the allreduce baseline refuses: WSP's staleness bound, pipelines inside VWs, checkpoints
+# off wave ends, waves that do not divide train.steps, `baton bench`, tensor parallelism.
 expect_error "the other \[hetero\] keys need hetero.sync = \"wsp\"" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
   --set hetero.sync='"allreduce"' --set hetero.nm=2 --set hetero.staleness=1
 expect_error "virtual workers of several stages under hetero.sync = \"allreduce\" are not built yet" timeout 60 \
   "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"allreduce"' \
   --set hetero.virtual_workers='["0,1"]'
-expect_error "checkpoints of virtual-worker runs under hetero.sync = \"allreduce\"" "$BATON" train tiny.toml "${SGD[@]}" \
-  --set run.dir=bad --set hetero.sync='"allreduce"' --set hetero.nm=2 --set checkpoint.every=4
+expect_error "virtual-worker checkpoints are taken at the end of a wave" "$BATON" train tiny.toml "${SGD[@]}" \
+  --set run.dir=bad --set hetero.sync='"allreduce"' --set hetero.nm=2 --set checkpoint.every=3
 expect_error "not a whole number of waves" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"allreduce"' \
   --set hetero.nm=5
 expect_error "baton bench does not run allreduce" "$BATON" bench tiny.toml "${SGD[@]}" --set hetero.nm=2 --warmup 1 --steps 3

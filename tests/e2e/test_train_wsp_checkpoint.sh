@@ -11,6 +11,8 @@
 #   resume, and an elastic restart onto other VWs with other stage boundaries (2 × 2 stages → a
 #   VW of stages [0,1) [1,4) beside a one-stage VW); with ED-local placement (every stage its own
 #   server client) 8 + 4 steps give the uninterrupted default-placement run's losses bit for bit;
+# - the allreduce baseline: checkpoints at wave ends (every VW's weights alike), bit-exact resume
+#   with the same 3 VWs, elastic onto 2;
 # - refusals.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/lib_checkpoint.sh"
@@ -57,8 +59,19 @@ grep -q "resumed WSP at step 8" plocal2.log || { cat plocal2.log; fail "no resum
   --set run.dir=pel > pel.log
 grep -q "elastic resume at step 8: 2 virtual workers now, 2 in the checkpoint" pel.log || { cat pel.log; fail "no elastic"; }
 
+# The allreduce baseline (3 VWs, Nm = 2): checkpoints at wave ends, where every VW's weights are the
+# same; 8 + 4 resumed steps = 12 uninterrupted bit for bit; elastic onto 2 VWs.
+AR=(--set hetero.sync='"allreduce"' --set hetero.nm=2 --set checkpoint.every=4 --set train.global_batch=12)
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${AR[@]}" --set run.dir=arfull > arfull.log
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${AR[@]}" --set run.dir=arpart --set train.steps=8 > arpart1.log
+cp -r arpart arel
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${AR[@]}" --set run.dir=arpart > arpart2.log
+grep -q "resumed allreduce at step 8" arpart2.log || { cat arpart2.log; fail "no allreduce resume"; }
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${AR[@]}" --set run.dir=arel > arel.log
+grep -q "elastic resume at step 8: 2 virtual workers now, 3 in the checkpoint" arel.log || { cat arel.log; fail "no elastic"; }
+
 # Every VW's file of a step holds w_global: the same parameters (`baton ckpt inspect` checksums).
-for spec in "full 4,8,12 2" "el 4,8 3" "stale 6,12 2" "pfull 4,8,12 2" "plocal 4,8,12 2"; do
+for spec in "full 4,8,12 2" "el 4,8 3" "stale 6,12 2" "pfull 4,8,12 2" "plocal 4,8,12 2" "arfull 4,8,12 3"; do
   read -r run steps vws <<< "$spec"
   for s in ${steps//,/ }; do
     f0=$(printf "%s/ckpt/vw0/step-%07d.h5" "$run" "$s")
@@ -76,22 +89,20 @@ import json
 def rows(path):
     return [json.loads(l) for l in open(path)]
 # Exact resume: every VW's records of the resumed run are the uninterrupted run's, bit for bit.
-for full, part in (("full", "part"), ("pfull", "ppart"), ("pfull", "plocal")):
-    for f in ("metrics.jsonl", "metrics-vw1.jsonl"):
+for full, part in (("full", "part"), ("pfull", "ppart"), ("pfull", "plocal"), ("arfull", "arpart")):
+    for f in ("metrics.jsonl", "metrics-vw1.jsonl") + (("metrics-vw2.jsonl",) if full == "arfull" else ()):
         a, b = rows(f"{full}/{f}"), rows(f"{part}/{f}")
         assert [r["step"] for r in b] == list(range(1, 13)), [r["step"] for r in b]
         assert [r["loss"] for r in a] == [r["loss"] for r in b], (part, f)
 r = rows("pel/metrics-vw1.jsonl")
 assert [x["step"] for x in r] == list(range(1, 13)) and r[-1]["loss"] < r[0]["loss"], "pipelined elastic"
-# Elastic: both VWs of the 2-VW run continue at step 9 and train.
-for f in ("metrics.jsonl", "metrics-vw1.jsonl"):
-    r = rows(f"el/{f}")
+# Elastic: both VWs of the 2-VW runs continue at step 9 and train.
+for f in ("el/metrics.jsonl", "el/metrics-vw1.jsonl", "arel/metrics.jsonl", "arel/metrics-vw1.jsonl"):
+    r = rows(f)
     assert [x["step"] for x in r] == list(range(1, 13)) and r[-1]["loss"] < r[0]["loss"], f
-print("WSP checkpoints: every VW holds w_global; same-VW resume bit-exact; elastic 3 -> 2 VWs continues")
+print("VW checkpoints (WSP, allreduce): every VW holds w_global; same-VW resume bit-exact; elastic 3 -> 2 VWs continues")
 PY
 
-expect_error "WSP checkpoints are taken at the end of a wave whose clock pulls" "$BATON" train tiny.toml "${SGD[@]}" \
+expect_error "virtual-worker checkpoints are taken at the end of a wave whose clock pulls" "$BATON" train tiny.toml "${SGD[@]}" \
   --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.nm=2 --set hetero.staleness=1 --set checkpoint.every=2
-expect_error "checkpoints of virtual-worker runs under hetero.sync = \"allreduce\"" "$BATON" train tiny.toml "${SGD[@]}" \
-  --set run.dir=bad --set hetero.nm=2 --set checkpoint.every=4
 echo "PASS"
