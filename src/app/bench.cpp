@@ -97,6 +97,9 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   const double tflops_job = session.flops_per_step() * n / total / 1e12;
   const double tflops_device = tflops_job / ranks;
   const double peak = session.peak_tflops();
+  // llm.c's and most papers' count (6N + 6·L·C·T per token), beside the DESIGN formula above.
+  const double flops_6n = session.builder().flops_per_token_6n();
+  const double tflops_6n_device = flops_6n * tokens_per_s / 1e12 / ranks;
 
   log::info("bench: {} warm-up + {} timed steps on synthetic {} | {} {}/step | loss {:.4f} -> {:.4f}",
             opts.warmup, opts.steps, unit, session.tokens_per_step(), unit, first_loss, last_loss);
@@ -112,6 +115,9 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   else
     log::info("mfu: not reported: the {} peak of {} is unknown (measured {:.3f} TFLOP/s per device)",
               cfg.precision.compute, session.device().device_name, tflops_device);
+  if (flops_6n > 0 && peak > 0)
+    log::info("mfu (6N + 6·L·C·T per token, as llm.c and PaLM count; causal attention once): {:.1f}% "
+              "({:.3f} TFLOP/s per device)", 100 * tflops_6n_device / peak, tflops_6n_device);
   if (ranks > 1)
     log::info("comm: {:.1f}% of step time blocked in communication (mean over {} ranks; max {:.1f}%)",
               100 * comm_share_mean, ranks, 100 * comm_share_max);
@@ -141,6 +147,8 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
     j["tflops_per_device"] = tflops_device;
     j["peak_tflops"] = peak > 0 ? nlohmann::json(peak) : nlohmann::json(nullptr);
     j["mfu"] = peak > 0 ? nlohmann::json(tflops_device / peak) : nlohmann::json(nullptr);
+    j["flops_per_token_6n"] = flops_6n > 0 ? nlohmann::json(flops_6n) : nlohmann::json(nullptr);
+    j["mfu_6n"] = flops_6n > 0 && peak > 0 ? nlohmann::json(tflops_6n_device / peak) : nlohmann::json(nullptr);
     j["comm_share_mean"] = comm_share_mean;
     j["loss_first"] = first_loss;
     j["loss_last"] = last_loss;

@@ -33,6 +33,11 @@ double GptBuilder::flops_per_step(int64_t samples) const {
   return gpt_model_flops_per_step(samples, d_.seq_len, d_.n_layer, d_.d_model, d_.vocab_padded);
 }
 
+double GptBuilder::flops_per_token_6n() const {
+  return 6.0 * gpt_parameter_count(d_.seq_len, d_.n_layer, d_.d_model, d_.vocab_padded) +
+         6.0 * d_.n_layer * double(d_.d_model) * d_.seq_len;
+}
+
 std::vector<LayerRange> GptBuilder::default_stages(int stages) const {
   const int n_layer = d_.n_layer;
   BATON_REQUIRE(stages >= 1 && n_layer % stages == 0,
@@ -71,6 +76,11 @@ std::vector<LayerRange> pipeline_chunks(int n_layer, int pp, int vp, int pp_rank
 double gpt_model_flops_per_step(int64_t B, int s, int l, int h, int V) {
   const double hd = h;
   return 72.0 * B * s * l * hd * hd * (1.0 + s / (6.0 * hd) + V / (12.0 * l * hd));
+}
+
+double gpt_parameter_count(int seq_len, int n_layer, int d_model, int vocab) {
+  const double C = d_model;
+  return double(vocab) * C + double(seq_len) * C + n_layer * (12.0 * C * C + 13.0 * C) + 2.0 * C;
 }
 
 double gpt_hardware_flops_full_recompute(int64_t B, int s, int l, int h, int V) {

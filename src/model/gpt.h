@@ -32,6 +32,7 @@ class GptBuilder final : public ModelBuilder {
   int64_t target_elements(int B, int T) const override { return int64_t(B) * T; }
   double flops_per_step(int64_t samples) const override;
   std::string flops_formula() const override { return "72*B*s*l*h^2*(1 + s/6h + V/12lh)"; }
+  double flops_per_token_6n() const override;
   // Megatron's split (PTD-P notes-dissertation §1.6 / §3): the L blocks divided evenly over the
   // model stages, the embedding on model stage 0 and the head on the last. Throws Error (with a
   // hint) when `stages` does not divide n_layer.
@@ -52,6 +53,9 @@ std::vector<LayerRange> pipeline_chunks(int n_layer, int pp, int vp, int pp_rank
 // l = layers, h = d_model, V = vocabulary (padded, as computed).
 double gpt_model_flops_per_step(int64_t global_batch, int seq_len, int n_layer, int d_model,
                                 int vocab);
+// Parameters of a GPT-2 (tied head, padded vocabulary V, learned positions T, biases):
+// N = V·C + T·C + L·(12·C² + 13·C) + 2·C — llm.c's num_parameters (124,475,904 for GPT-2 124M).
+double gpt_parameter_count(int seq_len, int n_layer, int d_model, int vocab);
 // Hardware FLOPs with full recomputation: 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).
 double gpt_hardware_flops_full_recompute(int64_t global_batch, int seq_len, int n_layer,
                                          int d_model, int vocab);

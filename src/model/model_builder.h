@@ -64,6 +64,9 @@ class ModelBuilder {
   // recomputation): what MFU divides by. `formula`: the formula as the log header prints it.
   virtual double flops_per_step(int64_t samples) const = 0;
   virtual std::string flops_formula() const = 0;
+  // The per-token count llm.c, PaLM and most papers use, 6N + 6·L·C·T (N parameters, causal
+  // attention counted once), for comparing MFU like for like; 0 where the family has none.
+  virtual double flops_per_token_6n() const { return 0; }
 
   // ---- pipelines ----
   // The default split of the global layers into `stages` model stages (pp · vp), in model-stage

@@ -31,7 +31,7 @@ DataParallelGrads::DataParallelGrads(Backend& be, const ParamTable& table,
     buckets_.push_back(std::move(b));
   }
   build_segments(table);
-  if (zero1_) scratch_.assign(padded / dp_size(), 0.0f);
+  if (zero1_) scratch_ = static_cast<float*>(be_.alloc(padded / dp_size() * sizeof(float)));
   int layers = 0;
   for (int l : layer_of_param_) layers = std::max(layers, l + 1);
   layer_done_.assign(layers, false);
@@ -77,7 +77,7 @@ void DataParallelGrads::launch(Bucket& b, float* grads) {
   if (!dp_) return;
   if (zero1_) {
     const size_t piece = (b.hi - b.lo) / dp_size();
-    b.request = dp_->reduce_scatter_async(grads + b.lo, scratch_.data() + b.lo / dp_size(), piece,
+    b.request = dp_->reduce_scatter_async(grads + b.lo, scratch_ + b.lo / dp_size(), piece,
                                           dist::DType::F32, dist::ReduceOp::SUM);
   } else {
     b.request = dp_->all_reduce_async(grads + b.lo, b.hi - b.lo, dist::DType::F32,
@@ -125,7 +125,7 @@ void DataParallelGrads::finish(float* grads) {
     b.launched = false;
     if (zero1_) {
       const size_t piece = (b.hi - b.lo) / dp_size();
-      std::copy_n(scratch_.data() + b.lo / dp_size(), piece, grads + b.lo + r * piece);
+      be_.copy(grads + b.lo + r * piece, scratch_ + b.lo / dp_size(), piece);
     }
   }
 }

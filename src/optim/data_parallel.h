@@ -101,7 +101,10 @@ class DataParallelGrads {
   int early_ = 0;
   std::vector<UpdateSegment> segments_;
   size_t state_size_ = 0;
-  std::vector<float> scratch_;  // reduce-scatter needs a separate receive buffer per bucket
+  // ZeRO-1's reduce-scatter receive buffer (a separate one per bucket, back to back): the backend's
+  // memory, so that on a GPU the collective reads and writes device buffers (DeviceComm routes by
+  // where the pointers live) and the copy back into the gradients stays on the device.
+  float* scratch_ = nullptr;
 };
 
 }  // namespace baton

@@ -95,18 +95,6 @@ void WspStageSync::bind(SequentialModel& model, const GlobalParams& global, dist
     held_.push_back(i);
     if (model.owns_param(i)) owned_.push_back(i);
   }
-  if (s_.per_stage) {
-    std::vector<int> owned, held;
-    for (int i : owned_) owned.push_back(global_of_[i]);
-    for (int i : held_) held.push_back(global_of_[i]);
-    push_sel_ = server.select(owned);
-    pull_sel_ = server.select(held);
-    client_ = std::make_unique<dist::ServerClient>(server, push_sel_, pull_sel_, s_.vw, global_->floats(), s_.background);
-    full_.assign(global_->floats(), 0.0f);
-  } else if (leader()) {
-    client_ = std::make_unique<dist::ServerClient>(server, server.all(), server.all(), s_.vw, global_->floats(),
-                                                   s_.background);
-  }
   anchor_.assign(model.flat_size(), 0.0f);
   host_ = delta_ = anchor_;
   model.backend().to_host(anchor_.data(), model.params(), anchor_.size() * sizeof(float));
@@ -116,6 +104,15 @@ void WspStageSync::bind(SequentialModel& model, const GlobalParams& global, dist
     for (int i : local) g.push_back(global_of_[i]);
     return g;
   };
+  if (s_.per_stage) {  // ED-local: this stage pushes its owned tensors and pulls its held ones
+    push_sel_ = server.select(globals(owned_));
+    pull_sel_ = server.select(globals(held_));
+    client_ = std::make_unique<dist::ServerClient>(server, push_sel_, pull_sel_, s_.vw, global_->floats(), s_.background);
+    full_.assign(global_->floats(), 0.0f);
+  } else if (leader()) {
+    client_ = std::make_unique<dist::ServerClient>(server, server.all(), server.all(), s_.vw, global_->floats(),
+                                                   s_.background);
+  }
   // The leader learns every stage's tensors (owned, then held) and gathers w0 of the model.
   const int k = comm.size();
   if (!leader()) {

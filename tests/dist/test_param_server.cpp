@@ -11,47 +11,12 @@
 
 #include "dist/mpi_comm.h"
 #include "dist/param_server.h"
+#include "param_server_values.h"
 
 namespace baton::dist {
 namespace {
 
-// Tensors of several sizes with gaps between them in the flat buffer (the gaps are not w_global).
-std::vector<TensorSpan> spans() { return {{0, 1}, {3, 7}, {10, 1000}, {1011, 3}, {1020, 64}, {1084, 5}}; }
-constexpr size_t kFlat = 1100;
-
-float w0(size_t j) { return static_cast<float>(j % 17); }
-// VW v's wave k: a different integer pattern per (v, k, position).
-float delta(int v, int k, size_t j) { return static_cast<float>((v + 1) * (k + 1) + int(j % 5) - 2); }
-
-std::vector<float> initial() {
-  std::vector<float> w(kFlat, -1.0f);
-  for (const TensorSpan& t : spans())
-    for (size_t j = t.offset; j < t.offset + t.count; ++j) w[j] = w0(j);
-  return w;
-}
-
-std::vector<float> wave(int v, int k) {
-  std::vector<float> d(kFlat, 1e6f);  // gaps: a push must not carry them anywhere
-  for (size_t j = 0; j < kFlat; ++j) d[j] = delta(v, k, j);
-  return d;
-}
-
-// w0 + every VW's waves 0 … c_global − 1, on the tensors; `gap` elsewhere.
-void expect_snapshot(const std::vector<float>& got, int64_t c_global, int n, float gap) {
-  const std::vector<int64_t> counters(n, c_global);
-  std::vector<bool> in(kFlat, false);
-  for (const TensorSpan& t : spans())
-    for (size_t j = t.offset; j < t.offset + t.count; ++j) in[j] = true;
-  for (size_t j = 0; j < kFlat; ++j) {
-    float want = gap;
-    if (in[j]) {
-      want = w0(j);
-      for (size_t v = 0; v < counters.size(); ++v)
-        for (int k = 0; k < counters[v]; ++k) want += delta(static_cast<int>(v), k, j);
-    }
-    ASSERT_EQ(got[j], want) << "element " << j;
-  }
-}
+using namespace values;
 
 TEST(ParamServer, ShardsRoundRobin) {
   auto world = MpiRuntime::world();

@@ -12,39 +12,12 @@
 #include "core/timer.h"
 #include "dist/mpi_comm.h"
 #include "dist/server_client.h"
+#include "param_server_values.h"
 
 namespace baton::dist {
 namespace {
 
-std::vector<TensorSpan> spans() { return {{0, 1}, {3, 7}, {10, 1000}, {1011, 3}, {1020, 64}, {1084, 5}}; }
-constexpr size_t kFlat = 1100;
-
-float w0(size_t j) { return static_cast<float>(j % 17); }
-float delta(int v, int k, size_t j) { return static_cast<float>((v + 1) * (k + 1) + int(j % 5) - 2); }
-
-std::vector<float> initial() {
-  std::vector<float> w(kFlat, -1.0f);
-  for (const TensorSpan& t : spans())
-    for (size_t j = t.offset; j < t.offset + t.count; ++j) w[j] = w0(j);
-  return w;
-}
-
-std::vector<float> wave(int v, int k) {
-  std::vector<float> d(kFlat);
-  for (size_t j = 0; j < kFlat; ++j) d[j] = delta(v, k, j);
-  return d;
-}
-
-// w0 + every VW's waves 0 … c_global − 1 on the tensors (the gaps are not checked).
-void expect_snapshot(const std::vector<float>& got, int64_t c_global, int n) {
-  for (const TensorSpan& t : spans())
-    for (size_t j = t.offset; j < t.offset + t.count; ++j) {
-      float want = w0(j);
-      for (int v = 0; v < n; ++v)
-        for (int k = 0; k < c_global; ++k) want += delta(v, k, j);
-      ASSERT_EQ(got[j], want) << "element " << j << " at c_global " << c_global;
-    }
-}
+using namespace values;
 
 class ServerClientTest : public testing::TestWithParam<bool> {
  protected:

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/gpu_test.h"
 #include "kernels/cast.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/elementwise.cuh"
@@ -49,11 +50,6 @@ namespace {
 
 constexpr double kBf16 = 1e-3, kStat = 1e-5;
 using Bits = std::vector<uint16_t>;  // bf16 tensors on the host, as raw bits
-
-bool have_cuda() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
@@ -184,7 +180,7 @@ void expect_same_bits(const std::vector<T>& a, const std::vector<T>& b, const st
 class Bf16Kernels : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!have_cuda()) GTEST_SKIP() << "skipped: no CUDA device";
+    BATON_GPU_TEST_OR_SKIP();
   }
 };
 

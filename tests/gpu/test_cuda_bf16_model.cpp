@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../support/gpu_test.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/rng.h"
@@ -27,11 +28,6 @@
 
 namespace baton {
 namespace {
-
-bool have_cuda() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 GptDims dims(int head_size) {
   GptDims d;
@@ -80,7 +76,7 @@ TrainRun train(Backend& be, const GptDims& d, int steps, bool cuda) {
 class CudaBf16 : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    if (!have_cuda()) GTEST_SKIP() << "skipped: no CUDA device";
+    BATON_GPU_TEST_OR_SKIP();
   }
 };
 

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/gpu_test.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/rng.h"
@@ -40,11 +41,6 @@ struct Tol {
 };
 constexpr Tol kExact{0, 0}, kSumsq{1e-12, 0}, kGelu{1e-5, 1e-7}, kReduce{1e-5, 1e-6},
     kGemm{1e-4, 1e-5}, kAttention{1e-4, 1e-5}, kAdamParam{1e-6, 1e-7}, kModel{2e-3, 1e-4};
-
-bool have_cuda() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
   Rng rng(seed);
@@ -130,7 +126,7 @@ struct IntPair {
 class CudaOps : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!have_cuda()) GTEST_SKIP() << "skipped: no CUDA device";
+    BATON_GPU_TEST_OR_SKIP();
     cpu_ = make_cpu_backend();
     gpu_ = make_cuda_backend();
   }
@@ -576,7 +572,7 @@ TEST_F(CudaOps, TinyGptIsDeterministicAndStopsAllocating) {
 }
 
 TEST(CudaChoice, ExplicitCudaNeedsADevice) {
-  if (!have_cuda()) GTEST_SKIP() << "skipped: no CUDA device";
+  BATON_GPU_TEST_OR_SKIP();
   auto be = make_cuda_backend();
   EXPECT_EQ(be->name(), "cuda");
 }

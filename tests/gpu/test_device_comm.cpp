@@ -6,6 +6,7 @@
 // host scalars. Written for any number of ranks (one GPU each, device = rank % devices); ctest runs
 // it as a one-rank job. Without a CUDA device every test prints "skipped: no CUDA device" and is
 // skipped.
+#include "../support/gpu_test.h"
 #include "dist/device_comm.h"
 
 #include <cuda_runtime_api.h>
@@ -72,7 +73,8 @@ class DeviceCommTest : public ::testing::Test {
     compute_ = nullptr;
   }
   void SetUp() override {
-    if (!comm_) GTEST_SKIP() << "no CUDA device";
+    BATON_GPU_TEST_OR_SKIP();
+    ASSERT_NE(comm_, nullptr) << "a CUDA device is present but the communicator was not made (cudaSetDevice, the stream or make_device_comm failed)";
     ASSERT_NE(dev_, nullptr);
   }
   // Host copy of `n` device bytes, read on the compute stream (ordered after everything before).

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/gpu_test.h"
 #include "backend/cpu/cpu_flash_attention.h"
 #include "core/rng.h"
 #include "kernels/flash_attention.cuh"
@@ -33,14 +34,7 @@
 namespace baton {
 namespace {
 
-bool have_cuda() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_CUDA()                                           \
-  do {                                                           \
-    if (!have_cuda()) GTEST_SKIP() << "skipped: no CUDA device"; \
-  } while (0)
+#define REQUIRE_CUDA() BATON_GPU_TEST_OR_SKIP()
 
 struct Shape {
   int B, T, NH, HS;

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/gpu_test.h"
 #include "kernels/gemm_lt.cuh"
 #include "kernels/matmul_bf16.cuh"
 
@@ -47,11 +48,6 @@ namespace {
 constexpr double kBf16Once = 1.0 / 256, kBf16Twice = 1.0 / 128, kLtGelu = 1e-3;
 constexpr double kPi = 3.14159265358979323846;
 double f32_tol(long long K) { return 2e-6 * std::sqrt(double(K)); }
-
-bool have_cuda() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 // ---- bf16 on the host (round to nearest even), random data ----------------------------------
 uint16_t f2bf(float f) {
@@ -228,7 +224,7 @@ const char* epi_name(LtEpilogue e) {
 class GemmLt : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!have_cuda()) GTEST_SKIP() << "skipped: no CUDA device";
+    BATON_GPU_TEST_OR_SKIP();
     ASSERT_EQ(cudaStreamCreate(&s_), cudaSuccess);
     lt_ = std::make_unique<LtGemm>(s_);
   }

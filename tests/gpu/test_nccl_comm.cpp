@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "../support/gpu_test.h"
 #include "../dist/typed_buffer.h"
 #include "dist/nccl_comm.h"
 
@@ -77,7 +78,8 @@ class NcclCommTest : public ::testing::Test {
     world_ = nullptr;
   }
   void SetUp() override {
-    if (!nccl_) GTEST_SKIP() << "no CUDA device";
+    BATON_GPU_TEST_OR_SKIP();
+    ASSERT_NE(nccl_, nullptr) << "a CUDA device is present but the communicator was not made (make_nccl_comm failed)";
   }
   static Comm* world_;
   static Comm* nccl_;

@@ -13,10 +13,16 @@
 
 namespace baton::test {
 
-inline bool have_cuda() {
+// Why there is no usable device ("" when there is one): the runtime's own words, e.g. "CUDA driver
+// version is insufficient for CUDA runtime version" or "no CUDA-capable device is detected".
+inline const char* cuda_absent_reason() {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+  return n > 0 ? "" : "cudaGetDeviceCount found 0 devices";
 }
+
+inline bool have_cuda() { return cuda_absent_reason()[0] == '\0'; }
 
 inline bool gpu_required() {
   const char* v = std::getenv("BATON_REQUIRE_GPU");
@@ -31,7 +37,8 @@ inline bool gpu_required() {
   do {                                                                                             \
     if (!::baton::test::have_cuda()) {                                                             \
       if (::baton::test::gpu_required())                                                           \
-        GTEST_FAIL() << "no CUDA device found, and BATON_REQUIRE_GPU=1 requires one (nvidia-smi?)"; \
+        GTEST_FAIL() << "no CUDA device (" << ::baton::test::cuda_absent_reason()                   \
+                     << "), and BATON_REQUIRE_GPU=1 requires one (nvidia-smi?)";                    \
       GTEST_SKIP() << "skipped: no CUDA device";                                                   \
     }                                                                                              \
   } while (0)

@@ -8,7 +8,9 @@
 #include "backend/backend.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "config/config.h"
 #include "model/gpt.h"
+#include "train/session.h"
 #include "train/metrics.h"
 
 namespace baton {
@@ -77,6 +79,22 @@ TEST(Flops, MatchesPerMatmulCount) {
   const double hw = gpt_hardware_flops_full_recompute(8, 1024, 12, 768, 50304);
   const double layers_fwd = counted_flops(8, 1024, 12, 768, 0) / 3.0;
   EXPECT_NEAR(hw / (counted_flops(8, 1024, 12, 768, 50304) + layers_fwd), 1.0, 1e-12);
+}
+
+// llm.c's count (issue 14 A9): N is every parameter of the model baton builds (a one-rank model's
+// table, padding excluded) and GPT-2 124M's is llm.c's 124,475,904; 6N + 6·L·C·T per token.
+TEST(Flops, SixNCountMatchesTheModelsParameters) {
+  EXPECT_EQ(gpt_parameter_count(1024, 12, 768, 50304), 124475904.0);
+  const Config cfg = load_config_string("", "x", {"model.n_layer=3", "model.d_model=48", "model.n_head=4",
+                                                  "model.vocab_size=100", "model.seq_len=32"});
+  const std::shared_ptr<const ModelBuilder> builder = model_builder(cfg, 100);
+  const std::unique_ptr<Backend> be = make_cpu_backend();
+  ParamTable table;
+  for (int l = 0; l < builder->num_layers(); ++l)
+    builder->make_layer(l, TensorParallel{}, *be, Recompute::NONE)->add_params(table);
+  const GptDims& d = gpt_dims_of(*builder);
+  EXPECT_EQ(gpt_parameter_count(32, 3, 48, d.vocab_padded), double(table.count()));
+  EXPECT_EQ(builder->flops_per_token_6n(), 6.0 * double(table.count()) + 6.0 * 3 * 48 * 32);
 }
 
 }  // namespace
