@@ -175,6 +175,7 @@ jitter = 0.25
 slowdown = [1, 2.5, 1, 1, 3, 1, 1, 1]
 memory_limit = [0, 0.5, 16, 16, 8, 8, 8, 8]
 deterministic = true
+overlap = false
 )";
 
 const char* kFullImageConfig = R"(# the CNN, image-data, SGD and pipeline-layout keys, none at its default
@@ -355,6 +356,7 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_EQ(c.hetero.slowdown, (std::vector<double>{1, 2.5, 1, 1, 3, 1, 1, 1}));
   EXPECT_EQ(c.hetero.memory_limit, (std::vector<double>{0, 0.5, 16, 16, 8, 8, 8, 8}));
   EXPECT_TRUE(c.hetero.deterministic);
+  EXPECT_FALSE(c.hetero.overlap);
   // Derived: 8 ranks / (tp 2 x pp 2) = dp 2; 512 / 2 / 4 = 64 micro-batches per step.
   EXPECT_EQ(c.dp, 2);
   EXPECT_EQ(c.global_batch_per_rank(), 256);
