@@ -7,20 +7,21 @@
 #      2 stages, WSP with D = 0 — NP (a fast VW and a slow VW) against ED (each VW a fast and a slow
 #      stage), both partitioned by `baton plan --algorithm hetpipe` on a 2 + 2 GPU cluster file;
 #      minibatches/s of the job (the sum over the VWs) and of each VW;
-#   2. staleness absorbs jitter: 4 VWs of one rank standing for 4 equal devices 3× slower than a
-#      core (hetero.slowdown 3: each rank computes a third of its time, so the 4 ranks fit the 2
-#      cores), every rank's compute stretched by a seeded factor in [1, 2] per minibatch
+#   2. staleness absorbs jitter: 8 VWs of one rank standing for 8 equal devices 6× slower than a
+#      core (hetero.slowdown 6: with the jitter each rank computes about a ninth of its time, so the
+#      8 ranks fit the 2 cores), every rank's compute stretched by a seeded factor in [1, 2] per minibatch
 #      (hetero.jitter = 1); WSP D = 4, D = 0 and the allreduce baseline: minibatches/s, time waiting
 #      for the parameter server and time idle; the same without jitter as the control;
 #   3. convergence: the loss after a fixed number of minibatches for D = 0, 4, 32 (2 VWs of one
 #      rank, lr / 2: WSP adds both VWs' updates) against synchronous data parallelism (dp = 2 at
 #      lr) on configs/quickstart.toml, shortened, and on configs/fashion-resnet.toml, shortened.
 # Throughput runs are repeated (REPS, JITTER_REPS), alternating the configurations, and the tables
-# give medians; the convergence runs run once each. About 17 minutes on the quiet 2-core development
+# give medians; the convergence runs run once each. About 25 minutes on the quiet 2-core development
 # VM, more with other work on it (the Brown datasets must exist:
 # launch/quickstart.sh or data/README.md; Fashion-MNIST from Debian's dataset-fashion-mnist).
 # Usage: launch/hetpipe-figures.sh [--no-cnn] [--report]   (--report: only print the tables again
-# from the runs kept in $OUT)
+# from the runs kept in $OUT; SECTIONS="jitter" (any of alloc, jitter, conv) re-runs only those
+# sections, keeping the others' runs in $OUT)
 # Environment: BATON (default build/baton), REPS (repetitions of the allocation runs, default 2),
 # JITTER_REPS (of the jitter runs, default REPS), OUT (default runs/hetpipe-figures: every
 # run's log, metrics and command are kept there).
@@ -32,6 +33,8 @@ JITTER_REPS=${JITTER_REPS:-$REPS}
 OUT=${OUT:-runs/hetpipe-figures}
 CNN=1
 REPORT_ONLY=0
+SECTIONS=${SECTIONS:-alloc jitter conv}
+section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 for arg in "$@"; do
   case $arg in
     --no-cnn) CNN=0 ;;
@@ -42,7 +45,9 @@ done
 [ -x "$BATON" ] || { echo "error: no baton binary at $BATON" >&2; echo "hint: build it (cmake --build build --target baton) or set BATON" >&2; exit 1; }
 [ -f data/brown/brown-train.bin ] || { echo "error: data/brown/brown-train.bin is missing" >&2; echo "hint: bash launch/quickstart.sh (or the two \`baton data build\` lines of data/README.md)" >&2; exit 1; }
 if [ "$REPORT_ONLY" = 0 ]; then
-rm -rf "$OUT"
+# SECTIONS="jitter" (or "alloc", "conv", any subset) re-runs those sections only, keeping the other
+# sections' runs in $OUT for the tables.
+if [ "$SECTIONS" = "alloc jitter conv" ]; then rm -rf "$OUT"; fi
 mkdir -p "$OUT"
 ROOT=()
 if [ "$(id -u)" -eq 0 ]; then ROOT=(--allow-run-as-root); fi
@@ -60,6 +65,7 @@ job() {
   # The CPU seconds of the ranks (mpirun's children) over the wall time: how many of the machine's
   # cores the run kept busy (the emulated slowdown sleeps, so it does not count).
   local TIMEFORMAT="%R %U %S" rc=0
+  rm -rf "${OUT:?}/$name"  # a kept run of that name would be resumed from its final checkpoint
   { time OMP_NUM_THREADS=1 mpirun "${ROOT[@]}" --oversubscribe --bind-to none -n "$n" -x OMP_NUM_THREADS "$BATON" \
       train "$config" "$@" --set run.dir="\"$OUT/$name\"" > "$OUT/$name.log" 2>&1 || rc=$?; } 2> "$OUT/$name.time"
   [ "$rc" = 0 ] || { tail -20 "$OUT/$name.log" >&2; echo "error: run $name failed (log: $OUT/$name.log)" >&2; exit 1; }
@@ -69,6 +75,7 @@ job() {
 # Runs measure the training loop only: no evaluation but one batch at the end, no checkpoints.
 QUIET=(--set train.eval_every=0 --set train.eval_steps=1 --set train.log_every=1 --set checkpoint.every=0)
 
+if section alloc; then
 # 1. Allocation. The cluster: one node of 2 TITAN RTX, one of 2 RTX 2060 (the table's nearest
 # pair; 2.5x apart in fp32 peak). The planner partitions the quickstart GPT (6 layers: embedding,
 # 4 blocks, head) for them; the runs replace the devices by slowdown 1 (fast) and 2 (slow).
@@ -123,30 +130,38 @@ for rep in $(seq 1 "$REPS"); do
   done
 done
 
-# 2. Staleness absorbs jitter: 4 VWs of one rank, each standing for a device 3× slower than a core
-# (an emulated device takes 3 × the rank's CPU seconds, train/compute_stretch.h, so sharing the 2
+fi  # alloc
+
+if section jitter; then
+# 2. Staleness absorbs jitter: 8 VWs of one rank, each standing for a device 6× slower than a core
+# (an emulated device takes 6 × the rank's CPU seconds, train/compute_stretch.h, so sharing the 2
 # cores does not slow it down), jitter 1 on every rank (the same factors in every run: they are a
 # function of train.seed, rank and minibatch). Nm = 1: every minibatch is a wave, the pull blocks
 # at once (idle = waiting); Nm = 4: a pull requested at the end of wave c gates only the last
 # minibatch of wave c + 1, so the first 3 run while it waits. The control: the same without
 # jitter (what D = 4 gains from running ahead alone).
-JIT=(--set 'hetero.virtual_workers=["0", "1", "2", "3"]' --set 'hetero.slowdown=[3, 3, 3, 3]' --set train.micro_batch=4
-     --set train.global_batch=16 --set train.steps=20)
+JIT_VWS=8
+JIT=(--set "hetero.virtual_workers=[$(seq -s, -f '"%g"' 0 $((JIT_VWS - 1)))]"
+     --set "hetero.slowdown=[$(printf '6,%.0s' $(seq 2 $JIT_VWS))6]" --set train.micro_batch=4
+     --set train.global_batch=$((4 * JIT_VWS)) --set train.steps=20)
 for rep in $(seq 1 "$JITTER_REPS"); do
   for nm in 1 4; do
-    job jitter-nm$nm-d4-$rep 4 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.jitter=1 \
+    job jitter-nm$nm-d4-$rep $JIT_VWS configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.jitter=1 \
       --set hetero.nm=$nm --set hetero.sync='"wsp"' --set hetero.staleness=4
-    job jitter-nm$nm-d0-$rep 4 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.jitter=1 \
+    job jitter-nm$nm-d0-$rep $JIT_VWS configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.jitter=1 \
       --set hetero.nm=$nm --set hetero.sync='"wsp"' --set hetero.staleness=0
   done
-  job jitter-nm1-ar-$rep 4 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.jitter=1 --set hetero.nm=1 \
+  job jitter-nm1-ar-$rep $JIT_VWS configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.jitter=1 --set hetero.nm=1 \
     --set hetero.sync='"allreduce"'
   for d in 4 0; do
-    job steady-nm1-d$d-$rep 4 configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.nm=1 --set hetero.sync='"wsp"' \
+    job steady-nm1-d$d-$rep $JIT_VWS configs/quickstart.toml "${QUIET[@]}" "${JIT[@]}" --set hetero.nm=1 --set hetero.sync='"wsp"' \
       --set hetero.staleness=$d
   done
 done
 
+fi  # jitter
+
+if section conv; then
 # 3. Convergence: the same minibatches for every run (global batch p − 1 split over the 2 VWs /
 # the 2 data-parallel ranks); WSP at lr / 2 (and min_lr / 2), data parallelism at lr.
 CONV_GPT=(--set train.steps=80 --set train.micro_batch=4 --set train.global_batch=8 --set optim.warmup_steps=8 --set train.log_every=1 --set train.eval_every=0
@@ -165,6 +180,8 @@ if [ "$CNN" = 1 ]; then
       --set hetero.staleness=$d --set 'hetero.virtual_workers=["0", "1"]' --set optim.lr=0.1
   done
 fi
+
+fi  # conv
 
 fi  # REPORT_ONLY
 [ -f "$OUT/cluster-2fast-2slow.toml" ] || { echo "error: no runs in $OUT" >&2; exit 1; }
@@ -226,8 +243,9 @@ print(f"\nED / NP = **{job['ed'] / job['np']:.2f}** (ratio of the medians; per r
       f"{', '.join(f'{x:.2f}' for x in paired)}; goal ≥ 1.3)\n")
 print("```\n" + cmd("alloc-np-1") + "\n" + cmd("alloc-ed-1") + "\n```\n")
 
-print("### 2. Staleness absorbs jitter (4 VWs of one rank, each a device 3× slower than a core, compute × a seeded "
-      "factor in [1, 2] per minibatch)\n")
+jn = len(vws("jitter-nm1-d4-1"))
+print(f"### 2. Staleness absorbs jitter ({jn} VWs of one rank, each a device 6× slower than a core, compute × a "
+      "seeded factor in [1, 2] per minibatch)\n")
 print("| sync | Nm | job minibatches/s | VW 0 | VW 1 | ÷ D = 0 (same Nm, same repetition) | "
       "waiting for the server, s (mean per VW) | idle, s (mean per VW) | idle / waiting | idle, % of the run | cores busy | runs |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -261,7 +279,8 @@ for nm in (1, 4):
 print(f"; allreduce / D = 0 (Nm = 1) = {res['ar', 1][3]:.2f}")
 print(f"\nWithout jitter D = 4 / D = 0 = {res['steady', 'd4'][3]:.2f} (Nm = 1): running ahead alone; the jitter's own part "
       f"of the gain is {res['d4', 1][3]:.2f} / {res['steady', 'd4'][3]:.2f} = {res['d4', 1][3] / res['steady', 'd4'][3]:.2f} "
-      f"(in expectation E[max of 4 factors] / E[factor] = 1.8 / 1.5 = 1.2 for a lockstep D = 0)\n")
+      f"(in expectation E[max of {jn} factors] / E[factor] = {1 + jn / (jn + 1):.3f} / 1.5 = "
+      f"{(1 + jn / (jn + 1)) / 1.5:.2f} for a lockstep D = 0)\n")
 print("```\n" + "\n".join(cmd(f"{p}-nm{nm}-{k}-1") for p, nm, k in [("jitter", 1, "d4"), ("jitter", 1, "d0"),
       ("jitter", 1, "ar"), ("jitter", 4, "d4"), ("jitter", 4, "d0"), ("steady", 1, "d4"), ("steady", 1, "d0")])
       + "\n```\n")

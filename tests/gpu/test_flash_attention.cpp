@@ -1,7 +1,8 @@
 // Flash-attention kernels (kernels/flash_attention.cuh) against their CPU twin
 // (src/backend/cpu/cpu_flash_attention.h, the same tiled algorithm in fp32): forward out and lse,
 // backward dq/dk/dv, in fp32 mode and bf16 mode; determinism (same inputs twice -> identical bits),
-// T = 1, T not a multiple of the 64-row tile, HS 32/64/128, never NaN. Label `gpu`; every test
+// T = 1, T not a multiple of the 64-row tile, HS 32/64/128, GPT-2 124M's own shape (B 4, T 1024,
+// 12 heads of 64; the twin on a subset of heads), never NaN. Label `gpu`; every test
 // that needs a device skips with "skipped: no CUDA device" where cudaGetDeviceCount reports none.
 //
 // Tolerances, and why:
@@ -313,6 +314,80 @@ TEST(FlashAttentionGpu, LargeScoresStayFinite) {
     if (!bf16) {
       expect_close(g.out, c.out, Tol{1e-4, 1e-4}, "out");
       expect_close(g.lse, c.lse, Tol{1e-4, 1e-4}, "lse");
+    }
+  }
+}
+
+// GPT-2 124M's attention at its real shape (issue 14 A5: B 4, T 1024, 12 heads of 64): the GPU runs
+// the whole problem (the backward from its own forward, as in training); the CPU twin runs heads
+// {0, 7, 11} of sequences {0, 3} only — heads and sequences are independent, so those are the
+// same numbers — and the GPU's out, lse, dq, dk, dv at those heads are compared with the twin's.
+// The backward's inputs differ by the forward's rounding (~1e-7 relative in fp32, one bf16
+// rounding of out in bf16 mode, as the twin's), inside the tolerances above.
+struct Subset {
+  std::vector<int> seqs{0, 3}, heads{0, 7, 11};
+};
+// x[b, t, part·C + h·HS + d] of a [B, T, parts·C] tensor, for the subset, as a [B', T, parts·C'] tensor.
+std::vector<float> take_heads(const std::vector<float>& x, const Shape& s, int parts, const Subset& sub) {
+  const int C = s.NH * s.HS, Cs = int(sub.heads.size()) * s.HS;
+  std::vector<float> out(sub.seqs.size() * size_t(s.T) * parts * Cs);
+  size_t o = 0;
+  for (int b : sub.seqs)
+    for (int t = 0; t < s.T; t++)
+      for (int p = 0; p < parts; p++)
+        for (int h : sub.heads)
+          for (int d = 0; d < s.HS; d++) out[o++] = x[(size_t(b) * s.T + t) * parts * C + size_t(p) * C + h * s.HS + d];
+  return out;
+}
+// lse[b, h, t] for the subset, as [B', NH', T].
+std::vector<float> take_lse(const std::vector<float>& lse, const Shape& s, const Subset& sub) {
+  std::vector<float> out;
+  for (int b : sub.seqs)
+    for (int h : sub.heads)
+      for (int t = 0; t < s.T; t++) out.push_back(lse[(size_t(b) * s.NH + h) * s.T + t]);
+  return out;
+}
+
+TEST(FlashAttentionGpu, Gpt2ShapeMatchesCpuTwinOnAHeadSubset) {
+  REQUIRE_CUDA();
+  const Shape full{4, 1024, 12, 64};
+  const Subset sub;
+  const Shape small{int(sub.seqs.size()), full.T, int(sub.heads.size()), full.HS};
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    // The whole problem's inputs; out/lse placeholders for the first (forward) run.
+    Case c{full, full.NH * full.HS, {}, {}, {}, {}, {}};
+    c.qkv = randn(size_t(full.B) * full.T * 3 * c.C, bf16 ? 31 : 30);
+    c.dout = randn(size_t(full.B) * full.T * c.C, bf16 ? 33 : 32);
+    if (bf16) {
+      c.qkv = round_bf16(c.qkv);
+      c.dout = round_bf16(c.dout);
+    }
+    c.out.assign(size_t(full.B) * full.T * c.C, 0.0f);
+    c.lse.assign(size_t(full.B) * full.NH * full.T, 0.0f);
+    const GpuResult fwd = gpu_run(c, bf16);
+    c.out = fwd.out;
+    c.lse = fwd.lse;
+    const GpuResult g = gpu_run(c, bf16);  // the backward from the GPU's own forward
+    // The twin on the subset, from the same inputs.
+    Case t{small, small.NH * small.HS, take_heads(c.qkv, full, 3, sub), take_heads(c.dout, full, 1, sub), {}, {}, {}};
+    t.out.resize(size_t(small.B) * small.T * t.C);
+    t.lse.resize(size_t(small.B) * small.NH * small.T);
+    cpu_flash_attention_forward(t.out.data(), t.lse.data(), t.qkv.data(), small.B, small.T, t.C, small.NH);
+    if (bf16) t.out = round_bf16(t.out);
+    t.dqkv.resize(t.qkv.size());
+    cpu_flash_attention_backward(t.dqkv.data(), t.dout.data(), t.out.data(), t.qkv.data(), t.lse.data(), small.B,
+                                 small.T, t.C, small.NH);
+    const std::vector<float> out = take_heads(fwd.out, full, 1, sub), lse = take_lse(fwd.lse, full, sub),
+                             dqkv = take_heads(g.dqkv, full, 3, sub);
+    if (!bf16) {
+      expect_close(out, t.out, kFp32, "out");
+      expect_close(lse, t.lse, kFp32, "lse");
+      for (int p = 0; p < 3; p++) expect_close(dqkv, t.dqkv, kFp32, kPart[p], part_of(t.C, p));
+    } else {
+      expect_frob(out, t.out, kBf16Frob, "out");
+      expect_frob(lse, t.lse, kBf16LseFrob, "lse");
+      for (int p = 0; p < 3; p++) expect_frob(dqkv, t.dqkv, kBf16Frob, kPart[p], part_of(t.C, p));
     }
   }
 }
