@@ -7,6 +7,8 @@
 # - launch/install-deps.sh as a user without root: through sudo when there is one, else one clear
 #   error (minimal containers run as root and have no sudo; root needs neither).
 # - SIGTERM to launch/mpirun.sh ends the job cleanly with exit code 130.
+# - launch/step-time-model.py (docs/cuda.md "Step-time model"): its predicted step is the sum of its
+#   rows, its MFU the DESIGN formula's FLOPs over that time, and N for GPT-2 124M llm.c's 124.5M.
 source "$(dirname "$0")/lib.sh"
 
 mkdir -p fake/launch
@@ -60,4 +62,22 @@ wait "$pid" || rc=$?
 [ "$rc" -eq 130 ] || { cat sig.log; fail "launch/mpirun.sh exit $rc after SIGTERM, want 130"; }
 grep -q "stop requested (signal 15): stopping after step" sig.log || { cat sig.log; fail "no stop line"; }
 ls sig/ckpt | grep -q "^step-" || fail "no checkpoint after SIGTERM"
+
+python3 "$SRC/launch/step-time-model.py" --all > stm.md
+python3 - <<'PY'
+import re
+blocks = open("stm.md").read().split("### ")[1:]
+assert len(blocks) == 4, len(blocks)
+for b in blocks:
+    rows = [l.split("|") for l in b.splitlines() if l.startswith("| ") and "kernel" not in l]
+    total = sum(float(r[5]) for r in rows)
+    step = float(re.search(r"Predicted step: \*\*([0-9.]+) ms", b).group(1))
+    assert abs(step - total) <= 0.05 + 1e-3 * total, (step, total)
+    tokens = int(re.search(r"T = \d+: (\d+) tokens", b).group(1))
+    tflop = float(re.search(r"\(([0-9.]+) TFLOP a step\)", b).group(1))
+    mfu = float(re.search(r"MFU \*\*([0-9.]+)%", b).group(1))
+    assert abs(mfu - 100 * tflop / (step / 1e3) / 989.4) < 0.2, (mfu, tflop, step)
+assert "N = 124.5M" in blocks[0]
+print("step-time model: rows sum to the step, MFU consistent")
+PY
 echo "PASS"

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""launch/step-time-model.py: the step-time model of baton's bf16 GPT path on one GPU (issue 14 A8).
+
+For each kernel baton's CUDA backend launches in one training step of a GPT (one micro-batch of B
+sequences of T tokens, no tensor or pipeline parallelism, activation recomputation off), its FLOPs
+and the bytes it moves through HBM, its roofline time on the device — max(FLOPs / (peak x GEMM or
+attention efficiency), bytes / (HBM bandwidth x streaming efficiency)) plus a launch overhead — and
+the predicted step time and MFU. Part B of issue 14 holds this table against measurements; docs/cuda.md
+"Step-time model" carries its output, and every gap > 20% there is to be explained.
+
+The kernel list follows src/model/transformer_block.cpp, embedding.cpp, lm_head.cpp and the
+optimizer path as they are (not as they should be): layernorm backward plus two copy_act per block,
+bias gradients as separate reductions, AdamW then a separate bf16 cast, gradients zeroed by memset,
+the gradient norm with one host synchronisation per parameter tensor, the embedding backward's host
+bucketing (assumed to overlap the queued GPU work; its pageable copy costs a round trip). The efficiencies are assumptions (named below and in
+the output), not measurements: part B replaces them with measured ones.
+
+Usage: python3 launch/step-time-model.py [--device H100-SXM|H200] [--model 124m|1.5b] [--batch B]
+       python3 launch/step-time-model.py --all      # the tables of docs/cuda.md
+"""
+import argparse
+import math
+
+# Dense bf16 peak (TFLOP/s) and HBM bandwidth (TB/s): NVIDIA's data sheets, as in
+# src/core/device_table.cpp (H100 SXM5 989.4 / 3.35; H200 989.4 / 4.8).
+DEVICES = {"H100-SXM": (989.4, 3.35), "H200": (989.4, 4.8)}
+# GPT-2 shapes (vocabulary padded to a multiple of 128, as baton computes it).
+MODELS = {"124m": dict(L=12, C=768, NH=12, V=50304, T=1024, B=32),
+          "1.5b": dict(L=48, C=1600, NH=25, V=50304, T=1024, B=8)}
+# Assumed efficiencies (fractions of peak): cuBLASLt bf16 GEMMs at these sizes; baton's flash
+# attention (mma.sync m16n8k16, no wgmma/TMA on sm_90 yet); streaming kernels' share of HBM
+# bandwidth; the cost of one kernel launch and of one host round trip (synchronize + tiny copy).
+EFF = dict(gemm=0.70, attention=0.35, stream=0.80)
+LAUNCH_S = 4e-6
+HOST_SYNC_S = 15e-6
+BF16, FP32 = 2, 4
+
+
+def kernels(m):
+    """(name, launches per step, FLOPs, bytes, kind) of one training step."""
+    L, C, NH, V, T, B = m["L"], m["C"], m["NH"], m["V"], m["T"], m["B"]
+    N = B * T
+    HS = C // NH
+    P = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C  # parameters (llm.c's count)
+    out = []
+
+    def gemm(name, n, k, mout, count, backward):
+        # forward: y[n, mout] = x[n, k] W[k, mout]; backward: dx = dy W^T, dW += x^T dy (2 GEMMs)
+        flops = 2.0 * n * k * mout * (2 if backward else 1)
+        reads = (n * k + k * mout + n * mout) * BF16
+        byts = reads * (2 if backward else 1) + (k * mout * FP32 if backward else 0)  # dW in fp32
+        out.append((name, count, flops * count, byts * count, "gemm"))
+
+    def stream(name, count, byts, flops=0.0):
+        out.append((name, count, flops * count, byts * count, "stream"))
+
+    causal = 0.5
+    attn_fwd = 4.0 * B * NH * T * T * HS * causal
+    # forward, per block
+    stream("layernorm forward (ln1)", L, 2 * N * C * BF16)
+    gemm("qkv GEMM + bias (fwd)", N, C, 3 * C, L, False)
+    out.append(("flash attention forward", L, attn_fwd * L, (N * 3 * C + N * C) * BF16 * L, "attention"))
+    gemm("proj GEMM + bias (fwd)", N, C, C, L, False)
+    stream("residual + layernorm forward (ln2)", L, 4 * N * C * BF16)
+    gemm("fc GEMM + bias + GELU epilogue (fwd)", N, C, 4 * C, L, False)
+    stream("  fc's pre-GELU output (GELU_AUX)", L, N * 4 * C * BF16)
+    gemm("fcproj GEMM + bias (fwd)", N, 4 * C, C, L, False)
+    stream("residual forward", L, 3 * N * C * BF16)
+    # backward, per block (the current code: 7-GEMM flash backward, separate bias reductions,
+    # two copy_act per block to carry the residual gradient)
+    gemm("fcproj GEMM backward (dX with DGELU epilogue, dW)", N, 4 * C, C, L, True)
+    gemm("fc GEMM backward (dX, dW)", N, C, 4 * C, L, True)
+    stream("bias gradients (4 reductions)", L, N * (3 * C + C + 4 * C + C) * BF16)
+    stream("layernorm backward (ln2, ln1)", 2 * L, 5 * N * C * BF16)
+    stream("copy_act (residual gradient)", 2 * L, 2 * N * C * BF16)
+    gemm("proj GEMM backward (dX, dW)", N, C, C, L, True)
+    out.append(("flash attention backward (7 GEMMs)", L, attn_fwd * 3.5 * L,
+                (N * 3 * C * 2 + N * C * 2) * BF16 * L, "attention"))
+    gemm("qkv GEMM backward (dX, dW)", N, C, 3 * C, L, True)
+    # embeddings, head, loss
+    stream("embedding forward (wte + wpe)", 1, 3 * N * C * BF16)
+    gemm("LM head GEMM (fwd, logits)", N, C, V, 1, False)
+    stream("softmax cross-entropy (fwd + bwd, logits in place)", 1, 2 * N * V * BF16)
+    gemm("LM head GEMM backward (dX, dW)", N, C, V, 1, True)
+    stream("final layernorm fwd + bwd", 1, 7 * N * C * BF16)
+    # The host buckets the token ids (baton's deterministic order) while the GPU still works through
+    # the queued backward, then copies the buckets from pageable memory; on the GPU, dout is read
+    # and the fp32 wte rows accumulated.
+    out.append(("embedding backward (host bucketing + pageable copy)", 1, 0.0, N * C * (BF16 + 2 * FP32),
+                "host"))
+    # optimizer and gradient bookkeeping, over the flat buffers
+    stream("zero gradients (memset)", 1, P * FP32)
+    out.append(("gradient norm (one host sync per tensor)", 1, 2.0 * P, P * FP32, "norm"))
+    stream("AdamW (fp32 master, m, v, grad)", 1, P * 7 * FP32, 12.0 * P)
+    stream("bf16 copy of the weights (separate cast)", 1, P * (FP32 + BF16))
+    return out, P, N, L
+
+
+def roofline(kind, flops, byts, count, peak, bw, tensors):
+    eff = EFF["attention"] if kind == "attention" else EFF["gemm"]
+    compute = flops / (peak * 1e12 * eff) if flops and kind in ("gemm", "attention") else 0.0
+    memory = byts / (bw * 1e12 * EFF["stream"])
+    t = max(compute, memory) + count * LAUNCH_S
+    if kind == "host":
+        t += HOST_SYNC_S  # the pageable copy of the buckets (the bucketing overlaps the GPU queue)
+    if kind == "norm":
+        t += tensors * HOST_SYNC_S
+    return t, ("compute" if compute >= memory else "memory") if kind != "host" else "host"
+
+
+def table(device, model, batch=None):
+    peak, bw = DEVICES[device]
+    m = dict(MODELS[model])
+    if batch:
+        m["B"] = batch
+    ks, P, N, L = kernels(m)
+    tensors = 4 + 12 * L + 2  # wte, wpe, final ln (2), 12 per block
+    rows, total = [], 0.0
+    for name, count, flops, byts, kind in ks:
+        t, bound = roofline(kind, flops, byts, count, peak, bw, tensors)
+        rows.append((name, count, flops, byts, t, bound))
+        total += t
+    C, T, V = m["C"], m["T"], m["V"]
+    model_flops = 72.0 * m["B"] * T * L * C * C * (1 + T / (6.0 * C) + V / (12.0 * L * C))
+    flops_6n = (6.0 * P + 6.0 * L * C * T) * N
+    print(f"### GPT-2 {model} on {device} (bf16, B = {m['B']}, T = {T}: {N} tokens a step)\n")
+    print("| kernel | launches | GFLOP | GB moved | roofline ms | bound | share |")
+    print("|---|---|---|---|---|---|---|")
+    for name, count, flops, byts, t, bound in rows:
+        print(f"| {name} | {count} | {flops / 1e9:.1f} | {byts / 1e9:.2f} | {1e3 * t:.3f} | {bound} | "
+              f"{100 * t / total:.1f}% |")
+    print(f"\nPredicted step: **{1e3 * total:.1f} ms**, {N / total / 1e3:.0f}k tokens/s; MFU "
+          f"**{100 * model_flops / total / (peak * 1e12):.1f}%** by the DESIGN formula "
+          f"({model_flops / 1e12:.2f} TFLOP a step), {100 * flops_6n / total / (peak * 1e12):.1f}% by 6N + 6LCT "
+          f"(N = {P / 1e6:.1f}M). Assumed: GEMMs at {EFF['gemm']:.0%} of the {peak:.0f} TFLOP/s bf16 peak, "
+          f"attention at {EFF['attention']:.0%}, streaming at {EFF['stream']:.0%} of {bw} TB/s, "
+          f"{1e6 * LAUNCH_S:.0f} µs a launch, {1e6 * HOST_SYNC_S:.0f} µs a host round trip.\n")
+    return total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", choices=DEVICES, default="H100-SXM")
+    ap.add_argument("--model", choices=MODELS, default="124m")
+    ap.add_argument("--batch", type=int, default=None, help="sequences per micro-batch (default: 32 / 8)")
+    ap.add_argument("--all", action="store_true", help="124M and 1.5B on H100 and H200")
+    a = ap.parse_args()
+    if a.all:
+        for model in MODELS:
+            for device in DEVICES:
+                table(device, model)
+    else:
+        table(a.device, a.model, a.batch)
+
+
+if __name__ == "__main__":
+    main()
