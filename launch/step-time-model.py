@@ -11,7 +11,7 @@ the predicted step time and MFU. Part B of issue 14 holds this table against mea
 The kernel list follows src/model/transformer_block.cpp, embedding.cpp, lm_head.cpp and the
 optimizer path as they are (not as they should be): layernorm backward plus two copy_act per block,
 bias gradients as separate reductions, AdamW then a separate bf16 cast, gradients zeroed by memset,
-the gradient norm with one host synchronisation per parameter tensor, the embedding backward's host
+the gradient norm with one reduction per parameter tensor and one host synchronisation, the embedding backward's host
 bucketing (assumed to overlap the queued GPU work; its pageable copy costs a round trip). The efficiencies are assumptions (named below and in
 the output), not measurements: part B replaces them with measured ones.
 
@@ -90,13 +90,14 @@ def kernels(m):
                 "host"))
     # optimizer and gradient bookkeeping, over the flat buffers
     stream("zero gradients (memset)", 1, P * FP32)
-    out.append(("gradient norm (one host sync per tensor)", 1, 2.0 * P, P * FP32, "norm"))
+    tensors = 4 + 12 * L + 2  # wte, wpe, final ln (2), 12 per block: one reduction each
+    out.append(("gradient norm (a reduction per tensor, one host sync)", tensors, 2.0 * P, P * FP32, "norm"))
     stream("AdamW (fp32 master, m, v, grad)", 1, P * 7 * FP32, 12.0 * P)
     stream("bf16 copy of the weights (separate cast)", 1, P * (FP32 + BF16))
     return out, P, N, L
 
 
-def roofline(kind, flops, byts, count, peak, bw, tensors):
+def roofline(kind, flops, byts, count, peak, bw):
     eff = EFF["attention"] if kind == "attention" else EFF["gemm"]
     compute = flops / (peak * 1e12 * eff) if flops and kind in ("gemm", "attention") else 0.0
     memory = byts / (bw * 1e12 * EFF["stream"])
@@ -104,7 +105,7 @@ def roofline(kind, flops, byts, count, peak, bw, tensors):
     if kind == "host":
         t += HOST_SYNC_S  # the pageable copy of the buckets (the bucketing overlaps the GPU queue)
     if kind == "norm":
-        t += tensors * HOST_SYNC_S
+        t += HOST_SYNC_S  # the norm is read on the host (the clip factor and the metrics)
     return t, ("compute" if compute >= memory else "memory") if kind != "host" else "host"
 
 
@@ -114,10 +115,9 @@ def table(device, model, batch=None):
     if batch:
         m["B"] = batch
     ks, P, N, L = kernels(m)
-    tensors = 4 + 12 * L + 2  # wte, wpe, final ln (2), 12 per block
     rows, total = [], 0.0
     for name, count, flops, byts, kind in ks:
-        t, bound = roofline(kind, flops, byts, count, peak, bw, tensors)
+        t, bound = roofline(kind, flops, byts, count, peak, bw)
         rows.append((name, count, flops, byts, t, bound))
         total += t
     C, T, V = m["C"], m["T"], m["V"]

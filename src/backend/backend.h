@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -107,6 +109,14 @@ class Backend {
   virtual void scale(float* x, float s, size_t n) = 0;
   virtual void add(float* dst, const float* src, size_t n) = 0;  // dst += src
   virtual double sum_squares(const float* x, size_t n) = 0;     // in double, for grad norms
+  // Σ over the spans (offset, n) of x of sum_squares(x + offset, n), added in span order — the same
+  // value as those calls — with one synchronisation for all of them on a device (a gradient norm
+  // reads ~150 tensors a step).
+  virtual double sum_squares_spans(const float* x, const std::vector<std::pair<size_t, size_t>>& spans) {
+    double s = 0;
+    for (const auto& [offset, n] : spans) s += sum_squares(x + offset, n);
+    return s;
+  }
   // acc[0] += sum of x[0..n) in double, in a fixed order; acc is one double in backend memory.
   // Losses are summed on the device so a step reads them once, not after every micro-batch.
   virtual void accumulate_sum(double* acc, const float* x, size_t n) = 0;

@@ -131,10 +131,10 @@ void DataParallelGrads::finish(float* grads) {
 }
 
 double DataParallelGrads::grad_sumsq(const float* grads) const {
-  double s = 0;
+  std::vector<std::pair<size_t, size_t>> spans;
   for (const UpdateSegment& seg : segments_)
-    if (seg.in_norm) s += be_.sum_squares(grads + seg.flat, seg.n);
-  return s;
+    if (seg.in_norm) spans.emplace_back(seg.flat, seg.n);
+  return be_.sum_squares_spans(grads, spans);  // one device synchronisation, not one per tensor
 }
 
 void DataParallelGrads::exclude_from_norm(const ParamTable& table, int param) {

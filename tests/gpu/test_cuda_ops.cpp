@@ -175,6 +175,24 @@ TEST_F(CudaOps, SumSquares) {
   }
 }
 
+// The gradient norm's form (issue 14 A7): many spans of one buffer in one call (one
+// synchronisation) give exactly the per-span calls added in order, and the CPU's sum.
+TEST_F(CudaOps, SumSquaresSpansEqualThePerSpanCalls) {
+  const size_t n = 300001;
+  auto a = randn(n, 9);
+  Pair x(*cpu_, *gpu_, n, &a);
+  const std::vector<std::pair<size_t, size_t>> spans = {{0, 1}, {16, 12345}, {20000, 0}, {20032, 200000},
+                                                        {220032, 79969}};
+  double per_span = 0, cpu = 0;
+  for (const auto& [o, k] : spans) {
+    per_span += gpu_->sum_squares(x.g + o, k);
+    cpu += cpu_->sum_squares(x.c + o, k);
+  }
+  EXPECT_EQ(gpu_->sum_squares_spans(x.g, spans), per_span);
+  EXPECT_NEAR(gpu_->sum_squares_spans(x.g, spans), cpu, kSumsq.rtol * cpu);
+  EXPECT_EQ(gpu_->sum_squares_spans(x.g, {}), 0.0);
+}
+
 TEST_F(CudaOps, Gelu) {
   for (size_t n : {size_t(1), size_t(777), size_t(100003)}) {
     auto a = randn(n, 4, 2.0f), d = randn(n, 5);

@@ -283,6 +283,26 @@ class CudaBackend final : public Backend {
     return *host_double_;
   }
 
+  double sum_squares_spans(const float* x, const std::vector<std::pair<size_t, size_t>>& spans) override {
+    if (spans.empty()) return 0;
+    // One partials buffer reused span after span (the stream orders the kernels), one result per
+    // span after it, one copy back and one synchronisation; the host adds in span order.
+    size_t nd = 1;
+    for (const auto& [offset, n] : spans) nd = std::max(nd, kernels::sum_squares_scratch_doubles(n));
+    double* scratch = static_cast<double*>(scratch_bytes((nd + spans.size()) * sizeof(double)));
+    double* results = scratch + nd;
+    for (size_t i = 0; i < spans.size(); ++i)
+      kernels::sum_squares(results + i, x + spans[i].first, spans[i].second, scratch, nd, stream_);
+    span_sums_.resize(spans.size());
+    cuda_check(cudaMemcpyAsync(span_sums_.data(), results, spans.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                               stream_),
+               "sum_squares_spans");
+    cuda_check(cudaStreamSynchronize(stream_), "sum_squares_spans");
+    double s = 0;
+    for (double v : span_sums_) s += v;
+    return s;
+  }
+
   // ---- dense ----
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
                       int C, int OC) override {
@@ -585,6 +605,7 @@ class CudaBackend final : public Backend {
   void* scratch_ = nullptr;
   size_t scratch_size_ = 0;
   double* host_double_ = nullptr;
+  std::vector<double> span_sums_;  // sum_squares_spans' per-span results (pageable: read after a sync)
   std::array<Staging, 8> staging_{};  // upload ring (to_device)
   size_t next_staging_ = 0;
   std::vector<int32_t> host_tokens_;
