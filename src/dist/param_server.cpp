@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <thread>
 
 #include "core/error.h"
@@ -145,18 +146,22 @@ void ParamServer::push(int vw, int64_t wave, const float* delta, const Selection
                                  MPI_INT64_T, MPI_NO_OP, win_),
               "MPI_Get_accumulate (parameter server counters)");
     check_mpi(MPI_Win_flush(s, win_), "MPI_Win_flush (parameter server push)");
-    BATON_ASSERT(counters[vw] > wave * n && counters[vw] <= (wave + 1) * n,
-                 "parameter server: VW {} pushed part of wave {} after {} of the shard's {} tensors", vw, wave,
-                 counters[vw] - mine, n);
+    // A protocol violation is reported after the epoch closes: an error thrown inside it would keep
+    // the shard locked, and every other rank would hang on it instead of the job ending.
+    std::string violation;
     const int64_t after = complete_waves(counters, n);
     counters[vw] -= mine;  // c_global before this push: the slot is free only within D waves of it
     const int64_t before = complete_waves(counters, n);
-    BATON_ASSERT(wave - before < slots_, "parameter server: VW {} pushed wave {} with c_global {}, beyond D = {}", vw,
-                 wave, before, slots_ - 1);
+    if (!(counters[vw] + mine > wave * n && counters[vw] + mine <= (wave + 1) * n))
+      violation = fmt::format("VW {} pushed part of wave {} after {} of the shard's {} tensors", vw, wave,
+                              counters[vw], n);
+    else if (wave - before >= slots_)
+      violation = fmt::format("VW {} pushed wave {} with c_global {}, beyond D = {}", vw, wave, before, slots_ - 1);
+    else if (after > before && after != wave + 1)
+      violation = fmt::format("VW {}'s push of wave {} completed wave {}", vw, wave, after - 1);
     // The push that completes this wave on the shard moves its slot into w_global: w_global stays
     // "as of c_global".
-    if (after > before) {
-      BATON_ASSERT(after == wave + 1, "parameter server: VW {}'s push of wave {} completed wave {}", vw, wave, after - 1);
+    if (violation.empty() && after > before) {
       const size_t floats = shard_floats_[s];
       get_floats(fold_.data(), floats, s, slot, win_);
       check_mpi(MPI_Win_flush(s, win_), "MPI_Win_flush (parameter server fold)");
@@ -170,6 +175,7 @@ void ParamServer::push(int vw, int64_t wave, const float* delta, const Selection
       }
     }
     check_mpi(MPI_Win_unlock(s, win_), "MPI_Win_unlock (parameter server push)");
+    BATON_ASSERT(violation.empty(), "parameter server: {}", violation);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -50,11 +51,22 @@ void ServerClient::run() {
   std::vector<float> buf(flat_, 0.0f);  // the pull in progress; swapped with pulled_data_ when it returns
   int attempt = 0;
   std::unique_lock<std::mutex> lock(mutex_);
+  // An error here (an MPI failure, a protocol violation) ends the job from this thread: the training
+  // thread may be blocked in a collective that the failed exchange keeps the other ranks from
+  // reaching, and would never get to rethrow it — a hang instead of an error.
   const auto fail = [&] {
     error_ = std::current_exception();
     pushing_ = false;
     exited_ = true;
     done_.notify_all();
+    try {
+      std::rethrow_exception(error_);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: VW %d's parameter server client: %s\nhint: %s\n", vw_, e.what(), e.hint().c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: VW %d's parameter server client: %s\n", vw_, e.what());
+    }
+    MpiRuntime::abort(1);
   };
   while (!stop_) {
     if (!pushes_.empty()) {

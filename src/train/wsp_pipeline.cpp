@@ -185,6 +185,11 @@ void WspStageSync::after_update(int64_t update, WeightVersions& versions, int64_
     const ParamTable& gt = global_->table;
     for (int i : owned_) std::copy_n(t.at(u.data(), i), t.numel(i), gt.at(full_.data(), global_of_[i]));
     client_->push(push->wave - s_.first_wave, full_);
+    // On the server before this stage goes on: a shard counts a VW's wave in parts, which must
+    // arrive wave by wave — the stages' synchronous pipeline keeps stage 0's part of wave w ahead
+    // of stage 1's part of wave w + 1 only if each push is done when its stage moves on (pulls
+    // still run beside the compute).
+    client_->drain();
   } else if (!leader()) {
     sendbufs_.emplace_back();
     pack(u, owned_, sendbufs_.back());
