@@ -36,6 +36,12 @@ namespace baton {
 // The checkpoint directory of VW `vw`'s own session.
 std::string vw_checkpoint_dir(const Config& cfg, int vw);
 
+// Whether the VW loops meet and checkpoint after step `step` (0-based): every checkpoint.every
+// steps (a multiple of Nm: a wave's end) and at the run's end.
+inline bool vw_checkpoint_after(const Config& cfg, int64_t step) {
+  return (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) || step + 1 == cfg.train.steps;
+}
+
 // The VW list a checkpoint records: hetero.virtual_workers, or one entry per rank when empty.
 std::vector<std::string> resolved_virtual_workers(const Config& cfg, int world_size);
 

@@ -244,6 +244,12 @@ std::vector<float> WspStageSync::leader_send_pull(int64_t x) {
   return local_part(full_);
 }
 
+std::vector<float> WspStageSync::take_returned_pull(int64_t x) {
+  if (!s_.per_stage) return leader_send_pull(x);
+  note_wait();  // ED-local: this stage's own pull, nothing to send on
+  return local_part(full_);
+}
+
 std::vector<float> WspStageSync::receive_pull(int64_t& x) {
   int64_t msg[3] = {0, 0, 0};
   dist::Comm& comm = *s_.vw_comm;
@@ -280,12 +286,7 @@ bool WspStageSync::merge_at_meeting() {
     client_->cancel_pull();
     client_->request_pull(pushed_ - s_.first_wave);
     x = client_->wait_pull(full_) + s_.first_wave;
-    if (s_.per_stage) {
-      note_wait();
-      mine = local_part(full_);
-    } else {
-      mine = leader_send_pull(x);
-    }
+    mine = take_returned_pull(x);
   } else {
     mine = receive_pull(x);
   }
@@ -308,12 +309,7 @@ void WspStageSync::before_forward(int64_t minibatch, WeightVersions& versions, i
         idle_ += blocked;
         idle_total_ += blocked;
       }
-      if (x && s_.per_stage) {
-        note_wait();
-        merge(*x + s_.first_wave, local_part(full_), &versions, base);
-      } else if (x) {
-        merge(*x + s_.first_wave, leader_send_pull(*x + s_.first_wave), &versions, base);
-      }
+      if (x) merge(*x + s_.first_wave, take_returned_pull(*x + s_.first_wave), &versions, base);
     } else if (!clock_.startable()) {
       // The leader pulled before its own forward of this minibatch: X and this stage's part.
       int64_t x = 0;

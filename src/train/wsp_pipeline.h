@@ -137,6 +137,9 @@ class WspStageSync final : public UpdateHooks {
   void merge(int64_t x, const std::vector<float>& global_local, WeightVersions* versions, int64_t base);
   // Leader: sends X and every other stage's part of full_ (pulled as of X); returns its own part.
   std::vector<float> leader_send_pull(int64_t x);
+  // A pull of X returned into full_ on a client stage: this stage's part of it (the leader also
+  // sends every other stage theirs).
+  std::vector<float> take_returned_pull(int64_t x);
   // Other stages: receives the leader's X and this stage's part.
   std::vector<float> receive_pull(int64_t& x);
   // Leader: `full` (global layout) = this stage's owned tensors of `mine` (local layout) and every

@@ -283,7 +283,7 @@ TrainSummary train_allreduce(const Config& cfg, dist::Comm& world, const std::ve
     vwlog.step(step, lr, t, vm, fmt::format("wave {} ({} averaged)", step / nm, waves));
     // A checkpoint at a wave's end (checkpoint.every is a multiple of Nm; the run's end is one):
     // every VW's weights are the same, each saves its own file, rank 0 the marker once all did.
-    if ((cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) || step + 1 == cfg.train.steps) {
+    if (vw_checkpoint_after(cfg, step)) {
       session.save(step + 1, lr);
       world.barrier();
       if (world.rank() == 0) publish_wsp_checkpoint(cfg, world.size(), step + 1);
@@ -392,7 +392,7 @@ TrainSummary train_wsp_pipelined(const Config& cfg, dist::MpiComm& world, const 
     // runner's segments end at checkpoint.every), everyone meets, merges w_global and saves.
     // The run's end is one too, unless its clock does not pull (a run shorter than D + 1 waves).
     const bool last = step + 1 == cfg.train.steps;
-    if ((cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) || last) {
+    if (vw_checkpoint_after(cfg, step)) {
       sync.drain();  // every VW's waves up to here are on the server once all meet
       world.barrier();
       const bool merged = sync.merge_at_meeting();
@@ -541,7 +541,7 @@ TrainSummary train_wsp(const Config& cfg, dist::Comm& world) {
     // A checkpoint (wsp_checkpoint.h): everyone meets at this wave's end, takes the pull it now
     // allows (every VW's weights become w_global), and saves.
     const bool last = step + 1 == cfg.train.steps;
-    if ((cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) || last) {
+    if (vw_checkpoint_after(cfg, step)) {
       client.drain();  // every VW's waves up to here are on the server once all meet
       world.barrier();
       if (clock.waiting_for()) {  // the pull of every wave pushed so far (the clock's, made fresh)
