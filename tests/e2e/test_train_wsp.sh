@@ -10,7 +10,7 @@
 #   + the mean of the VWs' wave updates): with Nm = 1 and plain SGD at the same lr it is data
 #   parallelism (N = 2; 2e-8 relative measured, tested at 1e-6), and with Nm = 2
 #   over 3 VWs all VWs evaluate the same weights after every wave (identical val_loss);
-# - heterogeneity on one machine (docs/hetpipe.md): with hetero.slowdown = [1, 3] and a D large
+# - heterogeneity on one machine (docs/hetpipe.md): with hetero.slowdown = [1, 8] and a D large
 #   enough that no pull blocks, VW 1 runs clearly fewer minibatches/s than VW 0; ranks standing for
 #   a V100 and a Quadro P4000 get the table's fp32 ratio (15.7 / 5.3) as slowdown, and with D = 0 the
 #   fast VW waits for the slow one (idle <= waiting); hetero.jitter's factors are a function of
@@ -132,11 +132,12 @@ for s in range(2, 13, 2):
 print("allreduce (Nm=2, 3 VWs): identical val_loss on every VW after each of the 6 waves")
 PY
 
-# Heterogeneity on one machine. (a) VW 1 three times slower, jitter 0.5, D = 6 > the 6 waves: no
+# Heterogeneity on one machine. (a) VW 1 eight times slower (a factor well above the core
+# contention of a loaded 2-core CI machine, which slows the fast VW too), jitter 0.5, D = 6 > the 6 waves: no
 # pull ever blocks, so each VW runs at its own speed. (b) The same seed with ranks standing for a
 # V100 and a Quadro P4000 (slowdown 15.7 / 5.3 from the device table) and D = 0.
 HET=(--set hetero.sync='"wsp"' --set hetero.nm=2 --set train.global_batch=16 --set hetero.jitter=0.5)
-"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${HET[@]}" --set run.dir=het --set hetero.slowdown='[1, 3]' \
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${HET[@]}" --set run.dir=het --set hetero.slowdown='[1, 8]' \
   --set hetero.staleness=6 --set optim.lr=0.2 > het.log
 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${HET[@]}" --set run.dir=vq --set optim.lr=0.2 \
   --set hetero.virtual_workers='["0@V100", "1@P4000"]' > vq.log
@@ -155,19 +156,19 @@ for v in het + vq:
         assert 0 <= r["idle_s"] <= r["wait_s"] + 1e-9 and r["idle_total_s"] <= r["wait_total_s"] + 1e-9
     assert abs(v[-1]["idle_total_s"] - sum(r["idle_s"] for r in v)) < 1e-6
 rate = [v[-1]["minibatches_per_s"] for v in het]
-assert rate[1] < 0.7 * rate[0], f"slowdown [1, 3]: VW 1 at {rate[1]:.1f} minibatches/s, VW 0 at {rate[0]:.1f}"
+assert rate[1] < 0.7 * rate[0], f"slowdown [1, 8]: VW 1 at {rate[1]:.1f} minibatches/s, VW 0 at {rate[0]:.1f}"
 assert all(r["wait_s"] == 0 for v in het for r in v), "D = 6 over 6 waves: no pull at all"
 # Factors: slowdown x a jitter in [1, 1.5] drawn from (seed, rank, minibatch) alone, so both runs
 # (same seed) share each rank's jitter sequence whatever their timing and slowdown.
 s_vq = 15.7 / 5.3
-for k, (s_het, s_dev) in enumerate([(1, 1), (3, s_vq)]):
+for k, (s_het, s_dev) in enumerate([(1, 1), (8, s_vq)]):
     jh = [r["slowdown"] / s_het for r in het[k]]
     jv = [r["slowdown"] / s_dev for r in vq[k]]
     assert all(1 <= j <= 1.5 for j in jh) and len(set(jh)) > 6, f"VW {k}: jitter factors {jh}"
     assert max(abs(a - b) for a, b in zip(jh, jv)) < 1e-9, f"VW {k}: the jitter differs between runs: {jh} {jv}"
 assert [r["slowdown"] for r in het[0]] != [r["slowdown"] for r in het[1]], "both ranks drew the same jitter"
 assert vq[1][-1]["stretch_s"] > 0 and vq[0][-1]["idle_total_s"] > 0, "with D = 0 the fast VW never waited"
-print(f"slowdown [1, 3]: {rate[0]:.0f} vs {rate[1]:.0f} minibatches/s; V100 + P4000 (x{s_vq:.2f}), D = 0: VW 0 waited "
+print(f"slowdown [1, 8]: {rate[0]:.0f} vs {rate[1]:.0f} minibatches/s; V100 + P4000 (x{s_vq:.2f}), D = 0: VW 0 waited "
       f"{vq[0][-1]['wait_total_s']:.3f} s, idle {vq[0][-1]['idle_total_s']:.3f} s")
 PY
 # The refusals: a memory limit the model does not fit in, lists of the wrong length or below 1,
