@@ -71,12 +71,8 @@ void check_key(const Config& cfg, const KeyDesc& key) {
   throw Error(fmt::format("{}: {}", at, what), hint);
 }
 
-}  // namespace
-
-void validate(Config& cfg, int world_size) {
-  BATON_ASSERT(world_size >= 1, "world_size {} < 1", world_size);
-  for (const KeyDesc& key : config_detail::config_keys()) check_key(cfg, key);
-
+// The model's own arithmetic: a GPT's heads divide its width.
+void check_model(const Config& cfg) {
   const auto& m = cfg.model;
   if (m.kind == "gpt" && m.d_model % m.n_head != 0)
     inconsistent(
@@ -85,7 +81,10 @@ void validate(Config& cfg, int world_size) {
         fmt::format("each head gets d_model / n_head channels: use a d_model that is a "
                     "multiple of {} (e.g. {}), or another n_head",
                     m.n_head, (m.d_model / m.n_head + 1) * m.n_head));
+}
 
+// The optimizer's keys: the learning-rate range and schedule, and no key of the other optimizer.
+void check_optimizer(const Config& cfg) {
   const auto& o = cfg.optim;
   if (o.min_lr > o.lr)
     inconsistent(latest(cfg, {"optim.min_lr", "optim.lr"}),
@@ -94,8 +93,7 @@ void validate(Config& cfg, int world_size) {
                  "the learning rate decays from optim.lr to optim.min_lr: set min_lr <= lr "
                  "(e.g. min_lr = lr / 10)");
 
-  // Keys of one optimizer set for the other, or of image models set for a GPT, would be ignored:
-  // each is an error instead.
+  // Keys of one optimizer set for the other would be ignored: each is an error instead.
   const OptimConfig defaults_o;
   if (o.decay == "step" && o.step_size <= 0)
     inconsistent(latest(cfg, {"optim.decay", "optim.step_size"}),
@@ -114,6 +112,12 @@ void validate(Config& cfg, int world_size) {
     inconsistent(latest(cfg, {"optim.beta1", "optim.beta2", "optim.eps", "optim.kind"}),
                  "optim.beta1 / beta2 / eps are AdamW's, but optim.kind = \"sgd\"",
                  "drop them, or set optim.kind = \"adamw\"");
+}
+
+// Keys of image models set for a GPT, or of a GPT set for a CNN, would be ignored: each is an error;
+// so are a CNN's datasets without their labels and the GPT-only parallel options.
+void check_model_kind_keys(const Config& cfg) {
+  const auto& m = cfg.model;
   const ModelConfig defaults_m;
   const DataConfig defaults_d;
   if (m.kind == "gpt" && (m.in_channels != defaults_m.in_channels || m.classes != defaults_m.classes ||
@@ -166,10 +170,13 @@ void validate(Config& cfg, int world_size) {
                                "layers keep their activations", cfg.parallel.recompute),
                    "set parallel.recompute = \"none\" (or lower train.micro_batch to save memory)");
   }
+}
 
+// The schedule kind's options (from the pipeline registry's traits: one list of kinds for config,
+// planner and registry) and the layout keys that depend on the model.
+void check_schedule_options(const Config& cfg) {
+  const auto& m = cfg.model;
   const auto& p = cfg.parallel;
-  // Each schedule kind's options come from the pipeline registry's traits (one list of kinds for
-  // config, planner and registry); the rules of a schedule spec itself are check_spec's, below.
   const pipeline::ScheduleTraits& kind = pipeline::schedule_traits(p.schedule);
   if (p.vp > 1 && !kind.interleaving)
     inconsistent(
@@ -206,6 +213,12 @@ void validate(Config& cfg, int world_size) {
     inconsistent(latest(cfg, {"parallel.tp", "model.n_head"}),
                  fmt::format("parallel.tp = {} does not divide model.n_head = {}", p.tp, m.n_head),
                  "tensor parallelism splits the attention heads: use a tp that divides n_head");
+}
+
+// parallel.stages (explicit boundaries) or the GPT's even split.
+void check_stages(const Config& cfg) {
+  const auto& m = cfg.model;
+  const auto& p = cfg.parallel;
   if (!p.stages.empty()) {
     // Explicit boundaries: their shape here; that they cover exactly the model's layers is checked
     // against the model when the layout is built (dist/layout.h).
@@ -238,42 +251,50 @@ void validate(Config& cfg, int world_size) {
         "n_layer that is a multiple of pp × vp, change pp / vp, or give the boundaries yourself "
         "(parallel.stages)");
   }
+}
 
-  // pipedream with replicated stages (1F1B-RR, PipeDream §3.2): the pipeline spans Σ replicas ranks.
-  int64_t pipeline_ranks = p.pp;
-  if (!p.replicas.empty()) {
-    if (!kind.replicas)
-      inconsistent(latest(cfg, {"parallel.replicas", "parallel.schedule"}),
-                   fmt::format("parallel.replicas needs parallel.schedule = \"pipedream\", got \"{}\"",
-                               p.schedule),
-                   "replicated stages are PipeDream's 1F1B-RR: set schedule = \"pipedream\" or "
-                   "replicas = []");
-    if (static_cast<int>(p.replicas.size()) != p.pp)
-      inconsistent(latest(cfg, {"parallel.replicas", "parallel.pp"}),
-                   fmt::format("parallel.replicas lists {} stages but parallel.pp = {}",
-                               p.replicas.size(), p.pp),
-                   "give one replica count per pipeline stage, e.g. replicas = [2, 1, 1, 2] with pp = 4");
-    pipeline_ranks = 0;
-    for (int r : p.replicas) {
-      if (r < 1)
-        inconsistent(where(cfg, "parallel.replicas"),
-                     fmt::format("parallel.replicas has a count of {}", r),
-                     "every stage needs at least one rank: use counts >= 1");
-      pipeline_ranks += r;
-    }
-    if (p.replicas.front() != p.replicas.back())
+// The ranks of one pipeline: pp, or Σ replicas with replicated stages (1F1B-RR, PipeDream §3.2).
+int64_t pipeline_ranks(const Config& cfg, int world_size) {
+  const auto& p = cfg.parallel;
+  if (p.replicas.empty()) return p.pp;
+  if (!pipeline::schedule_traits(p.schedule).replicas)
+    inconsistent(latest(cfg, {"parallel.replicas", "parallel.schedule"}),
+                 fmt::format("parallel.replicas needs parallel.schedule = \"pipedream\", got \"{}\"",
+                             p.schedule),
+                 "replicated stages are PipeDream's 1F1B-RR: set schedule = \"pipedream\" or "
+                 "replicas = []");
+  if (static_cast<int>(p.replicas.size()) != p.pp)
+    inconsistent(latest(cfg, {"parallel.replicas", "parallel.pp"}),
+                 fmt::format("parallel.replicas lists {} stages but parallel.pp = {}",
+                             p.replicas.size(), p.pp),
+                 "give one replica count per pipeline stage, e.g. replicas = [2, 1, 1, 2] with pp = 4");
+  int64_t ranks = 0;
+  for (int r : p.replicas) {
+    if (r < 1)
       inconsistent(where(cfg, "parallel.replicas"),
-                   fmt::format("parallel.replicas gives the first stage {} replicas and the last {}",
-                               p.replicas.front(), p.replicas.back()),
-                   "the tied token embedding is updated on the first and the last stage together: "
-                   "give both the same number of replicas");
-    if (p.tp != 1 || world_size != pipeline_ranks)
-      inconsistent(latest(cfg, {"parallel.replicas", "parallel.tp"}),
-                   fmt::format("parallel.replicas needs tp = 1 and exactly Σ replicas = {} ranks "
-                               "(tp = {}, {} ranks)", pipeline_ranks, p.tp, world_size),
-                   fmt::format("replicas are PipeDream's data parallelism per stage: launch {} ranks "
-                               "with tp = 1", pipeline_ranks));
+                   fmt::format("parallel.replicas has a count of {}", r),
+                   "every stage needs at least one rank: use counts >= 1");
+    ranks += r;
   }
+  if (p.replicas.front() != p.replicas.back())
+    inconsistent(where(cfg, "parallel.replicas"),
+                 fmt::format("parallel.replicas gives the first stage {} replicas and the last {}",
+                             p.replicas.front(), p.replicas.back()),
+                 "the tied token embedding is updated on the first and the last stage together: "
+                 "give both the same number of replicas");
+  if (p.tp != 1 || world_size != ranks)
+    inconsistent(latest(cfg, {"parallel.replicas", "parallel.tp"}),
+                 fmt::format("parallel.replicas needs tp = 1 and exactly Σ replicas = {} ranks "
+                             "(tp = {}, {} ranks)", ranks, p.tp, world_size),
+                 fmt::format("replicas are PipeDream's data parallelism per stage: launch {} ranks "
+                             "with tp = 1", ranks));
+  return ranks;
+}
+
+// The data-parallel degree from the world size (one slice of each global batch per VW under
+// virtual workers).
+void set_data_parallel(Config& cfg, int world_size, int64_t pipeline_ranks) {
+  const auto& p = cfg.parallel;
   const int64_t model_ranks = int64_t{p.tp} * pipeline_ranks;
   if (world_size % model_ranks != 0)
     inconsistent(
@@ -290,7 +311,13 @@ void validate(Config& cfg, int world_size) {
     cfg.dp = static_cast<int>(cfg.hetero.virtual_workers.size());
   // VWs still to come from hetero.cluster (`baton train` derives them and validates again).
   if (!cfg.hetero.cluster.empty() && cfg.hetero.virtual_workers.empty()) cfg.dp = 1;
+}
 
+// The global batch divides into micro-batches over dp, and the schedule's own rules for that many
+// micro-batches per step.
+void check_batch(const Config& cfg, int world_size) {
+  const auto& p = cfg.parallel;
+  const pipeline::ScheduleTraits& kind = pipeline::schedule_traits(p.schedule);
   const auto& t = cfg.train;
   const int64_t per_step = int64_t{t.micro_batch} * cfg.dp;
   if (t.global_batch % per_step != 0) {
@@ -329,6 +356,20 @@ void validate(Config& cfg, int world_size) {
                    fmt::format("{}; change train.global_batch or train.micro_batch accordingly", e.hint()));
     }
   }
+}
+
+}  // namespace
+
+void validate(Config& cfg, int world_size) {
+  BATON_ASSERT(world_size >= 1, "world_size {} < 1", world_size);
+  for (const KeyDesc& key : config_detail::config_keys()) check_key(cfg, key);
+  check_model(cfg);
+  check_optimizer(cfg);
+  check_model_kind_keys(cfg);
+  check_schedule_options(cfg);
+  check_stages(cfg);
+  set_data_parallel(cfg, world_size, pipeline_ranks(cfg, world_size));
+  check_batch(cfg, world_size);
 }
 
 }  // namespace baton
