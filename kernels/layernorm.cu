@@ -51,9 +51,9 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, f
   }
 }
 
-__global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const float* inp,
-                                      const float* weight, const float* mean, const float* rstd,
-                                      int N, int C) {
+__global__ void layernorm_dinp_kernel(float* dinp, const float* dres, const float* dout,
+                                      const float* inp, const float* weight, const float* mean,
+                                      const float* rstd, int N, int C) {
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
   if (n >= N) return;
@@ -69,9 +69,10 @@ __global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const floa
   }
   const float g_mean = warp_sum(g_sum) / float(C), gx_mean = warp_sum(gx_sum) / float(C);
   float* dx = dinp + off;
+  const float* r = dres ? dres + off : nullptr;  // may be dx itself (in place)
   for (int c = lane; c < C; c += 32) {
     const float xhat = (x[c] - m) * s;
-    dx[c] += s * (dy[c] * weight[c] - g_mean - xhat * gx_mean);
+    dx[c] = (r ? r[c] : 0.0f) + s * (dy[c] * weight[c] - g_mean - xhat * gx_mean);
   }
 }
 
@@ -211,8 +212,8 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
 
 template <int VPL, bool kVec>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
-    layernorm_dinp_bf16_kernel(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* weight,
-                               const float* mean, const float* rstd, int N, int C) {
+    layernorm_dinp_bf16_kernel(bf16* dinp, const bf16* dres, const bf16* dout, const bf16* inp,
+                               const bf16* weight, const float* mean, const float* rstd, int N, int C) {
   const int lane = threadIdx.x & 31;
   const int n = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
   if (n >= N) return;
@@ -248,6 +249,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   }
   const float g_mean = warp_sum(g_sum) / float(C), gx_mean = warp_sum(gx_sum) / float(C);
   bf16* dx = dinp + off;
+  const bf16* r = dres ? dres + off : nullptr;  // may be dx itself (in place)
 #pragma unroll
   for (int k = 0; k < steps; k++) {
     const int c = (k * 32 + lane) * 8;
@@ -262,7 +264,12 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
       unpack8(fdy, load_group<kVec>(dy + c, valid));
     }
     unpack8(w, load_group<kVec>(weight + c, valid));
-    unpack8(d, load_group<kVec>(dx + c, valid));
+    if (r) {
+      unpack8(d, load_group<kVec>(r + c, valid));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; j++) d[j] = 0.0f;
+    }
 #pragma unroll
     for (int j = 0; j < 8; j++) {
       const float xhat = (fx[j] - m) * s;
@@ -356,10 +363,11 @@ void ln_forward_bf16(bf16* out, float* mean, float* rstd, bf16* residual, const 
 }
 
 template <int VPL, bool kVec>
-void launch_ln_dinp_bf16(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* weight,
-                         const float* mean, const float* rstd, int N, int C, cudaStream_t s) {
+void launch_ln_dinp_bf16(bf16* dinp, const bf16* dres, const bf16* dout, const bf16* inp,
+                         const bf16* weight, const float* mean, const float* rstd, int N, int C,
+                         cudaStream_t s) {
   layernorm_dinp_bf16_kernel<VPL, kVec><<<ceil_div(N, kRowsPerBlock), 32 * kRowsPerBlock, 0, s>>>(
-      dinp, dout, inp, weight, mean, rstd, N, C);
+      dinp, dres, dout, inp, weight, mean, rstd, N, C);
 }
 
 }  // namespace
@@ -387,7 +395,7 @@ void residual_layernorm_forward(float* residual, float* out, float* mean, float*
 
 size_t layernorm_backward_scratch_floats(int N, int C) { return 2 * column_sum_scratch_floats(N, C); }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+void layernorm_backward(float* dinp, const float* dres, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int N, int C, float* scratch, size_t scratch_floats,
                         cudaStream_t s) {
@@ -397,7 +405,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   if (dinp != nullptr) {
     BATON_KCHECK("layernorm_backward", weight != nullptr);
     layernorm_dinp_kernel<<<ceil_div(N, kRowsPerBlock), 32 * kRowsPerBlock, 0, s>>>(
-        dinp, dout, inp, weight, mean, rstd, N, C);
+        dinp, dres, dout, inp, weight, mean, rstd, N, C);
     check_launch("layernorm_backward");
   }
   if (dweight == nullptr && dbias == nullptr) return;
@@ -432,7 +440,7 @@ void residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* r
   check_launch("residual_layernorm_forward");
 }
 
-void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+void layernorm_backward(bf16* dinp, const bf16* dres, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                         const bf16* weight, const float* mean, const float* rstd, int N, int C,
                         float* scratch, size_t scratch_floats, cudaStream_t s) {
   BATON_KCHECK("layernorm_backward", N >= 0 && C > 0);
@@ -440,18 +448,19 @@ void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* do
   BATON_KCHECK("layernorm_backward", dout && inp && mean && rstd);
   if (dinp != nullptr) {
     BATON_KCHECK("layernorm_backward", weight != nullptr);
-    const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
+    const bool vec = C % 8 == 0 && aligned16(dinp) && (!dres || aligned16(dres)) && aligned16(dout) && aligned16(inp) &&
+                     aligned16(weight);
     if (!vec) {
-      launch_ln_dinp_bf16<0, false>(dinp, dout, inp, weight, mean, rstd, N, C, s);
+      launch_ln_dinp_bf16<0, false>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s);
     } else {
       switch (vpl_for(C)) {
-        case 1: launch_ln_dinp_bf16<1, true>(dinp, dout, inp, weight, mean, rstd, N, C, s); break;
-        case 2: launch_ln_dinp_bf16<2, true>(dinp, dout, inp, weight, mean, rstd, N, C, s); break;
-        case 3: launch_ln_dinp_bf16<3, true>(dinp, dout, inp, weight, mean, rstd, N, C, s); break;
-        case 4: launch_ln_dinp_bf16<4, true>(dinp, dout, inp, weight, mean, rstd, N, C, s); break;
-        case 6: launch_ln_dinp_bf16<6, true>(dinp, dout, inp, weight, mean, rstd, N, C, s); break;
-        case kMaxVpl: launch_ln_dinp_bf16<kMaxVpl, true>(dinp, dout, inp, weight, mean, rstd, N, C, s); break;
-        default: launch_ln_dinp_bf16<0, true>(dinp, dout, inp, weight, mean, rstd, N, C, s); break;
+        case 1: launch_ln_dinp_bf16<1, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
+        case 2: launch_ln_dinp_bf16<2, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
+        case 3: launch_ln_dinp_bf16<3, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
+        case 4: launch_ln_dinp_bf16<4, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
+        case 6: launch_ln_dinp_bf16<6, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
+        case kMaxVpl: launch_ln_dinp_bf16<kMaxVpl, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
+        default: launch_ln_dinp_bf16<0, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
       }
     }
     check_launch("layernorm_backward");

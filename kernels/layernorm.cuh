@@ -3,7 +3,7 @@
 //
 // bf16 overloads: inp/out/residual/dout/dinp and the weight/bias compute copies are bf16; mean,
 // rstd, dweight and dbias are fp32. Every value is computed in fp32 and rounded once when stored;
-// dinp "+=" loads bf16, adds in fp32, rounds once. One warp per row (any C; rows of C <= 2048 are
+// dinp = dres + ... loads dres (bf16), adds in fp32, rounds once. One warp per row (any C; rows of C <= 2048 are
 // held in registers, longer rows are streamed again from L1/L2 for each pass); 16-byte accesses
 // when C % 8 == 0 and every row pointer is 16-byte aligned, else an element-wise kernel that sums
 // in the same order (same bits). dweight/dbias: the fp32 two-stage column reduction over the same
@@ -25,9 +25,10 @@ void residual_layernorm_forward(float* residual, float* out, float* mean, float*
 
 // Floats of scratch layernorm_backward needs for the parameter gradients of [N, C].
 size_t layernorm_backward_scratch_floats(int N, int C);
-// dinp[N,C] += ...; dweight[C] += sum_n dout*xhat; dbias[C] += sum_n dout. Each of the three
-// outputs may be null (skipped). Deterministic (fixed row chunks, no atomics).
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+// dinp[N,C] = dres + the input gradient (dres == dinp: in place; null: 0 + the gradient; no other
+// overlap); dweight[C] += sum_n dout*xhat; dbias[C] += sum_n dout. Each of the three outputs may
+// be null (skipped). Deterministic (fixed row chunks, no atomics).
+void layernorm_backward(float* dinp, const float* dres, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int N, int C, float* scratch, size_t scratch_floats,
                         cudaStream_t s);
@@ -40,8 +41,8 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
 void residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* rstd, const bf16* a,
                                 const bf16* b, const bf16* weight, const bf16* bias, int N, int C,
                                 cudaStream_t s);
-// dinp (bf16) += ...; dweight, dbias (fp32) += ...; each output nullable, as the fp32 overload.
-void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+// dinp (bf16) = dres (bf16) + ...; dweight, dbias (fp32) += ...; each output nullable, as the fp32 overload.
+void layernorm_backward(bf16* dinp, const bf16* dres, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                         const bf16* weight, const float* mean, const float* rstd, int N, int C,
                         float* scratch, size_t scratch_floats, cudaStream_t s);
 

@@ -9,7 +9,7 @@ the predicted step time and MFU. Part B of issue 14 holds this table against mea
 "Step-time model" carries its output, and every gap > 20% there is to be explained.
 
 The kernel list follows src/model/transformer_block.cpp, embedding.cpp, lm_head.cpp and the
-optimizer path as they are (not as they should be): layernorm backward plus two copy_act per block,
+optimizer path as they are (not as they should be): layernorm backward reading the residual's gradient,
 bias gradients as separate reductions, AdamW then a separate bf16 cast, gradients zeroed by memset,
 the gradient norm with one reduction per parameter tensor and one host synchronisation, the embedding backward's host
 bucketing (assumed to overlap the queued GPU work; its pageable copy costs a round trip). The efficiencies are assumptions (named below and in
@@ -66,13 +66,12 @@ def kernels(m):
     stream("  fc's pre-GELU output (GELU_AUX)", L, N * 4 * C * BF16)
     gemm("fcproj GEMM + bias (fwd)", N, 4 * C, C, L, False)
     stream("residual forward", L, 3 * N * C * BF16)
-    # backward, per block (the current code: 7-GEMM flash backward, separate bias reductions,
-    # two copy_act per block to carry the residual gradient)
+    # backward, per block (the current code: 7-GEMM flash backward, separate bias reductions; the
+    # layernorm backward adds its input gradient to the residual's, dinp = dres + ..., in one pass)
     gemm("fcproj GEMM backward (dX with DGELU epilogue, dW)", N, 4 * C, C, L, True)
     gemm("fc GEMM backward (dX, dW)", N, C, 4 * C, L, True)
     stream("bias gradients (4 reductions)", L, N * (3 * C + C + 4 * C + C) * BF16)
     stream("layernorm backward (ln2, ln1)", 2 * L, 5 * N * C * BF16)
-    stream("copy_act (residual gradient)", 2 * L, 2 * N * C * BF16)
     gemm("proj GEMM backward (dX, dW)", N, C, C, L, True)
     out.append(("flash attention backward (7 GEMMs)", L, attn_fwd * 3.5 * L,
                 (N * 3 * C * 2 + N * C * 2) * BF16 * L, "attention"))

@@ -162,13 +162,16 @@ class Backend {
   // out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N]. eps = 1e-5.
   virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const void* weight, const void* bias, int N, int C) = 0;
-  // dinp[N,C] += ...; dweight[C] += ...; dbias[C] += ...
+  // dinp[N,C] = dres + the input gradient; dweight[C] += ...; dbias[C] += ...
+  // dres is the residual stream's gradient that the layernorm's joins (one pass instead of a copy
+  // and an accumulation): dres == dinp accumulates in place, null adds to zero (0 + g, the bits
+  // of zeroing dinp first); dres must not overlap dinp otherwise.
   // Each of dinp, dweight, dbias may be null (skipped), the others computed exactly as in the
   // fused call (zero bubble's input / weight split; split calls == fused call bit for bit).
-  // `weight` is unused when dinp is null.
-  virtual void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
-                                  const void* inp, const void* weight, const float* mean,
-                                  const float* rstd, int N, int C) = 0;
+  // `weight` and `dres` are unused when dinp is null.
+  virtual void layernorm_backward(void* dinp, const void* dres, float* dweight, float* dbias,
+                                  const void* dout, const void* inp, const void* weight,
+                                  const float* mean, const float* rstd, int N, int C) = 0;
   // Fused residual add + layernorm: residual = a + b (stored, rounded); out = layernorm of the
   // stored residual.
   virtual void residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd,

@@ -107,8 +107,8 @@ void LmHead::backward(const LayerCtx& ctx, const void* x, const void*, void* dx,
   ctx.be->matmul_backward(w.dpartial, ctx.grad(wte_), nullptr, s.logits, s.lnf_full,
                           ctx.param(wte_), N, C, Vl, false);
   const void* dlnf = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
-  ctx.be->zero_act(dx, size_t(Nl) * C);
-  ctx.be->layernorm_backward(dx, ctx.grad(lnf_w_), ctx.grad(lnf_b_), dlnf, x, ctx.param(lnf_w_),
+  // dx = 0 + lnf's input gradient (the head ends the residual stream: nothing to add).
+  ctx.be->layernorm_backward(dx, nullptr, ctx.grad(lnf_w_), ctx.grad(lnf_b_), dlnf, x, ctx.param(lnf_w_),
                              s.mean, s.rstd, Nl, C);
 }
 
@@ -123,9 +123,8 @@ void LmHead::backward_input(const LayerCtx& ctx, const void* x, const void*, voi
                           C, Vl, false);
   const void* dlnf = tp_.enter_backward(w.dpartial, deferred, N, C);
   if (dlnf != deferred) ctx.be->copy_act(deferred, dlnf, size_t(Nl) * C);
-  ctx.be->zero_act(dx, size_t(Nl) * C);
-  ctx.be->layernorm_backward(dx, nullptr, nullptr, deferred, x, ctx.param(lnf_w_), s.mean, s.rstd,
-                             Nl, C);
+  ctx.be->layernorm_backward(dx, nullptr, nullptr, nullptr, deferred, x, ctx.param(lnf_w_), s.mean,
+                             s.rstd, Nl, C);
 }
 
 void LmHead::backward_weight(const LayerCtx& ctx, const void* x, void* saved, void* deferred) {
@@ -134,7 +133,7 @@ void LmHead::backward_weight(const LayerCtx& ctx, const void* x, void* saved, vo
   Saved s = views(saved, ctx.B, ctx.T);
   ctx.be->matmul_backward(nullptr, ctx.grad(wte_), nullptr, s.logits, s.lnf_full, nullptr, N, C, Vl,
                           false);
-  ctx.be->layernorm_backward(nullptr, ctx.grad(lnf_w_), ctx.grad(lnf_b_), deferred, x, nullptr,
+  ctx.be->layernorm_backward(nullptr, nullptr, ctx.grad(lnf_w_), ctx.grad(lnf_b_), deferred, x, nullptr,
                              s.mean, s.rstd, Nl, C);
 }
 

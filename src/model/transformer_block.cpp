@@ -152,7 +152,7 @@ void TransformerBlock::backward(const LayerCtx& ctx, const void* x, const void* 
   Backend& be = *ctx.be;
   const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model, Cl = C / tp_.size;
   const int NHl = d_.n_head / tp_.size;
-  const size_t NlC = size_t(Nl) * C, NCl = size_t(N) * Cl;
+  const size_t NCl = size_t(N) * Cl;
   Saved s = views(saved, ctx.B, ctx.T);
   Workspace w = scratch(ctx.workspace, ctx.B, ctx.T);
   void* dfch = w.big;
@@ -163,8 +163,8 @@ void TransformerBlock::backward(const LayerCtx& ctx, const void* x, const void* 
   be.matmul_backward(w.dpartial, ctx.grad(fc_w_), ctx.grad(fc_b_), dfch, s.ln2_full,
                      ctx.param(fc_w_), N, C, 4 * Cl, false);
   const void* dln2 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
-  be.copy_act(w.dx2, dout, NlC);
-  be.layernorm_backward(w.dx2, ctx.grad(ln2_w_), ctx.grad(ln2_b_), dln2, s.x2, ctx.param(ln2_w_),
+  // dx2 = dout (the residual's gradient) + ln2's input gradient; dx = dx2 + ln1's, below.
+  be.layernorm_backward(w.dx2, dout, ctx.grad(ln2_w_), ctx.grad(ln2_b_), dln2, s.x2, ctx.param(ln2_w_),
                         s.mean2, s.rstd2, Nl, C);
   // Attention: x2 = x + proj(attention(qkv(ln1(x))))
   void* datty = w.big;
@@ -183,8 +183,7 @@ void TransformerBlock::backward(const LayerCtx& ctx, const void* x, const void* 
   be.matmul_backward(w.dpartial, ctx.grad(qkv_w_), ctx.grad(qkv_b_), dqkv, s.ln1_full,
                      ctx.param(qkv_w_), N, C, 3 * Cl, false);
   const void* dln1 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
-  be.copy_act(dx, w.dx2, NlC);
-  be.layernorm_backward(dx, ctx.grad(ln1_w_), ctx.grad(ln1_b_), dln1, x, ctx.param(ln1_w_),
+  be.layernorm_backward(dx, w.dx2, ctx.grad(ln1_w_), ctx.grad(ln1_b_), dln1, x, ctx.param(ln1_w_),
                         s.mean1, s.rstd1, Nl, C);
 }
 
@@ -238,9 +237,8 @@ void TransformerBlock::backward_input(const LayerCtx& ctx, const void* x, const 
   // Without sequence parallelism (and dropout) the residual gradient dx2 is itself the attention
   // output's gradient (exit_backward is the identity): keep it in the deferred buffer directly.
   void* dx2 = tp_.sp() || d_.dropout > 0 ? w.dx2 : d.dattn;
-  be.copy_act(dx2, dout, NlC);
-  be.layernorm_backward(dx2, nullptr, nullptr, d.dln2, s.x2, ctx.param(ln2_w_), s.mean2, s.rstd2,
-                        Nl, C);
+  be.layernorm_backward(dx2, dout, nullptr, nullptr, d.dln2, s.x2, ctx.param(ln2_w_), s.mean2,
+                        s.rstd2, Nl, C);
   // Attention
   void* datty = w.big;
   const void* dattn = tp_.exit_backward(dropped(ctx, w.dlocal, dx2, 0), d.dattn, N, C);
@@ -256,8 +254,8 @@ void TransformerBlock::backward_input(const LayerCtx& ctx, const void* x, const 
                      3 * Cl, false);
   const void* dln1 = tp_.enter_backward(w.dpartial, d.dln1, N, C);
   keep(d.dln1, dln1, NlC);
-  be.copy_act(dx, dx2, NlC);
-  be.layernorm_backward(dx, nullptr, nullptr, d.dln1, x, ctx.param(ln1_w_), s.mean1, s.rstd1, Nl, C);
+  be.layernorm_backward(dx, dx2, nullptr, nullptr, d.dln1, x, ctx.param(ln1_w_), s.mean1, s.rstd1, Nl,
+                        C);
 }
 
 void TransformerBlock::backward_weight(const LayerCtx& ctx, const void* x, void* saved,
@@ -271,13 +269,13 @@ void TransformerBlock::backward_weight(const LayerCtx& ctx, const void* x, void*
                      N, 4 * Cl, C, false);
   be.matmul_backward(nullptr, ctx.grad(fc_w_), ctx.grad(fc_b_), d.dfch, s.ln2_full, nullptr, N, C,
                      4 * Cl, false);
-  be.layernorm_backward(nullptr, ctx.grad(ln2_w_), ctx.grad(ln2_b_), d.dln2, s.x2, nullptr, s.mean2,
+  be.layernorm_backward(nullptr, nullptr, ctx.grad(ln2_w_), ctx.grad(ln2_b_), d.dln2, s.x2, nullptr, s.mean2,
                         s.rstd2, Nl, C);
   be.matmul_backward(nullptr, ctx.grad(proj_w_), ctx.grad(proj_b_), d.dattn, s.atty, nullptr, N, Cl,
                      C, false);
   be.matmul_backward(nullptr, ctx.grad(qkv_w_), ctx.grad(qkv_b_), d.dqkv, s.ln1_full, nullptr, N, C,
                      3 * Cl, false);
-  be.layernorm_backward(nullptr, ctx.grad(ln1_w_), ctx.grad(ln1_b_), d.dln1, x, nullptr, s.mean1,
+  be.layernorm_backward(nullptr, nullptr, ctx.grad(ln1_w_), ctx.grad(ln1_b_), d.dln1, x, nullptr, s.mean1,
                         s.rstd1, Nl, C);
 }
 

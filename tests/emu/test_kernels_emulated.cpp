@@ -186,8 +186,8 @@ TEST(KernelsEmulated, LayernormFp32) {
     const size_t ns = layernorm_backward_scratch_floats(N, C);
     for (int mask = 1; mask < 8; mask++) {  // bit 0 dinp, bit 1 dweight, bit 2 dbias
       Dev<float> di(dinp0), gw(dw0), gb(db0), scratch(ns);
-      layernorm_backward(mask & 1 ? di.p : nullptr, mask & 2 ? gw.p : nullptr, mask & 4 ? gb.p : nullptr,
-                         ddy.p, res.p, dwt.p, m.p, s.p, N, C, scratch.p, ns, nullptr);
+      layernorm_backward(mask & 1 ? di.p : nullptr, mask & 1 ? di.p : nullptr, mask & 2 ? gw.p : nullptr,
+                         mask & 4 ? gb.p : nullptr, ddy.p, res.p, dwt.p, m.p, s.p, N, C, scratch.p, ns, nullptr);
       const std::string wm = sh + " mask " + std::to_string(mask);
       if (mask & 1) expect_rel(di.get(), dinp, kSum, "layernorm_backward dinp" + wm);
       else expect_bits(di.get(), dinp0, "layernorm_backward dinp untouched" + wm);
@@ -196,6 +196,18 @@ TEST(KernelsEmulated, LayernormFp32) {
       if (mask & 4) expect_rel(gb.get(), db, kSum, "layernorm_backward dbias" + wm);
       else expect_bits(gb.get(), db0, "layernorm_backward dbias untouched" + wm);
     }
+    // dinp = dres + ... from another buffer: the in-place result's bits; null dres: zero first.
+    Dev<float> in_place(dinp0), zeroed(std::vector<float>(NC, 0.0f)), dres(dinp0), other(NC), other0(NC);
+    layernorm_backward(in_place.p, in_place.p, nullptr, nullptr, ddy.p, res.p, dwt.p, m.p, s.p, N, C, nullptr, 0,
+                       nullptr);
+    layernorm_backward(zeroed.p, zeroed.p, nullptr, nullptr, ddy.p, res.p, dwt.p, m.p, s.p, N, C, nullptr, 0,
+                       nullptr);
+    layernorm_backward(other.p, dres.p, nullptr, nullptr, ddy.p, res.p, dwt.p, m.p, s.p, N, C, nullptr, 0, nullptr);
+    layernorm_backward(other0.p, nullptr, nullptr, nullptr, ddy.p, res.p, dwt.p, m.p, s.p, N, C, nullptr, 0,
+                       nullptr);
+    expect_bits(other.get(), in_place.get(), "layernorm_backward dinp = dres + ..." + sh);
+    expect_bits(other0.get(), zeroed.get(), "layernorm_backward dinp = 0 + ..." + sh);
+    expect_bits(dres.get(), dinp0, "layernorm_backward dres untouched" + sh);
   }
 }
 

@@ -453,7 +453,7 @@ TEST_F(Bf16Kernels, LayernormBackward) {
       for (int mask : {7, 7, 1, 2, 4, 6, 3}) {
         DevB di(dinp0, offset);
         DevF dw(dw0), db(db0);
-        layernorm_backward(mask & 1 ? di.p : nullptr, mask & 2 ? dw.p : nullptr,
+        layernorm_backward(mask & 1 ? di.p : nullptr, mask & 1 ? di.p : nullptr, mask & 2 ? dw.p : nullptr,
                            mask & 4 ? db.p : nullptr, ddy.p, dx.p, dwt.p, m.p, s.p, N, C,
                            scratch.p, nscratch, nullptr);
         sync();
@@ -473,6 +473,14 @@ TEST_F(Bf16Kernels, LayernormBackward) {
         expect_same_bits(dw.floats(), mask & 2 ? dw_all[offset] : dw0, wm + " dweight");
         expect_same_bits(db.floats(), mask & 4 ? db_all[offset] : db0, wm + " dbias");
       }
+      // dinp = dres + ... from another buffer: the in-place run's bits; null dres: zeroing first.
+      DevB other(Bits(NC, 0x7FC0), offset), dres(dinp0, offset), zeroed(Bits(NC, 0), offset), other0(dinp0, offset);
+      layernorm_backward(other.p, dres.p, nullptr, nullptr, ddy.p, dx.p, dwt.p, m.p, s.p, N, C, nullptr, 0, nullptr);
+      layernorm_backward(zeroed.p, zeroed.p, nullptr, nullptr, ddy.p, dx.p, dwt.p, m.p, s.p, N, C, nullptr, 0, nullptr);
+      layernorm_backward(other0.p, nullptr, nullptr, nullptr, ddy.p, dx.p, dwt.p, m.p, s.p, N, C, nullptr, 0, nullptr);
+      sync();
+      expect_same_bits(other.bits(), dinp_all[offset], what + " dinp = dres + ...");
+      expect_same_bits(other0.bits(), zeroed.bits(), what + " dinp = 0 + ...");
     }
     if (C % 8 == 0) {
       expect_same_bits(dinp_all[0], dinp_all[1], "layernorm_backward 16-byte vs element-wise dinp " + sh);

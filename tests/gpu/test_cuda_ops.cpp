@@ -295,14 +295,19 @@ TEST_F(CudaOps, LayernormBackwardEveryNullCombination) {
     cpu_->layernorm_forward(out.c, mean.c, rstd.c, x.c, w.c, b.c, s.N, s.C);
     mean.set(mean.host_cpu());
     rstd.set(rstd.host_cpu());
-    for (int mask = 0; mask < 8; mask++) {
+    const std::vector<float> garbage = randn(nc, 26);
+    for (int mask = 0; mask < 16; mask++) {  // bit 3: dres in a buffer of its own (dinp overwritten)
       const std::string t = tag + " mask=" + std::to_string(mask);
-      Pair dx(*cpu_, *gpu_, nc, &dxi), dw(*cpu_, *gpu_, s.C, &dwi), db(*cpu_, *gpu_, s.C, &dbi);
-      const bool wdx = mask & 1, wdw = mask & 2, wdb = mask & 4;
-      cpu_->layernorm_backward(wdx ? dx.c : nullptr, wdw ? dw.c : nullptr, wdb ? db.c : nullptr,
-                               dy.c, x.c, w.c, mean.c, rstd.c, s.N, s.C);
-      gpu_->layernorm_backward(wdx ? dx.g : nullptr, wdw ? dw.g : nullptr, wdb ? db.g : nullptr,
-                               dy.g, x.g, w.g, mean.g, rstd.g, s.N, s.C);
+      const bool wdx = mask & 1, wdw = mask & 2, wdb = mask & 4, own = mask & 8;
+      if (own && !wdx) continue;
+      Pair dx(*cpu_, *gpu_, nc, own ? &garbage : &dxi), res(*cpu_, *gpu_, nc, &dxi),
+          dw(*cpu_, *gpu_, s.C, &dwi), db(*cpu_, *gpu_, s.C, &dbi);
+      cpu_->layernorm_backward(wdx ? dx.c : nullptr, wdx ? (own ? res.c : dx.c) : nullptr,
+                               wdw ? dw.c : nullptr, wdb ? db.c : nullptr, dy.c, x.c, w.c, mean.c, rstd.c,
+                               s.N, s.C);
+      gpu_->layernorm_backward(wdx ? dx.g : nullptr, wdx ? (own ? res.g : dx.g) : nullptr,
+                               wdw ? dw.g : nullptr, wdb ? db.g : nullptr, dy.g, x.g, w.g, mean.g, rstd.g,
+                               s.N, s.C);
       dx.expect(kReduce, "layernorm_backward dinp" + t);
       dw.expect(kReduce, "layernorm_backward dweight" + t);
       db.expect(kReduce, "layernorm_backward dbias" + t);
@@ -493,7 +498,7 @@ TEST_F(CudaOps, OpsAreDeterministic) {
     w.set(randn(C, 43));
     gpu_->embedding_backward(dwte.g, dwpe.g, dout.g, tokens.g, nullptr, B, T, C, 0, V);
     gpu_->layernorm_forward(dx.g, mean.g, rstd.g, out.g, w.g, w.g, B * T, C);
-    gpu_->layernorm_backward(dx.g, dw.g, db.g, dout.g, out.g, w.g, mean.g, rstd.g, B * T, C);
+    gpu_->layernorm_backward(dx.g, dx.g, dw.g, db.g, dout.g, out.g, w.g, mean.g, rstd.g, B * T, C);
     r.push_back(dwte.host_gpu());
     r.push_back(dwpe.host_gpu());
     r.push_back(dx.host_gpu());

@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/dtype.h"
 
 namespace baton {
 namespace {
@@ -341,24 +342,24 @@ TEST_F(CpuOps, LayernormBackwardSplitEqualsFusedBitExact) {
     VecF out(x.size()), mean(N), rstd(N);
     be->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
     VecF dx = dx0, dw = dw0, db = db0;
-    be->layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+    be->layernorm_backward(dx.data(), dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
                            mean.data(), rstd.data(), N, C);
     VecF sdx = dx0, sdw = dw0, sdb = db0;
-    be->layernorm_backward(sdx.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), mean.data(),
-                           rstd.data(), N, C);
+    be->layernorm_backward(sdx.data(), sdx.data(), nullptr, nullptr, dy.data(), x.data(), w.data(),
+                           mean.data(), rstd.data(), N, C);
     EXPECT_TRUE(same_bits(sdx, dx));
     EXPECT_TRUE(same_bits(sdw, dw0));
     EXPECT_TRUE(same_bits(sdb, db0));
-    be->layernorm_backward(nullptr, sdw.data(), sdb.data(), dy.data(), x.data(), nullptr,
+    be->layernorm_backward(nullptr, nullptr, sdw.data(), sdb.data(), dy.data(), x.data(), nullptr,
                            mean.data(), rstd.data(), N, C);
     EXPECT_TRUE(same_bits(sdw, dw));
     EXPECT_TRUE(same_bits(sdb, db));
     EXPECT_TRUE(same_bits(sdx, dx));
     // Each parameter gradient on its own.
     VecF only_w = dw0, only_b = db0;
-    be->layernorm_backward(nullptr, only_w.data(), nullptr, dy.data(), x.data(), nullptr,
+    be->layernorm_backward(nullptr, nullptr, only_w.data(), nullptr, dy.data(), x.data(), nullptr,
                            mean.data(), rstd.data(), N, C);
-    be->layernorm_backward(nullptr, nullptr, only_b.data(), dy.data(), x.data(), nullptr,
+    be->layernorm_backward(nullptr, nullptr, nullptr, only_b.data(), dy.data(), x.data(), nullptr,
                            mean.data(), rstd.data(), N, C);
     EXPECT_TRUE(same_bits(only_w, dw));
     EXPECT_TRUE(same_bits(only_b, db));
@@ -366,6 +367,47 @@ TEST_F(CpuOps, LayernormBackwardSplitEqualsFusedBitExact) {
 }
 
 // ---- layernorm ---------------------------------------------------------------------------------
+
+// dinp = dres + the input gradient in one pass is exactly the copy of dres followed by the
+// accumulation (and null dres exactly zeroing first), on fp32 and bf16 activations.
+std::vector<uint8_t> as_act(DType t, const VecF& v) {
+  std::vector<uint8_t> out(v.size() * (t == DType::F32 ? 4 : 2));
+  if (t == DType::F32) std::memcpy(out.data(), v.data(), out.size());
+  else
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint16_t h = f32_to_bf16(v[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  return out;
+}
+
+TEST(CpuOpsResidualGradient, LayernormBackwardIntoAnotherBufferEqualsCopyThenAccumulate) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    std::unique_ptr<Backend> b = make_cpu_backend(t);
+    for (auto [N, C] : {std::pair{7, 12}, std::pair{33, 256}}) {
+      const size_t n = size_t(N) * C, a = b->act_size();
+      const VecF x32 = random_vec(n, 61, -2, 3), dy32 = random_vec(n, 62), r32 = random_vec(n, 63);
+      const VecF w = random_vec(C, 64), bias = random_vec(C, 65);
+      std::vector<uint8_t> x = as_act(t, x32), dy = as_act(t, dy32), r = as_act(t, r32), out(n * a);
+      std::vector<uint8_t> wc = as_act(t, w), bc = as_act(t, bias);
+      VecF mean(N), rstd(N);
+      b->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), wc.data(), bc.data(), N, C);
+      // The two-pass reference: copy (bytes), accumulate in place; zero, accumulate.
+      std::vector<uint8_t> want = r, want0(n * a, 0), got(n * a, 0xAB), got0(n * a, 0xCD);
+      b->layernorm_backward(want.data(), want.data(), nullptr, nullptr, dy.data(), x.data(), wc.data(),
+                            mean.data(), rstd.data(), N, C);
+      b->layernorm_backward(want0.data(), want0.data(), nullptr, nullptr, dy.data(), x.data(), wc.data(),
+                            mean.data(), rstd.data(), N, C);
+      b->layernorm_backward(got.data(), r.data(), nullptr, nullptr, dy.data(), x.data(), wc.data(),
+                            mean.data(), rstd.data(), N, C);
+      b->layernorm_backward(got0.data(), nullptr, nullptr, nullptr, dy.data(), x.data(), wc.data(),
+                            mean.data(), rstd.data(), N, C);
+      EXPECT_EQ(got, want) << (t == DType::F32 ? "fp32 " : "bf16 ") << N << "x" << C;
+      EXPECT_EQ(got0, want0) << (t == DType::F32 ? "fp32 " : "bf16 ") << N << "x" << C;
+      EXPECT_NE(got, want0);  // dres was added
+    }
+  }
+}
 
 TEST_F(CpuOps, LayernormForwardMatchesReference) {
   for (auto [N, C] : {std::pair{7, 12}, std::pair{5, 130}, std::pair{1, 1}}) {
@@ -389,8 +431,8 @@ TEST_F(CpuOps, LayernormBackwardGradcheckAndAccumulates) {
   // All three outputs accumulate: start them from random values and subtract afterwards.
   VecF dx0 = random_vec(N * C, 24), dw0 = random_vec(C, 25), db0 = random_vec(C, 26);
   VecF dx = dx0, dw = dw0, db = db0;
-  be->layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(),
-                         rstd.data(), N, C);
+  be->layernorm_backward(dx.data(), dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(),
+                         mean.data(), rstd.data(), N, C);
   for (size_t i = 0; i < dx.size(); i++) dx[i] -= dx0[i];
   for (int i = 0; i < C; i++) dw[i] -= dw0[i], db[i] -= db0[i];
   VecD xd = to_d(x), wd = to_d(w), bd = to_d(b);
@@ -426,7 +468,7 @@ TEST_F(CpuOps, ResidualLayernormForwardAndGradcheck) {
   EXPECT_TRUE(same_bits(rstd, rstd2));
   // Backward goes through layernorm_backward on the saved residual; d/da = d/db.
   VecF dres(N * C, 0.0f), dw(C, 0.0f), db(C, 0.0f);
-  be->layernorm_backward(dres.data(), dw.data(), db.data(), R.data(), res.data(), w.data(),
+  be->layernorm_backward(dres.data(), nullptr, dw.data(), db.data(), R.data(), res.data(), w.data(),
                          mean.data(), rstd.data(), N, C);
   VecD ad = to_d(a), bd = to_d(b), wd = to_d(w), biasd = to_d(bias);
   auto loss_a = [&](const VecD& v) {
@@ -752,7 +794,7 @@ TEST_F(CpuOps, RepeatedCallsGiveIdenticalBits) {
     VecF out(size_t(N) * C), mean(N), rstd(N), dx(size_t(N) * C, 0.0f), dlw(C, 0.0f), dlb(C, 0.0f);
     be->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), lw.data(), lb.data(), N,
                           C);
-    be->layernorm_backward(dx.data(), dlw.data(), dlb.data(), dyc.data(), x.data(), lw.data(),
+    be->layernorm_backward(dx.data(), dx.data(), dlw.data(), dlb.data(), dyc.data(), x.data(), lw.data(),
                            mean.data(), rstd.data(), N, C);
     r.insert(r.end(), {out, dx, dlw, dlb});
     VecF aout(size_t(N) * C), att(size_t(B) * NH * T * T), dqkv(qkv.size());

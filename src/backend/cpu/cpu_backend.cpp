@@ -183,13 +183,16 @@ class CpuBackend final : public Backend {
     F32View o(act_, out, n, F32View::OUT), i(act_, inp, n), w(act_, weight, C), b(act_, bias, C);
     ops_.layernorm_forward(o, mean, rstd, i, w, b, N, C);
   }
-  void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+  void layernorm_backward(void* dinp, const void* dres, float* dweight, float* dbias, const void* dout,
                           const void* inp, const void* weight, const float* mean, const float* rstd,
                           int N, int C) override {
     const size_t n = size_t(N) * C;
-    F32View di(act_, dinp, n, F32View::INOUT), d(act_, dout, n), i(act_, inp, n),
+    const bool in_place = dinp != nullptr && dres == dinp;
+    F32View di(act_, dinp, n, in_place ? F32View::INOUT : F32View::OUT),
+        r(act_, dinp && !in_place ? dres : nullptr, n), d(act_, dout, n), i(act_, inp, n),
         w(act_, dinp ? weight : nullptr, C);
-    ops_.layernorm_backward(dinp ? di.get() : nullptr, dweight, dbias, d, i,
+    float* dinp32 = dinp ? di.get() : nullptr;
+    ops_.layernorm_backward(dinp32, in_place ? dinp32 : r.get(), dweight, dbias, d, i,
                             dinp ? w.get() : nullptr, mean, rstd, N, C);
   }
   void residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd,

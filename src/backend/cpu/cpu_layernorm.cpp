@@ -62,7 +62,7 @@ void CpuOps::residual_layernorm_forward(float* residual, float* out, float* mean
   }
 }
 
-void CpuOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+void CpuOps::layernorm_backward(float* dinp, const float* dres, float* dweight, float* dbias, const float* dout,
                                     const float* inp, const float* weight, const float* mean,
                                     const float* rstd, int N, int C) {
   BATON_ASSERT(N >= 0 && C > 0, "layernorm_backward: bad shape N={} C={}", N, C);
@@ -72,7 +72,7 @@ void CpuOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const
   // exactly what the fused call does, so split == fused bit for bit.
   if (dinp != nullptr) {
   // dinp: with xhat = (x - mean) * rstd and g = dout * weight,
-  //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (accumulated into dinp)
+  //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))      (added to dres: dinp = dres + dx)
 #pragma omp parallel for schedule(static) if (parallel)
   for (int n = 0; n < N; n++) {
     const size_t off = size_t(n) * C;
@@ -88,10 +88,19 @@ void CpuOps::layernorm_backward(float* dinp, float* dweight, float* dbias, const
     }
     const float g_mean = g_sum / float(C), gx_mean = gx_sum / float(C);
     float* dx = dinp + off;
+    if (dres != nullptr) {
+      const float* r = dres + off;  // may be dx itself (in place)
 #pragma omp simd
-    for (int c = 0; c < C; c++) {
-      float xhat = (x[c] - m) * s;
-      dx[c] += s * (dy[c] * weight[c] - g_mean - xhat * gx_mean);
+      for (int c = 0; c < C; c++) {
+        float xhat = (x[c] - m) * s;
+        dx[c] = r[c] + s * (dy[c] * weight[c] - g_mean - xhat * gx_mean);
+      }
+    } else {
+#pragma omp simd
+      for (int c = 0; c < C; c++) {
+        float xhat = (x[c] - m) * s;
+        dx[c] = 0.0f + s * (dy[c] * weight[c] - g_mean - xhat * gx_mean);
+      }
     }
   }
   }

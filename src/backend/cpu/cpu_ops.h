@@ -34,7 +34,7 @@ class CpuOps {
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                          const float* weight, const float* bias, int N, int C);
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+  void layernorm_backward(float* dinp, const float* dres, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int N, int C);
   void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,

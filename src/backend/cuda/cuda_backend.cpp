@@ -345,16 +345,16 @@ class CudaBackend final : public Backend {
                                         stream_);
     kernels::layernorm_forward(F(out), mean, rstd, CF(inp), CF(weight), CF(bias), N, C, stream_);
   }
-  void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+  void layernorm_backward(void* dinp, const void* dres, float* dweight, float* dbias, const void* dout,
                           const void* inp, const void* weight, const float* mean, const float* rstd,
                           int N, int C) override {
     const bool params = dweight != nullptr || dbias != nullptr;
     const size_t nf = params ? kernels::layernorm_backward_scratch_floats(N, C) : 0;
     float* scratch = nf > 0 ? static_cast<float*>(scratch_bytes(nf * sizeof(float))) : nullptr;
     if (bf16_)
-      return kernels::layernorm_backward(H(dinp), dweight, dbias, CH(dout), CH(inp), CH(weight),
+      return kernels::layernorm_backward(H(dinp), CH(dres), dweight, dbias, CH(dout), CH(inp), CH(weight),
                                          mean, rstd, N, C, scratch, nf, stream_);
-    kernels::layernorm_backward(F(dinp), dweight, dbias, CF(dout), CF(inp), CF(weight), mean, rstd,
+    kernels::layernorm_backward(F(dinp), CF(dres), dweight, dbias, CF(dout), CF(inp), CF(weight), mean, rstd,
                                 N, C, scratch, nf, stream_);
   }
   void residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd,
