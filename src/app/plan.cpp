@@ -153,7 +153,7 @@ int run_pipedream(const PlanOptions& o, const Config& cfg, const Chain& ch, cons
       "{:>5} {:>12} {:<14} {:<14} {:>8} {:>12}\n{}",
       ch.label, N, dev.name, cl.name, p.stages.size(), config, p.noam, p.slowest * 1e3, mb / p.slowest,
       "stage", "layers", "first", "last", "replicas", "f+b ms", rows);
-  emit(o, cfg, ch, j, table, pipedream_layout(p, ch.dtype),
+  emit(o, cfg, ch, j, table, pipedream_layout(p),
        fmt::format("baton plan --algorithm pipedream: {} on {} x {} ({}): {}, NOAM {}", ch.label, N, dev.name,
                    cl.name, config, p.noam));
   return 0;
@@ -292,7 +292,7 @@ int run_madpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const 
       c.period * 1e3, c.schedule_T * 1e3, mb / c.period,
       c.fits ? "" : " (does NOT fit in memory even at the sequential period)", "stage", "layers", "first",
       "last", "gpu", "acts", "U ms", "mem GB", rows, gpus, "   (* = the special GPU)");
-  emit(o, cfg, ch, j, table, madpipe_layout(plan.stages, c.gpu_of_stage, ch.dtype),
+  emit(o, cfg, ch, j, table, madpipe_layout(plan.stages, c.gpu_of_stage),
        fmt::format("baton plan --algorithm madpipe: {} on {} x {} ({}), period {:.3f} ms", ch.label, pb.P, dev.name,
                    cl.name, c.period * 1e3));
   return 0;

@@ -16,8 +16,6 @@ namespace baton::app {
 namespace {
 
 // Weight stashing (pipedream, 2bw) trains in fp32 only (config/trainable.cpp).
-bool stashing_trains(const std::string& dtype) { return dtype == "fp32"; }
-
 std::string stage_list(const std::vector<std::pair<int, int>>& st) {
   std::vector<std::string> s;
   for (auto [a, b] : st) s.push_back(fmt::format("[{}, {}]", a, b));
@@ -38,7 +36,7 @@ int RunLayout::ranks() const {
   return dp * per_pipeline;
 }
 
-RunLayout pipedream_layout(const plan::PdPlan& p, const std::string& dtype) {
+RunLayout pipedream_layout(const plan::PdPlan& p) {
   RunLayout l;
   std::vector<int> r;
   for (const plan::PdStage& s : p.stages) {
@@ -53,16 +51,6 @@ RunLayout pipedream_layout(const plan::PdPlan& p, const std::string& dtype) {
     return l;
   }
   const bool replicated = std::any_of(r.begin(), r.end(), [](int x) { return x > 1; });
-  if (!stashing_trains(dtype)) {
-    l.unexpressible = fmt::format("PipeDream's weight stashing does not train in {} (precision.compute)", dtype);
-    const bool uniform = std::all_of(r.begin(), r.end(), [&](int x) { return x == r[0]; });
-    if (uniform) l.dp = r[0];
-    l.notes.push_back(fmt::format("closest runnable: the same stages with the 1f1b flush schedule{}",
-                                  !replicated ? ""
-                                  : uniform   ? fmt::format(", the {} replicas as data parallelism", r[0])
-                                              : ", unreplicated"));
-    return l;
-  }
   l.schedule = "pipedream";
   if (!replicated) return l;
   l.replicas = r;
@@ -82,8 +70,7 @@ RunLayout pipedream_layout(const plan::PdPlan& p, const std::string& dtype) {
   return l;
 }
 
-RunLayout madpipe_layout(const std::vector<plan::MpStage>& stages, const std::vector<int>& gpu_of_stage,
-                         const std::string& dtype) {
+RunLayout madpipe_layout(const std::vector<plan::MpStage>& stages, const std::vector<int>& gpu_of_stage) {
   BATON_ASSERT(stages.size() == gpu_of_stage.size(), "{} stages, {} GPUs", stages.size(), gpu_of_stage.size());
   RunLayout l;
   // Adjacent stages on one GPU are one contiguous range: merge them.
@@ -114,14 +101,9 @@ RunLayout madpipe_layout(const std::vector<plan::MpStage>& stages, const std::ve
   if (l.stages.size() == 1) return l;
   // 1F1B* (§C.2) is simulated, not executed. Its memory model keeps two weight versions (§C.1 (a),
   // from PipeDream-2BW), so 2bw is the executed schedule closest to it.
-  if (stashing_trains(dtype)) {
-    l.schedule = "2bw";
-    l.notes.push_back("MadPipe's 1F1B* schedule does not train (baton schedule/plan only): 2bw keeps the same "
-                      "two weight versions");
-  } else {
-    l.notes.push_back(fmt::format("MadPipe's 1F1B* schedule does not train, nor does 2bw in {}: 1f1b (flush) runs "
-                                  "the stages", dtype));
-  }
+  l.schedule = "2bw";
+  l.notes.push_back("MadPipe's 1F1B* schedule does not train (baton schedule/plan only): 2bw keeps the same "
+                    "two weight versions");
   return l;
 }
 

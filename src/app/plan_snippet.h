@@ -8,7 +8,7 @@
 //
 // Where a partitioner's plan is not something the runtime runs — PipeDream replicas that differ on
 // the first and last stage, MadPipe's special GPU with non-contiguous stages and its 1F1B*
-// schedule, weight stashing in bf16, a HetPipe virtual worker that does not fit — the layout is
+// schedule, a HetPipe virtual worker that does not fit — the layout is
 // the closest one it runs, `unexpressible` says in one line what could not be expressed, and
 // `notes` say how the layout differs from the plan.
 #pragma once
@@ -36,11 +36,10 @@ struct RunLayout {
 
 // PipeDream §3.1-3.2 (notes-pipedream §1-2): stages with replication factors. One stage on N
 // workers is data parallelism (dp = N, a flush schedule: pipedream needs pp > 1); otherwise the
-// pipedream schedule with 1F1B-RR replicas. `dtype`: precision.compute (weight stashing is fp32).
-RunLayout pipedream_layout(const plan::PdPlan& p, const std::string& dtype);
+// pipedream schedule with 1F1B-RR replicas.
+RunLayout pipedream_layout(const plan::PdPlan& p);
 // MadPipe §C.3: stages in layer order and the GPU of each (madpipe_check's gpu_of_stage).
-RunLayout madpipe_layout(const std::vector<plan::MpStage>& stages, const std::vector<int>& gpu_of_stage,
-                         const std::string& dtype);
+RunLayout madpipe_layout(const std::vector<plan::MpStage>& stages, const std::vector<int>& gpu_of_stage);
 // HetPipe §A.5–A.6 under WSP ([hetero], docs/hetpipe.md): virtual workers of several stages,
 // each stage one rank that stands for one GPU. Ranks are numbered 0.. in VW order, stage order.
 struct VwPartition {

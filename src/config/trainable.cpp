@@ -80,8 +80,8 @@ void check_hetero_trainable(const Config& cfg) {
                               cfg.train.micro_batch, vws.size(), rows),
                   fmt::format("set train.micro_batch = {}", rows));
     BATON_REQUIRE(cfg.precision.compute == "fp32",
-                  "virtual workers of several stages keep a weight version per minibatch in flight (fp32 "
-                  "weight stashing); bf16 compute is not built for it",
+                  "virtual workers of several stages run in fp32 only: bf16 compute is not built for their merge "
+                  "of pulled weights into the stashed versions",
                   "set precision.compute = \"fp32\"");
   }
   const ParallelConfig& p = cfg.parallel;
@@ -144,13 +144,6 @@ void check_trainable(const Config& cfg) {
                 fmt::format("train with one of {}; `baton schedule` and `baton plan` handle the others",
                             fmt::join(runnable, ", ")));
   }
-  // Weight stashing keeps fp32 weight versions and reads them directly; a bf16 copy per version
-  // is not built yet.
-  BATON_REQUIRE(cfg.precision.compute == "fp32" || t.weight_versions == 1,
-                fmt::format("parallel.schedule = \"{}\" (weight stashing) with precision.compute = "
-                            "\"bf16\" is not implemented yet", cfg.parallel.schedule),
-                "use precision.compute = \"fp32\" with pipedream/2bw, or a flush schedule "
-                "(1f1b, interleaved, zb-h1, gpipe) with bf16");
 }
 
 }  // namespace baton

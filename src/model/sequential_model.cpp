@@ -226,7 +226,7 @@ LayerCtx SequentialModel::ctx_for(const Slot& s, bool training, float loss_scale
   LayerCtx c;
   c.be = &be_;
   c.table = &table_;
-  c.params = active_params_ ? static_cast<void*>(active_params_) : compute_params_;
+  c.params = active_params_ ? active_params_ : compute_params_;
   c.grads = grads_;
   c.buffers = buffers_;
   c.workspace = workspace_;

@@ -65,10 +65,10 @@ class SequentialModel {
   void* compute_params() { return compute_params_; }
   // After the masters changed (optimizer step, checkpoint load, init): re-derive the compute copy.
   void refresh_compute_params();
-  // Weight stashing (PipeDream, 2BW): forward and backward read `p` (a buffer laid out like
-  // params(), e.g. an older weight version) instead of params(); null = params() again. fp32
-  // compute only (config validation refuses weight stashing with bf16).
-  void use_params(float* p) { active_params_ = p; }
+  // Weight stashing (PipeDream, 2BW): forward and backward read `compute` (a buffer laid out like
+  // compute_params(), in the activation dtype: an older weight version's compute copy, see
+  // train/weight_versions.h) instead of compute_params(); null = compute_params() again.
+  void use_params(void* compute) { active_params_ = compute; }
   float* grads() { return grads_; }
   // Non-trainable buffers (ParamTable::add_buffer), fp32; null when the model has none.
   float* buffers() { return buffers_; }
@@ -206,7 +206,7 @@ class SequentialModel {
   size_t flat_size_ = 0;
   float* params_ = nullptr;
   void* compute_params_ = nullptr;  // == params_ in fp32
-  float* active_params_ = nullptr;  // use_params(); null = compute_params_
+  void* active_params_ = nullptr;  // use_params(); null = compute_params_
   float* grads_ = nullptr;
   float* buffers_ = nullptr;
   std::vector<Slot> slots_;

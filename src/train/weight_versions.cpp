@@ -9,28 +9,43 @@ namespace baton {
 
 WeightVersions::~WeightVersions() {
   m_.use_params(nullptr);
-  for (float* b : ring_) m_.backend().release(b);
+  for (size_t i = 0; i < ring_.size(); ++i) {
+    if (compute_[i] != ring_[i]) m_.backend().release(compute_[i]);
+    m_.backend().release(ring_[i]);
+  }
 }
+
+bool WeightVersions::separate_compute() const { return m_.backend().act_dtype() != DType::F32; }
 
 void WeightVersions::start(int size) {
   BATON_ASSERT(size >= 1, "a ring of {} weight versions", size);
-  while (static_cast<int>(ring_.size()) < size)
-    ring_.push_back(static_cast<float*>(m_.backend().alloc(m_.flat_size() * sizeof(float))));
+  Backend& be = m_.backend();
+  while (static_cast<int>(ring_.size()) < size) {
+    ring_.push_back(static_cast<float*>(be.alloc(m_.flat_size() * sizeof(float))));
+    compute_.push_back(separate_compute() ? be.alloc(m_.flat_size() * be.act_size()) : ring_.back());
+  }
   size_ = size;
   version_.assign(size, -1);
-  m_.backend().copy(ring_[0], m_.params(), m_.flat_size());
+  stale_.assign(size, true);
+  be.copy(ring_[0], m_.params(), m_.flat_size());
   version_[0] = 0;
   latest_ = 0;
 }
 
-float* WeightVersions::buffer(int version) {
+int WeightVersions::slot(int version) const {
   const int idx = version % size_;
   BATON_ASSERT(version >= 0 && version_[idx] == version,
                "weight version {} is no longer kept (ring of {})", version, size_);
-  return ring_[idx];
+  return idx;
 }
 
-void WeightVersions::select(int version) { m_.use_params(buffer(version < 0 ? latest_ : version)); }
+void WeightVersions::select(int version) {
+  const int idx = slot(version < 0 ? latest_ : version);
+  if (stale_[idx] && separate_compute())
+    m_.backend().cast(compute_[idx], m_.backend().act_dtype(), ring_[idx], DType::F32, m_.flat_size());
+  stale_[idx] = false;
+  m_.use_params(compute_[idx]);
+}
 
 float* WeightVersions::next(int version) {
   BATON_ASSERT(version == latest_ + 1, "update to version {} after version {}", version, latest_);
@@ -38,18 +53,23 @@ float* WeightVersions::next(int version) {
   const int idx = version % size_;
   if (ring_[idx] != prev) m_.backend().copy(ring_[idx], prev, m_.flat_size());
   version_[idx] = version;
+  stale_[idx] = true;  // the optimizer updates it after this returns
   latest_ = version;
   return ring_[idx];
 }
 
 void WeightVersions::for_each_from(int version, const std::function<void(int, float*)>& fn) {
   for (int v = std::max(version, latest_ - size_ + 1); v <= latest_; ++v)
-    if (version_[v % size_] == v) fn(v, ring_[v % size_]);
+    if (version_[v % size_] == v) {
+      fn(v, ring_[v % size_]);
+      stale_[v % size_] = true;
+    }
 }
 
 void WeightVersions::publish_latest() {
   m_.use_params(nullptr);
   m_.backend().copy(m_.params(), buffer(latest_), m_.flat_size());
+  m_.refresh_compute_params();
 }
 
 }  // namespace baton

@@ -4,8 +4,10 @@
 // compute op reads (Executor::weight_versions() is how many are alive at once, so the ring never
 // overwrites a version still needed); an optimizer step writes version n + 1 from version n.
 // The latest version is published to the model's parameters after each trainer step (what
-// checkpoints, evaluation and sampling read). fp32 weights only (config validation refuses weight
-// stashing with bf16 compute).
+// checkpoints, evaluation and sampling read). Versions are fp32 (the optimizer's masters); with
+// bf16 compute every slot also keeps its compute copy, cast from the version when the model first
+// reads it after a change (next(), for_each_from()), so the ops read each version exactly as
+// they read compute_params() after refresh_compute_params().
 #pragma once
 #include <functional>
 #include <vector>
@@ -25,20 +27,27 @@ class WeightVersions {
   void start(int size);
   // The model computes with `version` (-1: the latest).
   void select(int version);
-  // The buffer of version `version` = latest + 1, a copy of the latest to be updated in place.
+  // The buffer of version `version` = latest + 1, a copy of the latest to be updated in place
+  // (its compute copy is re-derived when it is next selected).
   float* next(int version);
   int latest() const { return latest_; }
   // Calls fn(version, buffer) for every kept version >= `version`, oldest first (the WSP merge
-  // rebases the weight history from a wave's end onto the pulled global weights).
+  // rebases the weight history from a wave's end onto the pulled global weights); fn may change
+  // the buffers.
   void for_each_from(int version, const std::function<void(int, float*)>& fn);
-  // The latest version becomes the model's parameters; the model reads them again.
+  // The latest version becomes the model's parameters (and their compute copy); the model reads
+  // them again.
   void publish_latest();
 
  private:
-  float* buffer(int version);
+  int slot(int version) const;
+  float* buffer(int version) { return ring_[slot(version)]; }
+  bool separate_compute() const;  // compute copies apart from the fp32 versions (bf16 compute)
   SequentialModel& m_;
   std::vector<float*> ring_;
-  std::vector<int> version_;  // version held by each ring slot (-1: none)
+  std::vector<void*> compute_;  // ring_[i]'s compute copy (== ring_[i] in fp32)
+  std::vector<int> version_;    // version held by each ring slot (-1: none)
+  std::vector<bool> stale_;     // compute_[i] not yet derived from ring_[i]
   int size_ = 1, latest_ = 0;
 };
 

@@ -26,6 +26,8 @@
 //    a resume). Losses and grad norms within 1e-5 relative. Each kind is also compared with the
 //    reference of a *different* rule (no staleness), which must differ by far more — so the test
 //    can fail.
+// 3. bf16 compute (np 2): 2bw and pipedream at pp = 2 against the same references computing with
+//    each version's bf16 cast (train/weight_versions.h: a compute copy per stashed version).
 //   mpirun -np N pipeline_semantics      (N = 2, 4 or 6: the layouts of that world size)
 #include <cmath>
 #include <cstdio>
@@ -71,6 +73,8 @@ OptimConfig optim_config() {
   return oc;
 }
 constexpr double kClip = 1.0;
+// bf16 layouts against the bf16 reference (tested here; measured in the test's output).
+constexpr double kBf16Tol = 1e-5;
 
 struct Trace {
   std::vector<double> loss, norm;
@@ -92,9 +96,10 @@ double worst_difference(const Trace& got, const Trace& ref) {
 
 using Layout = test::TestLayout;
 
-Trace run_pipelined(const Layout& L, dist::Comm& world) {
+Trace run_pipelined(const Layout& L, dist::Comm& world, DType compute = DType::F32) {
   const test::TestRun r{.dims = tiny_dims(), .global_batch = kGlobalBatch, .micro_batch = kMicro,
-                        .steps = kSteps, .eps = optim_config().eps, .grad_clip = kClip};
+                        .steps = kSteps, .eps = optim_config().eps, .grad_clip = kClip,
+                        .compute = compute == DType::F32 ? "fp32" : "bf16"};
   auto session = test::test_session(L, r, &world, batch_rows);
   Trace t;
   for (int step = 0; step < kSteps; ++step) {
@@ -130,11 +135,25 @@ struct RefStage {
   std::unique_ptr<DataParallelGrads> grads;
   std::unique_ptr<AdamW> opt;
   std::vector<std::vector<float>> versions;  // versions[n] = W_s(n)
+  Backend* be = nullptr;
+  void* compute = nullptr;  // bf16: the compute copy of the version in use
+  ~RefStage() {
+    if (compute) be->release(compute);
+  }
+  // The model computes with W_s(n): the fp32 version itself, or (bf16) its cast, as the
+  // compute weights are derived from the fp32 masters in training.
+  void use(Backend& backend, int n) {
+    float* w = versions.at(n).data();
+    if (backend.act_dtype() == DType::F32) return model->use_params(w);
+    if (!compute) be = &backend, compute = backend.alloc(model->flat_size() * backend.act_size());
+    backend.cast(compute, backend.act_dtype(), w, DType::F32, model->flat_size());
+    model->use_params(compute);
+  }
 };
 
 // `rows_of(update)`: the (step, row) groups of kMicro rows whose gradient one update applies.
-Trace run_reference(int p, Rule rule, int dp, int drain_every) {
-  auto be = make_cpu_backend();
+Trace run_reference(int p, Rule rule, int dp, int drain_every, DType compute = DType::F32) {
+  auto be = make_cpu_backend(compute);
   std::vector<RefStage> st(p);
   for (int s = 0; s < p; ++s) {
     auto& r = st[s];
@@ -159,7 +178,7 @@ Trace run_reference(int p, Rule rule, int dp, int drain_every) {
     double loss = 0;
     for (int s = 0; s < p; ++s) {
       SequentialModel& g = *st[s].model;
-      g.use_params(st[s].versions.at(ver[s]).data());
+      st[s].use(*be, ver[s]);
       g.load(0, MicroBatch{.B = kMicro, .T = kSeq, .tokens = x.data(), .targets = y.data()}, s == 0, s == p - 1);
       if (s > 0)
         be->copy_act(g.slot_input(0), st[s - 1].model->chunk_output(0, 0), g.chunk_input_count(0, kMicro, kSeq));
@@ -168,7 +187,7 @@ Trace run_reference(int p, Rule rule, int dp, int drain_every) {
     }
     for (int s = p - 1; s >= 0; --s) {
       SequentialModel& g = *st[s].model;
-      g.use_params(st[s].versions.at(ver[s]).data());
+      st[s].use(*be, ver[s]);
       if (s < p - 1)
         be->copy_act(g.slot_output_grad(0), st[s + 1].model->slot_input_grad(0), g.chunk_output_count(0, kMicro, kSeq));
       g.backward_chunk(0, 0);
@@ -436,6 +455,20 @@ int main(int argc, char** argv) {
                         describe(l), worst, other, got.loss.front(), got.loss.back(),
                         got.weight_versions));
     }
+    // ---- 2b. the same in bf16 compute: every stashed version's bf16 copy is what its micro-batches
+    // read (train/weight_versions.h), against the references computing with the cast versions ----
+    if (W == 2)
+      for (const Layout& l : {Layout{.pp = 2, .schedule = "2bw"}, Layout{.pp = 2, .schedule = "pipedream"}}) {
+        const Trace got = run_pipelined(l, *world, DType::BF16);
+        if (rank != 0) continue;
+        const double worst = worst_difference(got, run_reference(l.pp, rule_of(l), l.dp, l.drain_every, DType::BF16));
+        const double fresh = worst_difference(got, run_reference(l.pp, Rule::FRESH, l.dp, l.drain_every, DType::BF16));
+        const double fp32 = worst_difference(got, run_reference(l.pp, rule_of(l), l.dp, l.drain_every));
+        check(worst <= kBf16Tol && fresh > 1e-3 && fp32 > worst,
+              fmt::format("{} bf16: worst relative difference to its rule's bf16 reference {:.2e} (to the flush "
+                          "rule's {:.2e}, to its rule in fp32 {:.2e}); {} weight versions on rank 0",
+                          describe(l), worst, fresh, fp32, got.weight_versions));
+      }
     // ---- 3. pipedream with replicated stages (1F1B-RR) against its rule ----
     for (const Layout& l : rr_layouts(W)) {
       const Trace got = run_pipelined(l, *world);

@@ -35,6 +35,7 @@ struct TestRun {
   uint64_t init_seed = 5;
   double weight_decay = 0.1, eps = 1e-8, grad_clip = 1.0;
   double bucket_mb = 4096.0 / 1048576.0;  // small buckets: several per step
+  std::string compute = "fp32";            // precision.compute ("bf16": the CPU's bf16 emulation)
 };
 
 // The config of `l` and `r` for `world_size` ranks, validated as load_config would.
@@ -66,6 +67,7 @@ inline Config test_config(const TestLayout& l, const TestRun& r, int world_size)
   c.parallel.stages = l.stages;
   c.parallel.bucket_mb = r.bucket_mb;
   c.precision.device = "cpu";
+  c.precision.compute = r.compute;
   c.checkpoint.every = l.drain_every;
   validate(c, world_size);
   return c;

@@ -2,7 +2,8 @@
 # precision.compute = "bf16" through the binary on the CPU's bf16 emulation (issue 6): the log
 # says bf16; the loss curve follows fp32; tp=2 x pp=2 (bf16 tensor-parallel collectives and bf16
 # pipeline messages) follows the single-process bf16 run; a bf16 checkpoint (fp32 masters) resumes
-# bit-exactly; weight stashing with bf16 is refused with a hint.
+# bit-exactly; weight stashing (2bw at pp = 2) trains in bf16 and follows its fp32 run (its update
+# rule against a reference: dist.pipeline_semantics.np2).
 source "$(dirname "$0")/lib.sh"
 use_mpirun
 make_tiny_dataset
@@ -16,8 +17,10 @@ grep -q "compute bf16 (fp32 master weights)" bf16.log || { cat bf16.log; fail "t
 "$BATON" train tiny.toml --set precision.compute='"bf16"' --set checkpoint.resume='"cb/step-0000010.h5"' \
   --set checkpoint.dir=cr --set run.dir=resumed > resumed.log
 grep -q "resumed from" resumed.log || { cat resumed.log; fail "did not resume"; }
-expect_error "weight stashing" "${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set precision.compute='"bf16"' \
-  --set parallel.pp=2 --set parallel.schedule='"2bw"' --set run.dir=x
+for dt in fp32 bf16; do
+  "${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set precision.compute="\"$dt\"" --set parallel.pp=2 \
+    --set parallel.schedule='"2bw"' --set run.dir="2bw-$dt" --set checkpoint.dir="c2bw-$dt" > "2bw-$dt.log"
+done
 
 python3 - <<'PY'
 import json
@@ -37,5 +40,11 @@ assert w2 < 1e-2, f"tp2 pp2 bf16 vs single bf16: {w2:.2e}"
 # Resume: the fp32 masters and moments are the checkpoint; the bf16 copy is re-derived: exact.
 for s in range(11, 21):
     assert res[s] == b16[s], f"step {s}: resumed {res[s]!r} != {b16[s]!r}"
-print(f"bf16 vs fp32 within {w:.1e}; tp2 pp2 bf16 vs single bf16 within {w2:.1e}; resume exact")
+# 2bw in bf16 (a bf16 copy per stashed version) against 2bw in fp32: bf16's roundings only.
+a, b = losses("2bw-fp32/metrics.jsonl"), losses("2bw-bf16/metrics.jsonl")
+w3 = max(rel(b[s], a[s]) for s in a)
+assert len(a) == len(b) == 20 and a != b and w3 < 2e-2, f"2bw bf16 vs fp32: {w3:.2e}"
+assert b[20] < b[1] - 0.5, f"2bw bf16 did not train: {b[1]:.3f} -> {b[20]:.3f}"
+print(f"bf16 vs fp32 within {w:.1e}; tp2 pp2 bf16 vs single bf16 within {w2:.1e}; resume exact; "
+      f"2bw pp2 bf16 vs fp32 within {w3:.1e}")
 PY

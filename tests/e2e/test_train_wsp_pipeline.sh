@@ -118,7 +118,7 @@ expect_error "gives layers for some stages only" timeout 60 "${MPIRUN[@]}" 2 "$B
   "${WSP[@]}" --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0:0-2, 1"]'
 expect_error "the stages end at layer 3, but the model has 4 layers" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml \
   "${SGD[@]}" "${WSP[@]}" --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0:0-2, 1:2-3"]'
-expect_error "bf16 compute is not built for it" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" \
+expect_error "bf16 compute is not built for their merge" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" \
   --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0,1"]' --set precision.compute=bf16
 expect_error "as one micro-batch through its pipeline" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" \
   "${WSP[@]}" --set run.dir=bad --set hetero.virtual_workers='["0,1"]'

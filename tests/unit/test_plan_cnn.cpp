@@ -114,56 +114,50 @@ plan::PdPlan pd(std::vector<plan::PdStage> stages) {
 
 TEST(PlanSnippet, PipeDreamLayouts) {
   // Straight pipeline and equal first/last replication: exactly PipeDream's plan.
-  RunLayout l = pipedream_layout(pd({{0, 3, 1}, {4, 9, 1}}), "fp32");
+  RunLayout l = pipedream_layout(pd({{0, 3, 1}, {4, 9, 1}}));
   EXPECT_TRUE(l.unexpressible.empty());
   EXPECT_EQ(l.schedule, "pipedream");
   EXPECT_EQ(l.stages, (std::vector<std::pair<int, int>>{{0, 4}, {4, 10}}));
   EXPECT_TRUE(l.replicas.empty());
   EXPECT_EQ(l.ranks(), 2);
-  l = pipedream_layout(pd({{0, 3, 2}, {4, 6, 1}, {7, 9, 2}}), "fp32");
+  l = pipedream_layout(pd({{0, 3, 2}, {4, 6, 1}, {7, 9, 2}}));
   EXPECT_TRUE(l.unexpressible.empty());
   EXPECT_EQ(l.replicas, (std::vector<int>{2, 1, 2}));
   EXPECT_EQ(l.ranks(), 5);
   // One replicated stage is data parallelism.
-  l = pipedream_layout(pd({{0, 9, 16}}), "fp32");
+  l = pipedream_layout(pd({{0, 9, 16}}));
   EXPECT_TRUE(l.unexpressible.empty());
   EXPECT_EQ(l.schedule, "1f1b");
   EXPECT_EQ(l.dp, 16);
   EXPECT_EQ(l.ranks(), 16);
   // 12-3-1 (Table 1's shape): the runtime needs first = last; the closest keeps the boundaries.
-  l = pipedream_layout(pd({{0, 9, 12}, {10, 12, 3}, {13, 15, 1}}), "fp32");
+  l = pipedream_layout(pd({{0, 9, 12}, {10, 12, 3}, {13, 15, 1}}));
   EXPECT_NE(l.unexpressible.find("12x and the last 1x"), std::string::npos) << l.unexpressible;
   EXPECT_EQ(l.replicas, (std::vector<int>{1, 3, 1}));
   EXPECT_EQ(l.ranks(), 5);
-  l = pipedream_layout(pd({{0, 4, 2}, {5, 8, 1}, {9, 9, 1}}), "fp32");
+  l = pipedream_layout(pd({{0, 4, 2}, {5, 8, 1}, {9, 9, 1}}));
   EXPECT_FALSE(l.unexpressible.empty());
   EXPECT_TRUE(l.replicas.empty());  // 1-1-1: an unreplicated pipeline
   EXPECT_EQ(l.ranks(), 3);
-  // bf16: no weight stashing; uniform replicas become data parallelism.
-  l = pipedream_layout(pd({{0, 3, 2}, {4, 9, 2}}), "bf16");
-  EXPECT_FALSE(l.unexpressible.empty());
-  EXPECT_EQ(l.schedule, "1f1b");
-  EXPECT_EQ(l.dp, 2);
-  EXPECT_TRUE(l.replicas.empty());
 }
 
 TEST(PlanSnippet, MadPipeLayouts) {
   using S = plan::MpStage;
   // Normal GPUs 0, 1 and the special GPU 2 with one stage: a straight pipeline, run with 2bw.
-  RunLayout l = madpipe_layout({S{1, 3}, S{4, 6}, S{7, 10, true}}, {0, 1, 2}, "fp32");
+  RunLayout l = madpipe_layout({S{1, 3}, S{4, 6}, S{7, 10, true}}, {0, 1, 2});
   EXPECT_TRUE(l.unexpressible.empty());
   EXPECT_EQ(l.stages, (std::vector<std::pair<int, int>>{{0, 3}, {3, 6}, {6, 10}}));
   EXPECT_EQ(l.schedule, "2bw");
   // Adjacent special stages merge into one range.
-  l = madpipe_layout({S{1, 3}, S{4, 5, true}, S{6, 10, true}}, {0, 1, 1}, "fp32");
+  l = madpipe_layout({S{1, 3}, S{4, 5, true}, S{6, 10, true}}, {0, 1, 1});
   EXPECT_TRUE(l.unexpressible.empty());
   EXPECT_EQ(l.stages, (std::vector<std::pair<int, int>>{{0, 3}, {3, 10}}));
   // Non-contiguous stages on the special GPU: not expressible; every stage on its own rank.
-  l = madpipe_layout({S{1, 2, true}, S{3, 6}, S{7, 10, true}}, {1, 0, 1}, "fp32");
+  l = madpipe_layout({S{1, 2, true}, S{3, 6}, S{7, 10, true}}, {1, 0, 1});
   EXPECT_NE(l.unexpressible.find("non-contiguous stages [0, 2) and [6, 10)"), std::string::npos) << l.unexpressible;
   EXPECT_EQ(l.ranks(), 3);
-  EXPECT_EQ(madpipe_layout({S{1, 10}}, {0}, "fp32").schedule, "1f1b");
-  EXPECT_EQ(madpipe_layout({S{1, 3}, S{4, 10}}, {0, 1}, "bf16").schedule, "1f1b");
+  EXPECT_EQ(madpipe_layout({S{1, 10}}, {0}).schedule, "1f1b");
+  EXPECT_EQ(madpipe_layout({S{1, 3}, S{4, 10}}, {0, 1}).schedule, "2bw");
 }
 
 TEST(PlanSnippet, HetPipeLayouts) {
