@@ -206,8 +206,8 @@ Config load_config_string(const std::string& toml_text, const std::string& origi
 void validate(Config& cfg, int world_size);
 
 // What this build can train (`baton train`, `baton bench`): the model and optimizer kinds, the
-// schedule's executability, and of [hetero] the virtual-worker layouts that run (WSP or allreduce;
-// bf16 only with virtual workers of one stage each: docs/hetpipe.md).
+// schedule's executability, and of [hetero] the virtual-worker layouts that run (WSP, or allreduce
+// with VWs of one stage each: docs/hetpipe.md).
 // Throws baton::Error (what + hint), the same on every rank.
 void check_trainable(const Config& cfg);
 

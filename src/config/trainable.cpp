@@ -79,10 +79,6 @@ void check_hetero_trainable(const Config& cfg) {
                               "(HetPipe §4: the minibatch is the pipeline's unit)",
                               cfg.train.micro_batch, vws.size(), rows),
                   fmt::format("set train.micro_batch = {}", rows));
-    BATON_REQUIRE(cfg.precision.compute == "fp32",
-                  "virtual workers of several stages run in fp32 only: bf16 compute is not built for their merge "
-                  "of pulled weights into the stashed versions",
-                  "set precision.compute = \"fp32\"");
   }
   const ParallelConfig& p = cfg.parallel;
   BATON_REQUIRE(p.tp == 1 && p.pp == 1 && p.vp == 1 && p.replicas.empty() && p.stages.empty() && !p.zero1,

@@ -27,6 +27,8 @@ void WeightVersions::start(int size) {
   size_ = size;
   version_.assign(size, -1);
   stale_.assign(size, true);
+  selected_ = -1;
+  m_.use_params(nullptr);
   be.copy(ring_[0], m_.params(), m_.flat_size());
   version_[0] = 0;
   latest_ = 0;
@@ -39,11 +41,16 @@ int WeightVersions::slot(int version) const {
   return idx;
 }
 
-void WeightVersions::select(int version) {
-  const int idx = slot(version < 0 ? latest_ : version);
-  if (stale_[idx] && separate_compute())
+void WeightVersions::derive(int idx) {
+  if (separate_compute())
     m_.backend().cast(compute_[idx], m_.backend().act_dtype(), ring_[idx], DType::F32, m_.flat_size());
   stale_[idx] = false;
+}
+
+void WeightVersions::select(int version) {
+  const int idx = slot(version < 0 ? latest_ : version);
+  if (stale_[idx]) derive(idx);
+  selected_ = idx;
   m_.use_params(compute_[idx]);
 }
 
@@ -60,14 +67,16 @@ float* WeightVersions::next(int version) {
 
 void WeightVersions::for_each_from(int version, const std::function<void(int, float*)>& fn) {
   for (int v = std::max(version, latest_ - size_ + 1); v <= latest_; ++v)
-    if (version_[v % size_] == v) {
-      fn(v, ring_[v % size_]);
-      stale_[v % size_] = true;
+    if (const int idx = v % size_; version_[idx] == v) {
+      fn(v, ring_[idx]);
+      stale_[idx] = true;
+      if (idx == selected_) derive(idx);
     }
 }
 
 void WeightVersions::publish_latest() {
   m_.use_params(nullptr);
+  selected_ = -1;
   m_.backend().copy(m_.params(), buffer(latest_), m_.flat_size());
   m_.refresh_compute_params();
 }

@@ -33,7 +33,8 @@ class WeightVersions {
   int latest() const { return latest_; }
   // Calls fn(version, buffer) for every kept version >= `version`, oldest first (the WSP merge
   // rebases the weight history from a wave's end onto the pulled global weights); fn may change
-  // the buffers.
+  // the buffers. The selected version's compute copy follows at once (the merge runs between a
+  // forward's select() and its compute); the others' when next selected.
   void for_each_from(int version, const std::function<void(int, float*)>& fn);
   // The latest version becomes the model's parameters (and their compute copy); the model reads
   // them again.
@@ -43,11 +44,13 @@ class WeightVersions {
   int slot(int version) const;
   float* buffer(int version) { return ring_[slot(version)]; }
   bool separate_compute() const;  // compute copies apart from the fp32 versions (bf16 compute)
+  void derive(int idx);           // compute_[idx] from ring_[idx]
   SequentialModel& m_;
   std::vector<float*> ring_;
   std::vector<void*> compute_;  // ring_[i]'s compute copy (== ring_[i] in fp32)
   std::vector<int> version_;    // version held by each ring slot (-1: none)
   std::vector<bool> stale_;     // compute_[i] not yet derived from ring_[i]
+  int selected_ = -1;           // the slot the model computes with (-1: its own parameters)
   int size_ = 1, latest_ = 0;
 };
 

@@ -7,6 +7,8 @@
 #   the partition — a VW of 2 stages and one of 3 stages (explicit layers) with Nm = 3 both give
 #   the losses of pipedream with vertical sync on 3 stages, which reads the same versions
 #   (7.0e-9 relative measured; tested at 1e-6); with Nm = 4 > pp + 1 it finishes (Nm + 1 slots);
+# - both reductions in bf16 compute (0 measured; tested at 1e-6): the stashed versions' bf16 copies
+#   follow the merges of pulled weights;
 # - a mixed run (a one-stage VW beside a two-stage one, D = 2, Nm = 2, the slow VW's ranks
 #   emulating a device 4× slower: above the core contention of a loaded CI machine) trains, with every minibatch's observed staleness ≤ s_global = 6
 #   and the slow VW's minibatches/s below the fast one's; so does the same run with ED-local
@@ -34,6 +36,17 @@ WSP=(--set hetero.sync='"wsp"')
 grep -q "placement local" vw22loc.log || { cat vw22loc.log; fail "no local placement in the header"; }
 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=pd --set parallel.pp=3 --set parallel.schedule=pipedream \
   --set parallel.vertical_sync=true --set parallel.stages='[[0, 1], [1, 3], [3, 4]]' --set train.micro_batch=8 > pd.log
+# The same two reductions in bf16 compute (each stashed version's bf16 copy follows the merges).
+BF16=(--set precision.compute='"bf16"')
+"${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" "${BF16[@]}" --set run.dir=dp16 --set parallel.pp=2 \
+  --set train.micro_batch=4 > dp16.log
+"${MPIRUN[@]}" 4 "$BATON" train tiny.toml "${SGD[@]}" "${BF16[@]}" "${WSP[@]}" --set run.dir=vw22bf16 \
+  --set train.micro_batch=4 --set hetero.virtual_workers='["0,1", "2,3"]' --set optim.lr=0.2 > vw22bf16.log
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${BF16[@]}" --set run.dir=pd16 --set parallel.pp=3 \
+  --set parallel.schedule=pipedream --set parallel.vertical_sync=true --set parallel.stages='[[0, 1], [1, 3], [3, 4]]' \
+  --set train.micro_batch=8 > pd16.log
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${BF16[@]}" "${WSP[@]}" --set run.dir=one3bf16 \
+  --set train.micro_batch=8 --set hetero.virtual_workers='["0:0-1, 1:1-3, 2:3-4"]' --set hetero.nm=3 > one3bf16.log
 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=one2 --set train.micro_batch=8 \
   --set hetero.virtual_workers='["0,1"]' --set hetero.nm=3 > one2.log
 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=one3 --set train.micro_batch=8 \
@@ -73,6 +86,14 @@ for run in ("one2", "one3"):
     worst = max(abs(x - d) / d for x, d in zip(v, pd))
     assert len(v) == 12 and worst < 1e-6, f"{run}: one VW with Nm = 3 differs from pipedream vertical sync by {worst:.2e}"
     print(f"{run}: one VW, Nm = 3 = pipedream vertical sync pp 3 within {worst:.1e}")
+# bf16: the same reductions (0 measured: the same bf16 casts of the same fp32 weights).
+dp16, pd16, one3 = losses("dp16/metrics.jsonl"), losses("pd16/metrics.jsonl"), losses("one3bf16/metrics.jsonl")
+a, b = losses("vw22bf16/metrics.jsonl"), losses("vw22bf16/metrics-vw1.jsonl")
+w1 = max(abs((x + y) / 2 - d) / d for x, y, d in zip(a, b, dp16))
+w2 = max(abs(x - d) / d for x, d in zip(one3, pd16))
+assert len(dp16) == len(a) == len(one3) == 12 and dp16 != dp and pd16 != pd, "bf16 runs: not bf16"
+assert w1 < 1e-6 and w2 < 1e-6, f"bf16: 2 VWs x 2 stages vs dp2 x pp2 {w1:.2e}; one VW vs pipedream vsync {w2:.2e}"
+print(f"bf16: 2 VWs of 2 stages = dp 2 x pp 2 within {w1:.1e}; one VW of 3 stages = pipedream vsync within {w2:.1e}")
 fast, slow = rows("mix/metrics.jsonl"), rows("mix/metrics-vw1.jsonl")
 for v in (fast, slow, rows("mixloc/metrics.jsonl"), rows("mixloc/metrics-vw1.jsonl")):
     assert len(v) == 24 and all(0 <= r["staleness"] <= 6 for r in v)
@@ -118,8 +139,6 @@ expect_error "gives layers for some stages only" timeout 60 "${MPIRUN[@]}" 2 "$B
   "${WSP[@]}" --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0:0-2, 1"]'
 expect_error "the stages end at layer 3, but the model has 4 layers" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml \
   "${SGD[@]}" "${WSP[@]}" --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0:0-2, 1:2-3"]'
-expect_error "bf16 compute is not built for their merge" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" \
-  --set run.dir=bad --set train.micro_batch=8 --set hetero.virtual_workers='["0,1"]' --set precision.compute=bf16
 expect_error "as one micro-batch through its pipeline" timeout 60 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" \
   "${WSP[@]}" --set run.dir=bad --set hetero.virtual_workers='["0,1"]'
 expect_error "hetero.policy = \"ed\" groups the devices of hetero.cluster, which is not set" "$BATON" train tiny.toml \

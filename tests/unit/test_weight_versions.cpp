@@ -1,8 +1,8 @@
 // The weight stash (train/weight_versions.h) under fp32 and bf16 compute: a selected version is
 // computed with exactly as a model whose masters are that version computes after
 // refresh_compute_params() — in bf16 its own compute copy, re-derived after the version changed
-// (an update into next(), a rebase through for_each_from()) and only then — and publish_latest()
-// leaves the model's masters and compute copy at the latest version.
+// (an update into next(), a rebase through for_each_from(), at once for the selected version) —
+// and publish_latest() leaves the model's masters and compute copy at the latest version.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,6 +98,14 @@ TEST_P(WeightVersionsTest, EachVersionComputesAsItsOwnModel) {
   }
   wv.select(0);  // untouched by the rebase
   EXPECT_EQ(m.forward(0, b.mb(), false, 0.0f), loss[0]);
+  // WSP merges inside a forward, after the executor selected its version: the selected version
+  // computes with the rebased weights without being selected again.
+  wv.select(2);
+  wv.for_each_from(2, [&](int v, float* w) {
+    perturb(w, n, 0.025f);
+    version[v].assign(w, w + n);
+  });
+  EXPECT_EQ(m.forward(0, b.mb(), false, 0.0f), reference_loss(*be, version[2], b)) << "rebased while selected";
 
   // Version 3 reuses version 0's slot (a ring of 3): computed with version 3, not 0's leftovers.
   float* w3 = wv.next(3);
