@@ -15,7 +15,6 @@
 namespace baton::app {
 namespace {
 
-// Weight stashing (pipedream, 2bw) trains in fp32 only (config/trainable.cpp).
 std::string stage_list(const std::vector<std::pair<int, int>>& st) {
   std::vector<std::string> s;
   for (auto [a, b] : st) s.push_back(fmt::format("[{}, {}]", a, b));
