@@ -10,7 +10,9 @@
 # - both reductions in bf16 compute (0 measured; tested at 1e-6): the stashed versions' bf16 copies
 #   follow the merges of pulled weights;
 # - a mixed run (a one-stage VW beside a two-stage one, D = 2, Nm = 2, the slow VW's ranks
-#   emulating a device 4× slower: above the core contention of a loaded CI machine) trains, with every minibatch's observed staleness ≤ s_global = 6
+#   emulating a device 12× slower: its two stages pipelined are still 6× slower than the one-stage
+#   VW, above the core contention of a loaded CI machine, where 4× failed) trains, with every
+#   minibatch's observed staleness ≤ s_global = 6
 #   and the slow VW's minibatches/s below the fast one's; so does the same run with ED-local
 #   placement (every stage its own server client);
 # - ED-local placement (hetero.placement = "local") of 2 VWs × 2 stages, D = 0: the losses of the
@@ -59,11 +61,11 @@ timeout 120 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --
 grep -q "5 activation slots" one2nm4.log || { cat one2nm4.log; fail "Nm = 4 on stage 0 of 2: not 4 + 1 slots"; }
 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=mix --set train.micro_batch=4 \
   --set train.steps=24 --set hetero.virtual_workers='["0", "1,2"]' --set hetero.nm=2 --set hetero.staleness=2 \
-  --set hetero.slowdown='[1, 4, 4]' --set optim.lr=0.2 > mix.log
+  --set hetero.slowdown='[1, 12, 12]' --set optim.lr=0.2 > mix.log
 grep -q "vw 1: 24 minibatches" mix.log || { cat mix.log; fail "no per-VW summary"; }
 "${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set run.dir=mixloc --set train.micro_batch=4 \
   --set train.steps=24 --set hetero.virtual_workers='["0", "1,2"]' --set hetero.nm=2 --set hetero.staleness=2 \
-  --set hetero.slowdown='[1, 4, 4]' --set optim.lr=0.2 --set hetero.placement='"local"' > mixloc.log
+  --set hetero.slowdown='[1, 12, 12]' --set optim.lr=0.2 --set hetero.placement='"local"' > mixloc.log
 
 python3 - <<'PY'
 import json
@@ -99,8 +101,10 @@ for v in (fast, slow, rows("mixloc/metrics.jsonl"), rows("mixloc/metrics-vw1.jso
     assert len(v) == 24 and all(0 <= r["staleness"] <= 6 for r in v)
     assert max(r["staleness"] for r in v) > 0 and v[-1]["c_global"] >= 8
     assert all(r["idle_s"] <= r["wait_s"] + 1e-6 for r in v)
-assert slow[-1]["slowdown"] == 4 and fast[-1]["slowdown"] == 1
-assert slow[-1]["minibatches_per_s"] < fast[-1]["minibatches_per_s"], "the 4x slower VW is not slower"
+assert slow[-1]["slowdown"] == 12 and fast[-1]["slowdown"] == 1
+rs, rf = slow[-1]["minibatches_per_s"], fast[-1]["minibatches_per_s"]
+assert rs < rf, f"the 12x slower VW is not slower: {rs:.1f} vs {rf:.1f} minibatches/s"
+print(f"mixed VWs: the 12x slower VW at {rs:.1f} minibatches/s, the other at {rf:.1f}")
 print("mixed VWs: staleness within s_global, the slow VW slower")
 PY
 
