@@ -3,11 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
+#include <string>
 
 #include "core/error.h"
 #include "core/timer.h"
 #include "dist/comm.h"
+#include "dist/guard.h"
 
 namespace baton::dist {
 
@@ -59,13 +60,16 @@ void ServerClient::run() {
     pushing_ = false;
     exited_ = true;
     done_.notify_all();
+    std::string what = "unknown error", hint;
     try {
       std::rethrow_exception(error_);
     } catch (const Error& e) {
-      std::fprintf(stderr, "error: VW %d's parameter server client: %s\nhint: %s\n", vw_, e.what(), e.hint().c_str());
+      what = e.what(), hint = e.hint();
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "error: VW %d's parameter server client: %s\n", vw_, e.what());
+      what = e.what();
+    } catch (...) {
     }
+    fail_job(fmt::format("VW {}'s parameter server client: {}", vw_, what), hint);  // aborts with several ranks
     MpiRuntime::abort(1);
   };
   while (!stop_) {

@@ -18,6 +18,12 @@ struct GptDims {
 
 inline int pad_vocab(int v, int multiple = 128) { return (v + multiple - 1) / multiple * multiple; }
 
+// The sizes of a GPT with the vocabulary padded as training pads it (tests, benches).
+inline GptDims make_gpt_dims(int n_layer, int n_head, int d_model, int seq_len, int vocab) {
+  return {.n_layer = n_layer, .n_head = n_head, .d_model = d_model, .seq_len = seq_len, .vocab = vocab,
+          .vocab_padded = pad_vocab(vocab)};
+}
+
 // model.vocab_size when set, else the tokenizer's.
 GptDims gpt_dims(const ModelConfig& m, int tokenizer_vocab);
 

@@ -31,6 +31,8 @@ class WeightVersions {
   // (its compute copy is re-derived when it is next selected).
   float* next(int version);
   int latest() const { return latest_; }
+  // The fp32 weights of a kept version, to read (asserts it is kept).
+  const float* weights(int version) const { return ring_[slot(version)]; }
   // Calls fn(version, buffer) for every kept version >= `version`, oldest first (the WSP merge
   // rebases the weight history from a wave's end onto the pulled global weights); fn may change
   // the buffers. The selected version's compute copy follows at once (the merge runs between a

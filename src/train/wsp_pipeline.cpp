@@ -66,14 +66,8 @@ WspStageSync::WspStageSync(const WspStageSetup& setup)
   if (s_.first_wave > 0) merges_.emplace_back(s_.first_wave * s_.params.nm, s_.first_wave);
 }
 
-void WspStageSync::to_host(WeightVersions& versions, int64_t version, std::vector<float>& out) {
-  bool found = false;
-  versions.for_each_from(static_cast<int>(version), [&](int v, float* buf) {
-    if (v != version) return;
-    model_->backend().to_host(out.data(), buf, out.size() * sizeof(float));
-    found = true;
-  });
-  BATON_ASSERT(found, "VW {}: weight version {} is not kept", s_.vw, version);
+void WspStageSync::to_host(const WeightVersions& versions, int64_t version, std::vector<float>& out) {
+  model_->backend().to_host(out.data(), versions.weights(static_cast<int>(version)), out.size() * sizeof(float));
 }
 
 void WspStageSync::pack(const std::vector<float>& local, const std::vector<int>& which, std::vector<float>& out) const {

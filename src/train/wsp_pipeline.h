@@ -129,7 +129,7 @@ class WspStageSync final : public UpdateHooks {
   std::vector<float> local_part(const std::vector<float>& global_flat) const;
   // A pull returned: the wait since its request (the end of the clock).
   void note_wait();
-  void to_host(WeightVersions& versions, int64_t version, std::vector<float>& out);
+  void to_host(const WeightVersions& versions, int64_t version, std::vector<float>& out);
   // Local flat <-> packed (this stage's tensors in `ids` order) <-> global flat.
   void pack(const std::vector<float>& local, const std::vector<int>& which, std::vector<float>& out) const;
   // The merge rule onto the stash (versions >= b = the pull's clock end, `base` as above) or, with

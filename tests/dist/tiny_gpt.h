@@ -8,16 +8,7 @@
 
 namespace baton::test {
 
-inline GptDims tiny_gpt_dims(int layers, int seq, int vocab) {
-  GptDims d;
-  d.n_layer = layers;
-  d.n_head = 4;
-  d.d_model = 32;
-  d.seq_len = seq;
-  d.vocab = vocab;
-  d.vocab_padded = pad_vocab(vocab);
-  return d;
-}
+inline GptDims tiny_gpt_dims(int layers, int seq, int vocab) { return make_gpt_dims(layers, 4, 32, seq, vocab); }
 
 // Rows [row, row + rows) of step `step`: arithmetic progressions modulo the vocabulary (random
 // start and stride per row), learnable in context, so the loss falls and every parameter's

@@ -131,13 +131,7 @@ INSTANTIATE_TEST_SUITE_P(HeadSize, CudaBf16, ::testing::Values(64, 12));
 // at 1024). The CPU side takes ~1.5 TFLOP (seconds to a minute on a GPU node's cores).
 TEST(CudaBf16Gpt2, TwoStepsOf124MAgainstCpuEmulation) {
   BATON_GPU_TEST_OR_SKIP();
-  GptDims d;
-  d.n_layer = 12;
-  d.n_head = 12;
-  d.d_model = 768;
-  d.seq_len = 1024;
-  d.vocab = 50257;
-  d.vocab_padded = pad_vocab(d.vocab);
+  const GptDims d = make_gpt_dims(12, 12, 768, 1024, 50257);
   ASSERT_EQ(d.vocab_padded, 50304);
   auto cpu = make_cpu_backend(DType::BF16), gpu = make_cuda_backend(0, DType::BF16);
   const TrainRun c = train(*cpu, d, 2, false, 1), g = train(*gpu, d, 2, true, 1);

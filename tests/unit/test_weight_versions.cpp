@@ -19,16 +19,7 @@ namespace {
 
 constexpr int kB = 2, kT = 8, kVocab = 37;
 
-GptDims dims() {
-  GptDims d;
-  d.n_layer = 2;
-  d.n_head = 2;
-  d.d_model = 16;
-  d.seq_len = kT;
-  d.vocab = kVocab;
-  d.vocab_padded = pad_vocab(kVocab);
-  return d;
-}
+GptDims dims() { return make_gpt_dims(2, 2, 16, kT, kVocab); }
 
 struct Batch {
   std::vector<int32_t> x, y;
