@@ -23,7 +23,10 @@
 #include "dist/guard.h"
 #include "dist/node_local.h"
 #include "train/session.h"
+#include "config/virtual_workers.h"
+#include "train/lockstep_sync.h"
 #include "train/trainer.h"
+#include "train/virtual_worker_sync.h"
 
 namespace baton::app {
 namespace {
@@ -114,7 +117,11 @@ int run_with_config(const std::string& config, const std::vector<std::string>& o
 int run_train(const TrainOptions& opts) {
   return run_with_config(opts.config, opts.overrides, opts.log_all_ranks,
                          [](const Config& cfg, dist::Comm& world) {
-                           const TrainSummary s = train(cfg, &world);
+                           // The cross-group strategy of the layout: homogeneous ranks step in
+                           // lockstep; virtual workers sync by the wave all-reduce or WSP.
+                           const TrainSummary s =
+                               train(cfg, world, trains_virtual_workers(cfg.hetero) ? make_virtual_worker_sync
+                                                                                     : make_lockstep_sync);
                            return s.stopped_by_signal ? 130 : 0;
                          });
 }

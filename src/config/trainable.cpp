@@ -13,12 +13,11 @@
 namespace baton {
 namespace {
 
-// [hetero]: virtual workers of one stage each run under WSP and under the synchronous allreduce
-// baseline (train/wsp_trainer.h), their ranks optionally emulating devices (slowdown, memory limit,
-// jitter: config/device_emulation.h), the deterministic mode for VWs of one rank under WSP
-// (train/wsp_turns.h), ED-local placement for VWs of several stages; everything else of HetPipe is
-// refused until it is built
-// (docs/hetpipe.md "Not built yet").
+// [hetero]: virtual workers of any depth run under WSP, of one stage each under the synchronous
+// allreduce baseline (train/virtual_worker_sync.h), their ranks optionally emulating devices
+// (slowdown, memory limit, jitter: config/device_emulation.h), the deterministic mode for VWs of one
+// rank under WSP (train/wsp_turns.h), ED-local placement for VWs of several stages; everything else
+// of HetPipe is refused until it is built (docs/hetpipe.md "Not built yet").
 void check_hetero_trainable(const Config& cfg) {
   const HeteroConfig& h = cfg.hetero;
   BATON_REQUIRE(h.policy.empty() || !h.cluster.empty(),
@@ -52,9 +51,10 @@ void check_hetero_trainable(const Config& cfg) {
                 "only",
                 "run `baton train`, or give the virtual workers in hetero.virtual_workers (`baton plan --algorithm "
                 "hetpipe` prints them)");
-  const std::vector<std::vector<int>> vws = virtual_worker_ranks(h, 0);
-  const bool pipelined = std::any_of(vws.begin(), vws.end(), [](const std::vector<int>& r) { return r.size() > 1; });
-  // ED-local places each tensor on a rank of a stage that owns it (train/wsp_pipeline.h); with
+  const std::vector<VirtualWorker> vws = virtual_workers(h, 0);
+  const bool pipelined =
+      std::any_of(vws.begin(), vws.end(), [](const VirtualWorker& v) { return v.stages.size() > 1; });
+  // ED-local places each tensor on a rank of a stage that owns it (train/wsp_stage.h); with
   // virtual workers of one rank each that rank holds the whole model, and the rule is the round robin.
   BATON_REQUIRE(h.placement == "default" || (h.sync == "wsp" && pipelined),
                 fmt::format("hetero.placement = \"local\" puts each stage's tensors on its own rank, which needs "
@@ -110,16 +110,6 @@ void check_hetero_trainable(const Config& cfg) {
 
 void check_trainable(const Config& cfg) {
   check_hetero_trainable(cfg);
-  // Virtual workers (WSP, allreduce) run their own loop (train/wsp_trainer.h): no timeline yet.
-  BATON_REQUIRE(!cfg.run.trace || !trains_virtual_workers(cfg.hetero),
-                fmt::format("run.trace = true is not built for hetero.sync = \"{}\" with virtual workers yet",
-                            cfg.hetero.sync),
-                "set run.trace = false for virtual-worker runs; the timeline records the pipeline and "
-                "data-parallel layouts (tp, pp, dp, any executable schedule)");
-  BATON_REQUIRE(cfg.run.stall_timeout_s == RunConfig{}.stall_timeout_s || !trains_virtual_workers(cfg.hetero),
-                fmt::format("run.stall_timeout_s = {} is not built for virtual-worker runs yet (their loop has no "
-                            "stall watchdog)", cfg.run.stall_timeout_s),
-                "drop run.stall_timeout_s for hetero.virtual_workers runs");
   // PTD-P scatter/gather (notes-dissertation §3) splits what crosses a stage boundary over tp;
   // with sequence parallelism it is split already (Megatron disables scatter/gather there), and
   // without both pipeline and tensor parallelism there is nothing to split. (The planner's configs

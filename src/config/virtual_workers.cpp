@@ -121,22 +121,8 @@ std::vector<VirtualWorker> virtual_workers(const HeteroConfig& h, int world_size
   return vws;
 }
 
-std::vector<std::vector<int>> virtual_worker_ranks(const HeteroConfig& h, int world_size) {
-  std::vector<std::vector<int>> out;
-  for (const VirtualWorker& vw : virtual_workers(h, world_size)) out.push_back(vw.ranks());
-  return out;
-}
-
 bool trains_virtual_workers(const HeteroConfig& h) {
   return h.sync == "wsp" || (h.sync == "allreduce" && (!h.virtual_workers.empty() || h.nm > 1));
-}
-
-int virtual_worker_of(const std::vector<std::vector<int>>& vws, int rank) {
-  for (size_t k = 0; k < vws.size(); ++k)
-    for (int r : vws[k])
-      if (r == rank) return static_cast<int>(k);
-  BATON_ASSERT(false, "rank {} is in no virtual worker", rank);
-  return -1;
 }
 
 }  // namespace baton

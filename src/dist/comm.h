@@ -12,6 +12,8 @@
 // - Asynchronous calls return a Request; `wait` completes it. A Request must be waited on once.
 // - Counts are in elements of `dtype`.
 #pragma once
+#include <mpi.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,6 +33,11 @@ class Request {
   virtual ~Request() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;  // true when complete (then wait() returns at once)
+  // A posted receive that no message has matched yet is withdrawn: true when it was (the request
+  // is then complete and its buffer untouched), false when a message had arrived (wait() then
+  // completes it as usual) or the kind of request cannot be withdrawn. A pipeline whose run is
+  // cut short withdraws the receives of micro-batches that will never be sent (Executor::retarget).
+  virtual bool cancel() { return false; }
 };
 using RequestPtr = std::unique_ptr<Request>;
 
@@ -63,6 +70,10 @@ class Comm {
   virtual void synchronize() {}
   // Ranks with the same color form a new group, ordered by key (then by rank in this group).
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+  // The MPI communicator over the same ranks, for what speaks MPI itself (MPI-IO checkpoints,
+  // one-sided windows of the parameter server); MPI_COMM_NULL where there is none (one process
+  // without MPI, NCCL alone).
+  virtual MPI_Comm mpi_handle() const { return MPI_COMM_NULL; }
 
   // Typed conveniences for host-side scalars (MPI) — e.g. loss and norm reductions.
   double all_reduce_scalar(double x, ReduceOp op = ReduceOp::SUM);

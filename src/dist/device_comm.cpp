@@ -204,6 +204,16 @@ class StagedRecv : public Request {
     if (!done_ && mpi_->test()) finish();
     return done_;
   }
+  bool cancel() override {
+    if (done_) return false;
+    if (!mpi_->cancel()) {  // a message had arrived: deliver it as wait() would
+      finish();
+      return false;
+    }
+    pool_->release(buf_, compute_, false);
+    done_ = true;
+    return true;
+  }
 
  private:
   void finish() {

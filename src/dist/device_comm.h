@@ -104,6 +104,7 @@ class DeviceComm : public Comm {
   void synchronize() override;
   // Splits both communicators with the same color and key; the result shares the compute stream.
   std::unique_ptr<Comm> split(int color, int key) override;
+  MPI_Comm mpi_handle() const override { return mpi_->mpi_handle(); }
 
  protected:
   double all_reduce_host_scalar(double x, ReduceOp op) override;  // MPI

@@ -78,6 +78,39 @@ Layout Layout::groups(int tp, const std::vector<PipelineSpec>& pipelines) {
   return l;
 }
 
+Layout Layout::virtual_workers(const std::vector<PipelineSpec>& pipelines,
+                               const std::vector<std::vector<int>>& ranks) {
+  BATON_REQUIRE(!pipelines.empty() && pipelines.size() == ranks.size(),
+                fmt::format("{} virtual workers with {} rank lists", pipelines.size(), ranks.size()),
+                "give every virtual worker its ranks, one per stage");
+  Layout l = groups(1, pipelines);
+  l.homogeneous_ = false;  // virtual workers never all-reduce gradients with each other
+  l.group_first_.clear();
+  size_t world = 0;
+  for (size_t g = 0; g < pipelines.size(); ++g) {
+    BATON_REQUIRE(static_cast<int>(ranks[g].size()) == pipelines[g].ranks(),
+                  fmt::format("virtual worker {} lists {} ranks for a pipeline of {}", g, ranks[g].size(),
+                              pipelines[g].ranks()),
+                  "list one rank per stage");
+    world += ranks[g].size();
+  }
+  std::vector<int> owner(world, -1);
+  for (size_t g = 0; g < ranks.size(); ++g)
+    for (int r : ranks[g]) {
+      BATON_REQUIRE(r >= 0 && static_cast<size_t>(r) < world,
+                    fmt::format("virtual worker {} names rank {}, but the virtual workers have {} ranks in all", g,
+                                r, world),
+                    fmt::format("name each of ranks 0..{} once", world - 1));
+      BATON_REQUIRE(owner[static_cast<size_t>(r)] < 0,
+                    fmt::format("rank {} is in virtual workers {} and {}", r, owner[static_cast<size_t>(r)], g),
+                    "name every rank in one virtual worker only");
+      owner[static_cast<size_t>(r)] = static_cast<int>(g);
+    }
+  l.rank_table_ = ranks;
+  l.place_all();
+  return l;
+}
+
 int Layout::pipe_rank_of(int group, int stage, int replica) const {
   const PipelineSpec& p = pipelines_[group];
   BATON_ASSERT(stage >= 0 && stage < p.pp && replica >= 0 && replica < p.replicas_of(stage),
@@ -89,6 +122,7 @@ int Layout::rank_of(int group, int pipe_rank, int tp_rank) const {
   BATON_ASSERT(group >= 0 && group < num_groups() && tp_rank >= 0 && tp_rank < tp_ && pipe_rank >= 0 &&
                    pipe_rank < pipelines_[group].ranks(),
                "(group {}, pipeline rank {}, tp rank {}) outside the layout", group, pipe_rank, tp_rank);
+  if (!rank_table_.empty()) return rank_table_[group][pipe_rank];  // tp = 1
   if (homogeneous_) return tp_rank + tp_ * (group + num_groups() * pipe_rank);
   return group_first_[group] + tp_rank + tp_ * pipe_rank;
 }
@@ -188,6 +222,13 @@ std::string Layout::describe() const {
     std::string out = fmt::format("tp {} x dp {} x pp {}", tp_, num_groups(), p.ranks());
     if (!p.replicas.empty())
       out += fmt::format(" ({} stages, replicas {})", p.pp, fmt::join(p.replicas, ","));
+    return out;
+  }
+  if (virtual_workers()) {
+    std::string out = fmt::format("{} virtual workers:", num_groups());
+    for (int g = 0; g < num_groups(); ++g)
+      out += fmt::format(" | vw {}: ranks {}, layers {}", g, fmt::join(rank_table_[g], ","),
+                         stages_of(pipelines_[g]));
     return out;
   }
   std::string out = fmt::format("tp {}, {} groups:", tp_, num_groups());

@@ -17,6 +17,11 @@
 //   rank = tp_rank + tp · (group + groups · pipe_rank)
 // Groups with pipelines of their own (different stage counts or boundaries) take consecutive
 // blocks of tp · (their pipeline ranks) world ranks, tp fastest.
+// Virtual workers (HetPipe's VWs, `Layout::virtual_workers`) are groups that never all-reduce with
+// each other (they synchronise through WSP's parameter server or the wave all-reduce of their
+// weights), so they are not data-parallel replicas even when their pipelines are equal, and each
+// lists the world ranks of its stages in any order the user chose (hetero.virtual_workers).
+// This is the one place that maps a rank to its (group, stage): everything else asks place().
 #pragma once
 #include <string>
 #include <vector>
@@ -58,8 +63,13 @@ class Layout {
   // `num_layers` global layers (empty stage, gap, overlap, wrong count, ...).
   // The homogeneous grid: `dp` groups with the same pipeline.
   static Layout grid(int tp, int dp, const PipelineSpec& pipeline);
-  // Groups with pipelines of their own (HetPipe's virtual workers), in rank order.
+  // Groups with pipelines of their own, in rank order.
   static Layout groups(int tp, const std::vector<PipelineSpec>& pipelines);
+  // HetPipe's virtual workers: group g is pipelines[g] on the world ranks ranks[g] (one per
+  // pipeline rank, in stage order; tp = 1); every rank of 0 .. world − 1 in exactly one group.
+  // Throws Error naming the rank that is placed twice or left out.
+  static Layout virtual_workers(const std::vector<PipelineSpec>& pipelines,
+                                const std::vector<std::vector<int>>& ranks);
 
   int world() const { return static_cast<int>(places_.size()); }
   int tp() const { return tp_; }
@@ -67,6 +77,8 @@ class Layout {
   // Every group runs the same pipeline: the groups are data-parallel replicas (gradients are
   // all-reduced over them) and dp_ranks() exists.
   bool homogeneous() const { return homogeneous_; }
+  // The groups are virtual workers (Layout::virtual_workers).
+  bool virtual_workers() const { return !rank_table_.empty(); }
   int dp() const { return homogeneous_ ? num_groups() : 1; }
   const PipelineSpec& pipeline(int group) const { return pipelines_[group]; }
   const RankPlace& place(int rank) const { return places_[rank]; }
@@ -95,6 +107,7 @@ class Layout {
   bool homogeneous_ = true;
   std::vector<PipelineSpec> pipelines_;
   std::vector<int> group_first_;  // first world rank of each group (heterogeneous order)
+  std::vector<std::vector<int>> rank_table_;  // virtual workers: each group's world ranks by pipeline rank
   std::vector<RankPlace> places_;
 };
 

@@ -42,6 +42,20 @@ class MpiRequest : public Request {
     check_length(st);
   }
 
+  bool cancel() override {
+    if (req_ == MPI_REQUEST_NULL || expected_ < 0) return false;  // done, or a send (not withdrawn)
+    check_mpi(MPI_Cancel(&req_), "MPI_Cancel");
+    MPI_Status st;
+    check_mpi(MPI_Wait(&req_, &st), "MPI_Wait (cancelled receive)");
+    int cancelled = 0;
+    check_mpi(MPI_Test_cancelled(&st, &cancelled), "MPI_Test_cancelled");
+    if (!cancelled) {  // a message had matched: it is complete now, as after wait()
+      check_length(st);
+      return false;
+    }
+    return true;
+  }
+
   bool test() override {
     if (req_ == MPI_REQUEST_NULL) return true;
     int done = 0;

@@ -33,6 +33,7 @@ class MpiComm : public Comm {
   MpiComm& operator=(const MpiComm&) = delete;
 
   MPI_Comm handle() const { return comm_; }
+  MPI_Comm mpi_handle() const override { return comm_; }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

@@ -48,6 +48,21 @@ Executor::Executor(Program program, int rank, dist::Comm& comm, ExecOptions opti
                "scatter/gather needs a tensor-parallel group of more than one rank");
   check_valid(program_);
   slots_ = std::max(1, memory_peaks(program_).activations[rank_]);
+  plan_posts();
+  const std::vector<Instr>& list = instructions();
+  // Weight versions alive together: at OPT_STEP n the new version n and every older version a
+  // later compute op still reads (stashed for an in-flight microbatch). A ring of that many
+  // buffers indexed by n mod size never overwrites a version that is still needed.
+  int oldest_later = INT_MAX;
+  for (size_t i = list.size(); i-- > 0;) {
+    const Instr& in = list[i];
+    if (is_compute(in.op)) oldest_later = std::min(oldest_later, in.weight_version);
+    if (in.op == Op::OPT_STEP && oldest_later != INT_MAX)
+      versions_ = std::max(versions_, in.weight_version - oldest_later + 1);
+  }
+}
+
+void Executor::plan_posts() {
   // When each receive may be posted: after the last earlier instruction on the same slot (whose
   // buffers it would otherwise overwrite while still in use).
   const std::vector<Instr>& list = instructions();
@@ -60,15 +75,51 @@ Executor::Executor(Program program, int rank, dist::Comm& comm, ExecOptions opti
         break;
       }
   }
-  // Weight versions alive together: at OPT_STEP n the new version n and every older version a
-  // later compute op still reads (stashed for an in-flight microbatch). A ring of that many
-  // buffers indexed by n mod size never overwrites a version that is still needed.
-  int oldest_later = INT_MAX;
-  for (size_t i = list.size(); i-- > 0;) {
-    const Instr& in = list[i];
-    if (is_compute(in.op)) oldest_later = std::min(oldest_later, in.weight_version);
-    if (in.op == Op::OPT_STEP && oldest_later != INT_MAX)
-      versions_ = std::max(versions_, in.weight_version - oldest_later + 1);
+}
+
+void Executor::retarget(Program shorter) {
+  BATON_ASSERT(!program_.traits().synchronous() && shorter.spec.kind == program_.spec.kind &&
+                   shorter.lowered && shorter.num_ranks() == program_.num_ranks(),
+               "retarget: a lowered {} program of {} ranks replaces only an asynchronous one of its kind",
+               shorter.spec.kind, shorter.num_ranks());
+  check_valid(shorter);
+  pending_ = std::make_unique<Program>(std::move(shorter));
+}
+
+void Executor::apply_retarget(Stage& stage) {
+  Program next = std::move(*pending_);
+  pending_.reset();
+  const std::vector<Instr>& old = instructions();
+  const std::vector<Instr>& list = next.ranks[rank_];
+  BATON_ASSERT(list.size() >= pc_, "retarget: {} instructions run, the shorter program has {}", pc_, list.size());
+  for (size_t i = 0; i < pc_; ++i)
+    BATON_ASSERT(list[i] == old[i], "retarget: instruction {} ran as {}{} but the shorter program has {}{} there", i,
+                 op_mnemonic(old[i].op), old[i].microbatch, op_mnemonic(list[i].op), list[i].microbatch);
+  // Posted receives follow their instruction into the new list; the others are withdrawn (their
+  // micro-batches are never sent).
+  std::vector<dist::RequestPtr> recv(list.size());
+  for (size_t i = pc_; i < old.size(); ++i) {
+    if (!recv_[i]) continue;
+    const auto it = std::find_if(list.begin() + static_cast<std::ptrdiff_t>(pc_), list.end(), [&](const Instr& in) {
+      return in.op == old[i].op && in.stage == old[i].stage && in.microbatch == old[i].microbatch;
+    });
+    if (it != list.end()) {
+      BATON_ASSERT(it->slot == old[i].slot, "retarget: micro-batch {} moved from slot {} to {}", old[i].microbatch,
+                   old[i].slot, it->slot);
+      recv[static_cast<size_t>(it - list.begin())] = std::move(recv_[i]);
+    } else {
+      BATON_ASSERT(recv_[i]->cancel(), "retarget: a message of micro-batch {} ({}) arrived after the cut",
+                   old[i].microbatch, op_mnemonic(old[i].op));
+    }
+  }
+  program_ = std::move(next);
+  recv_ = std::move(recv);
+  plan_posts();
+  to_post_.assign(list.size() + 1, {});
+  for (size_t j = pc_; j < list.size(); ++j) {
+    if (!is_recv(list[j].op) || recv_[j]) continue;
+    if (post_after_[j] < static_cast<int>(pc_)) post(stage, static_cast<int>(j));  // its point has passed
+    else to_post_[post_after_[j] + 1].push_back(static_cast<int>(j));
   }
 }
 
@@ -192,14 +243,15 @@ void Executor::compute(Stage& stage, const Instr& in, ExecStats& st, double star
 }
 
 void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
-  const std::vector<Instr>& list = instructions();
   const int vp = program_.spec.vp;
   for (auto* v : {&st.fwd, &st.bwd, &st.wgt}) v->assign(vp, 0);
   for (auto* v : {&st.fwd_count, &st.bwd_count, &st.wgt_count}) v->assign(vp, 0);
   const double t0 = now();
-  while (pc_ < list.size() && updates_done_ < stop_after_updates) {
+  if (pending_) apply_retarget(stage);
+  // The list is read afresh each time: retarget() may replace it after any instruction.
+  while (pc_ < instructions().size() && updates_done_ < stop_after_updates) {
     const size_t i = pc_;
-    const Instr& in = list[i];
+    const Instr& in = instructions()[i];
     const double start = now();
     double begin = start;  // where the instruction's own work starts (after waits for sends)
     switch (in.op) {
@@ -244,9 +296,10 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
     if (opt_.record) st.trace.push_back(in);
     if (opt_.timeline) opt_.timeline->instr(in, begin, now());
     ++pc_;
-    for (int j : to_post_[i + 1]) post(stage, j);
+    if (pending_) apply_retarget(stage);  // posts what the new list needs now
+    else for (int j : to_post_[i + 1]) post(stage, j);
   }
-  if (pc_ >= list.size()) {
+  if (pc_ >= instructions().size()) {
     wait_all_sends();
     for (auto& r : recv_) BATON_ASSERT(!r, "a receive was posted but never waited");
   }

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -126,6 +127,14 @@ class Executor {
   // counted from the program's start (or to the end), then returns with the pipeline in flight.
   ExecStats run_until_update(Stage& stage, int updates);
   bool finished() const { return pc_ >= instructions().size(); }
+  // Asynchronous kinds: the run ends earlier than the program says (a stop agreed in the middle of
+  // a segment). `shorter` — the same kind over fewer steps, lowered — replaces the program once the
+  // instruction running now is done (or at once, between runs). Its list for this rank must begin
+  // with every instruction already run, the one running included (checked: an internal error
+  // otherwise): a 1F1B order cut after the forward of its last micro-batch is one. Receives posted
+  // for micro-batches the shorter program does not have are withdrawn (Request::cancel); the ones
+  // it keeps stay posted.
+  void retarget(Program shorter);
 
   // Message tag of (kind, stage, microbatch), below the 32767 every MPI supports; messages with
   // equal tags between two ranks are never in flight together (their slots would overlap).
@@ -146,8 +155,12 @@ class Executor {
   std::vector<dist::RequestPtr> recv_;                    // posted receives, by instruction
   std::map<int, std::vector<dist::RequestPtr>> sends_;  // in-flight sends, by slot
   std::vector<std::vector<int>> to_post_;                 // receives to post after instruction j
+  std::unique_ptr<Program> pending_;                      // retarget(): applied after the current instruction
 
   void start(Stage& stage);
+  // When each receive of the list may be posted (post_after_).
+  void plan_posts();
+  void apply_retarget(Stage& stage);
   void advance(Stage& stage, ExecStats& st, int stop_after_updates);
   // The pieces of advance: a receive's wait (and scatter/gather), a send (returns its bytes), a
   // compute op (timed into st).

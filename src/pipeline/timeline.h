@@ -2,7 +2,7 @@
 // measured timeline"). The executor adds every instruction it runs (RECV_*: the time blocked until
 // the message arrived; compute ops, reductions and OPT_STEP: their run time; the waits for earlier
 // sends a compute op or a flush's REDUCE_GRADS needs first, as SEND_WAIT), the trainer the spans of
-// whole steps, evaluations and checkpoints.
+// whole steps, evaluations and checkpoints, a virtual worker its parameter-server traffic.
 //
 // Invariants: times are seconds of one monotonic clock (Timeline::now; the executor times with it
 // too); the events of one rank are appended in the order they end, and those of one Activity and
@@ -23,6 +23,12 @@ enum class Activity : uint8_t {
   STEP,        // a whole trainer step
   EVAL,        // an evaluation after the step
   CHECKPOINT,  // a checkpoint written after the step
+  // A virtual worker's traffic with WSP's parameter server (train/wsp_stage.h): a wave's push (or,
+  // on a stage that is not its VW's client, sending its part to the one that is), a pull merged
+  // into the weights, and the time blocked waiting for a pull the next minibatch needs.
+  WSP_PUSH,
+  WSP_PULL,
+  WSP_WAIT,
 };
 
 struct TimelineEvent {

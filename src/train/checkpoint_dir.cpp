@@ -93,6 +93,10 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
   return out;
 }
 
+std::string vw_checkpoint_dir(const std::string& checkpoint_dir, int vw) {
+  return fmt::format("{}/vw{}", checkpoint_dir, vw);
+}
+
 std::optional<std::string> read_latest(const std::string& dir) {
   std::ifstream f(dir + "/" + kLatest);
   std::string name;

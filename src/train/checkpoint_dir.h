@@ -22,6 +22,9 @@
 namespace baton {
 
 std::string checkpoint_file_name(int64_t step);  // "step-0000200.h5"
+// The directory of virtual worker `vw`'s own files inside a checkpoint directory: "<dir>/vw<k>"
+// (train/wsp_checkpoint.h).
+std::string vw_checkpoint_dir(const std::string& checkpoint_dir, int vw);
 
 // Writes `text` to dir/name so that the name appears only with the whole text on disk (a .tmp
 // file, fsync, rename, fsync of the directory). Throws Error.

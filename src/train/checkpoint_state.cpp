@@ -33,10 +33,11 @@ std::vector<TensorShard> table_shards(const ParamTable& table, float* flat, cons
 }
 
 ShardLayout shard_layout(const dist::Layout& layout, int rank, const SequentialModel& model,
-                         MPI_Comm comm, DataParallelGrads* dp, dist::Comm* tp) {
+                         MPI_Comm comm, DataParallelGrads* dp, dist::Comm* tp, std::string dir) {
   const dist::RankPlace& me = layout.place(rank);
   ShardLayout s{.tp_rank = me.tp_rank, .tp_size = layout.tp(),
-                .writes = me.group == 0 && me.replica == 0, .comm = comm, .dp = dp,
+                .writes = (me.group == 0 || layout.virtual_workers()) && me.replica == 0, .comm = comm,
+                .dir = std::move(dir), .dp = dp,
                 .tp = layout.tp() > 1 ? tp : nullptr};
   for (int i : model.shared_params())
     if (!model.owns_param(i)) s.copies.push_back(i);
@@ -122,7 +123,8 @@ SaveResult save_train_state(const Config& cfg, SequentialModel& model, Optimizer
     state_to_host_flat(be, st[i].data, opt.state_size(), host.state, host.optim[i].flat, layout);
   const std::vector<TensorShard> shards =
       layout.writes ? host.shards(model.table(), layout, true) : std::vector<TensorShard>{};
-  SaveResult r = save_checkpoint(cfg.checkpoint_dir(), make_checkpoint_meta(cfg, step, last_lr),
+  SaveResult r = save_checkpoint(layout.dir.empty() ? cfg.checkpoint_dir() : layout.dir,
+                                 make_checkpoint_meta(cfg, step, last_lr),
                                  shards, cfg.checkpoint.keep, layout.comm);
   r.seconds = t.seconds();
   return r;

@@ -31,7 +31,8 @@ inline constexpr const char* kBuffersGroup = "buffers/";
 struct ShardLayout {
   int tp_rank = 0, tp_size = 1;
   bool writes = true;             // data-parallel replica 0 writes; the others join collectives
-  MPI_Comm comm = MPI_COMM_NULL;  // every rank of the job, when it has several
+  MPI_Comm comm = MPI_COMM_NULL;  // every rank writing the file (the job's, or a VW's), when several
+  std::string dir;                // where the files go ("": checkpoint.dir)
   DataParallelGrads* dp = nullptr;  // optimizer-state layout (ZeRO-1); null: laid out like params
   dist::Comm* tp = nullptr;  // tensor-parallel group: partial reads are verified together
   // Parameters whose copy another rank writes (a tied parameter on the stage that does not own
@@ -39,11 +40,11 @@ struct ShardLayout {
   std::vector<int> copies;
 };
 
-// This rank's ShardLayout, from the Layout: tensor-parallel boxes; data-parallel group 0 and
-// replica 0 of a stage write; tied copies are read, not written. `comm`: the job's MPI
-// communicator (MPI_COMM_NULL for one process).
+// This rank's ShardLayout, from the Layout: tensor-parallel boxes; data-parallel group 0 (every
+// virtual worker: each has its file) and replica 0 of a stage write; tied copies are read, not
+// written. `comm`: the ranks of the file (MPI_COMM_NULL for one process); `dir` where it goes.
 ShardLayout shard_layout(const dist::Layout& layout, int rank, const SequentialModel& model,
-                         MPI_Comm comm, DataParallelGrads* dp, dist::Comm* tp);
+                         MPI_Comm comm, DataParallelGrads* dp, dist::Comm* tp, std::string dir);
 
 // Shards of every parameter of `table` over the flat host buffer `flat`, named group + name: the
 // boxes of the full tensors this tensor-parallel rank holds. `writing`: replicated parameters are

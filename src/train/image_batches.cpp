@@ -65,7 +65,7 @@ class DatasetImages final : public BatchSource {
   }
 
  private:
-  const Config cfg_;  // a copy: sources outlive the config they were built from (wsp_trainer.cpp)
+  const Config cfg_;  // a copy: a data source outlives the config it was built from
   IdxImages train_images_;
   IdxLabels train_labels_;
   std::optional<IdxImages> valid_images_;

@@ -58,7 +58,7 @@ std::pair<int64_t, int> ModelStage::origin(int microbatch) const {
 }
 
 void ModelStage::forward(int stage, int microbatch, int slot) {
-  if (before_forward_ && w_.training) before_forward_(stage, microbatch);
+  if (before_forward_ && w_.training) before_forward_(stage, microbatch, selected_version_);
   const auto [batch, row] = origin(microbatch);
   m_.set_shape(slot, w_.micro, w_.T, batch, row);  // a middle stage loads nothing
   const WorkTimer timer;
@@ -94,6 +94,7 @@ void ModelStage::reduce_grads(int) {
 void ModelStage::optimizer_step(int, int weight_version) { on_update_(weight_version, pending_); }
 
 void ModelStage::select_version(int, int weight_version) {
+  selected_version_ = weight_version;
   if (versions_) versions_->select(weight_version);  // flush kinds: the current weights
 }
 

@@ -48,8 +48,11 @@ class ModelStage final : public pipeline::Stage {
              WeightVersions* versions, UpdateFn on_update);
 
   // Called before each training forward of one of this rank's stages, after its weight version
-  // was selected (the WSP trainer's pulls of pipelined virtual workers: train/wsp_pipeline.h).
-  void set_before_forward(std::function<void(int stage, int microbatch)> fn) { before_forward_ = std::move(fn); }
+  // (the Instr's; -1 for flush kinds) was selected (WSP's pulls in a pipelined virtual worker:
+  // train/wsp_stage.h).
+  void set_before_forward(std::function<void(int stage, int microbatch, int version)> fn) {
+    before_forward_ = std::move(fn);
+  }
   // Called after each training forward and backward with its wall time (seconds).
   void set_after_compute(std::function<void(int microbatch, WorkTime t)> fn) { after_compute_ = std::move(fn); }
   void set_work(const StageWork& w) { w_ = w; }
@@ -87,7 +90,8 @@ class ModelStage final : public pipeline::Stage {
   GradSync& sync_;
   WeightVersions* versions_;
   UpdateFn on_update_;
-  std::function<void(int, int)> before_forward_;
+  std::function<void(int, int, int)> before_forward_;
+  int selected_version_ = -1;  // the last select_version()'s
   std::function<void(int, WorkTime)> after_compute_;
   StageWork w_;
   HostBatch batch_;

@@ -24,9 +24,10 @@ using pipeline::Op;
 using pipeline::TimelineEvent;
 
 // The measured tracks of a rank, one per kind of work (thread ids, in display order).
-enum Track : int { COMPUTE, RECV_WAIT, SEND, UPDATE, LOAD, STEP, kTracks };
+enum Track : int { COMPUTE, RECV_WAIT, SEND, UPDATE, LOAD, STEP, PUSH, PULL, SERVER_WAIT, kTracks };
 constexpr const char* kTrackNames[kTracks] = {"compute", "receive wait", "send", "reduce + optimizer",
-                                              "load", "step, evaluation, checkpoint"};
+                                              "load", "step, evaluation, checkpoint", "wsp push", "wsp pull",
+                                              "wsp server wait"};
 
 Track track_of(const TimelineEvent& e) {
   switch (e.what) {
@@ -34,6 +35,9 @@ Track track_of(const TimelineEvent& e) {
     case Activity::STEP:
     case Activity::EVAL:
     case Activity::CHECKPOINT: return STEP;
+    case Activity::WSP_PUSH: return PUSH;
+    case Activity::WSP_PULL: return PULL;
+    case Activity::WSP_WAIT: return SERVER_WAIT;
     case Activity::INSTR: break;
   }
   const Op op = e.instr.op;
@@ -55,6 +59,9 @@ std::string event_name(const TimelineEvent& e) {
     case Activity::STEP: return fmt::format("step {}", e.step);
     case Activity::EVAL: return "evaluation";
     case Activity::CHECKPOINT: return "checkpoint";
+    case Activity::WSP_PUSH: return "push";
+    case Activity::WSP_PULL: return "merge a pull";
+    case Activity::WSP_WAIT: return "wait for the server";
   }
   return "?";
 }

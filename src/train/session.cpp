@@ -18,6 +18,7 @@
 #include "model/cnn.h"
 #include "model/gpt.h"
 #include "pipeline/schedules.h"
+#include "train/checkpoint_dir.h"
 #include "train/checkpoint_resume.h"
 #include "train/run_trace.h"
 
@@ -79,7 +80,34 @@ std::shared_ptr<const ModelBuilder> model_builder(const Config& cfg, int tokeniz
   return make_gpt(dims);
 }
 
+namespace {
+
+// hetero.virtual_workers (one VW per rank when empty) as groups of the Layout: VW k's pipeline is
+// its stages in order, on the ranks it lists, with its layers or the model's even split.
+dist::Layout virtual_worker_layout(const HeteroConfig& h, int world_size, const ModelBuilder& model) {
+  std::vector<dist::PipelineSpec> pipes;
+  std::vector<std::vector<int>> ranks;
+  const std::vector<VirtualWorker> vws = virtual_workers(h, world_size);
+  for (size_t k = 0; k < vws.size(); ++k) {
+    const VirtualWorker& vw = vws[k];
+    dist::PipelineSpec p{.pp = static_cast<int>(vw.stages.size())};
+    const std::vector<std::vector<int>> given = vw.layer_ranges(model.num_layers(), static_cast<int>(k));
+    if (given.empty()) {
+      p.stages = model.default_stages(p.pp);
+    } else {
+      for (const std::vector<int>& r : given) p.stages.push_back({r[0], r[1]});
+    }
+    dist::check_pipeline(p, model.num_layers());
+    pipes.push_back(std::move(p));
+    ranks.push_back(vw.ranks());
+  }
+  return dist::Layout::virtual_workers(pipes, ranks);
+}
+
+}  // namespace
+
 dist::Layout layout_from_config(const Config& cfg, int world_size, const ModelBuilder& model) {
+  if (trains_virtual_workers(cfg.hetero)) return virtual_worker_layout(cfg.hetero, world_size, model);
   const ParallelConfig& p = cfg.parallel;
   dist::PipelineSpec pipe{.pp = p.pp, .vp = p.vp, .replicas = p.replicas};
   if (std::all_of(pipe.replicas.begin(), pipe.replicas.end(), [](int r) { return r == 1; }))
@@ -103,11 +131,9 @@ void training_preflight(const Config& cfg, int world_size) {
   int vocab = 0;
   if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
     vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
-  layout_from_config(cfg, world_size, *model_builder(cfg, vocab));
-  if (trains_virtual_workers(cfg.hetero)) {
-    virtual_worker_ranks(cfg.hetero, world_size);  // every rank in one VW
-    rank_emulation(cfg, world_size);               // slowdown / memory_limit: one per rank, devices known
-  }
+  layout_from_config(cfg, world_size, *model_builder(cfg, vocab));  // virtual workers: every rank in one
+  if (trains_virtual_workers(cfg.hetero))
+    rank_emulation(cfg, world_size);  // slowdown / memory_limit: one per rank, devices known
 }
 
 TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
@@ -143,8 +169,13 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
   } else {
     groups_ = dist::make_process_groups(world, layout_, tied_layers);
   }
-  // Every homogeneous layout's update rule synchronises the whole job each step.
-  lockstep_ = &world_;
+  // How a step of this rank's group runs: a virtual worker steps alone (its rows of each global
+  // batch; hetpipe over its stages, or a one-stage flush program, one update per minibatch).
+  const dist::PipelineSpec& pipe = layout_.pipeline(me.group);
+  const bool vws = layout_.virtual_workers();
+  schedule_ = !vws ? cfg_.parallel.schedule : pipe.ranks() > 1 ? "hetpipe" : "1f1b";
+  step_rows_ = vws ? cfg_.train.global_batch / layout_.num_groups() : cfg_.train.global_batch;
+  step_ranks_ = vws ? layout_.tp() * pipe.ranks() : world.size();
 
   // ---- model, optimizer ----
   const int tp = layout_.tp();
@@ -161,24 +192,25 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
                                              dp > 1 ? groups_.dp.get() : nullptr, cfg_.parallel.zero1,
                                              static_cast<size_t>(cfg_.parallel.bucket_mb * 1048576.0),
                                              me.tp_rank == 0);
-  auto* mpi = dynamic_cast<dist::MpiComm*>(&world_);
-  shard_layout_ = shard_layout(layout_, rank, model, world.size() > 1 && mpi ? mpi->handle() : MPI_COMM_NULL,
-                               dpg_.get(), groups_.tp.get());
+  // One file per checkpoint, over the ranks that write it: the job's, or each VW's own.
+  dist::Comm& file = vws ? *groups_.group : world_;
+  shard_layout_ = shard_layout(layout_, rank, model, file.size() > 1 ? file.mpi_handle() : MPI_COMM_NULL, dpg_.get(),
+                               groups_.tp.get(), vws ? vw_checkpoint_dir(cfg_.checkpoint_dir(), me.group) : cfg_.checkpoint_dir());
   opt_ = make_optimizer(be, dpg_->segments(), dpg_->state_size(), cfg_.optim);
   opt_states_ = opt_->state().size();
   if (cfg_.run.trace) timeline_ = std::make_unique<pipeline::Timeline>(cfg_.run.trace_steps);
   runner_ = std::make_unique<StepRunner>(StepRunnerSetup{
       .model = &model, .optimizer = opt_.get(), .grads = dpg_.get(), .layout = &layout_, .rank = rank,
-      .groups = &groups_, .schedule = cfg_.parallel.schedule,
+      .groups = &groups_, .schedule = schedule_,
       .scatter_gather = cfg_.parallel.scatter_gather, .vertical_sync = cfg_.parallel.vertical_sync,
-      .nm = options.hetpipe_nm, .hooks = options.hooks,
-      .global_batch = cfg_.train.global_batch, .micro_batch = cfg_.train.micro_batch, .T = T,
+      .nm = schedule_ == "hetpipe" ? cfg_.hetero.nm : 0, .hooks = options.hooks,
+      .global_batch = step_rows_, .micro_batch = cfg_.train.micro_batch, .T = T,
       .grad_clip = cfg_.optim.grad_clip, .total_steps = cfg_.train.steps,
       .drain_every = cfg_.checkpoint.every, .record = options.record_instructions,
       .timeline = timeline_.get()});
   BatchSource* src = data_.get();
   batch_ = [src](int64_t step, int row, int n, HostBatch& out) { src->train_rows(step, row, n, out); };
-  flops_ = builder_->flops_per_step(cfg_.train.global_batch);
+  flops_ = builder_->flops_per_step(step_rows_);
   peak_ = dense_peak_tflops(choice_.device_name, parse_compute_dtype(cfg_.precision.compute));
   if (timeline_) {  // one origin for the job: every rank leaves the barrier at about the same time
     world_.barrier();
@@ -214,7 +246,7 @@ void TrainSession::log_header() {
                                                      : std::string("run (at its end)"));
     log::info("pipeline: schedule {}{} | {} micro-batches per step | {} activation slots on this "
               "rank (the schedule's simulated peak{}) | model stages (global layers){}{}{}",
-              cfg_.parallel.schedule, vp > 1 ? fmt::format(", {} chunks per rank", vp) : std::string(),
+              schedule_, vp > 1 ? fmt::format(", {} chunks per rank", vp) : std::string(),
               runner_->microbatches(), runner_->slots(), t.synchronous() ? "" : " + 1 for evaluation",
               stages, cfg_.parallel.scatter_gather ? " | scatter/gather" : "", update);
   }
@@ -226,16 +258,20 @@ void TrainSession::log_header() {
   for (int i = 0; i < model.table().size(); ++i)
     if ((model.table().spec(i).tp_dim >= 0 || tpc_.rank == 0) && model.owns_param(i) && me.replica == 0)
       n_params += static_cast<double>(model.table().numel(i));
-  if (world_size() > 1) n_params = world_.all_reduce_scalar(n_params) / layout_.dp();
+  if (world_size() > 1) n_params = world_.all_reduce_scalar(n_params) / layout_.num_groups();
   n_params_ = n_params;
   log::info("model: {} | {} parameters", builder_->describe(), human_count(n_params));
+  // A virtual worker's steps are its own rows of each global batch.
+  std::string data = data_->describe();
+  if (layout_.virtual_workers())
+    data += fmt::format(" | this VW: rows [{}, {}) of each global batch", me.group * step_rows_,
+                        (me.group + 1) * step_rows_);
   if (builder_->input_kind() == InputKind::IMAGES)
-    log::info("data: {} | {} images/step = {} x {} micro-batches", data_->describe(), tokens_per_step(),
+    log::info("data: {} | {} images/step = {} x {} micro-batches", data, tokens_per_step(),
               runner_->microbatches() * layout_.dp(), cfg_.train.micro_batch);
   else
-    log::info("data: {} | {} tokens/step = {} x {} micro-batches x {} seq", data_->describe(),
-              tokens_per_step(), runner_->microbatches() * layout_.dp(), cfg_.train.micro_batch,
-              builder_->max_positions());
+    log::info("data: {} | {} tokens/step = {} x {} micro-batches x {} seq", data, tokens_per_step(),
+              runner_->microbatches() * layout_.dp(), cfg_.train.micro_batch, builder_->max_positions());
   const std::string baseline = data_->baseline();
   if (!baseline.empty()) log::info("baseline: {}", baseline);
   log::info("memory per rank: params+grads {:.1f} MiB, {} {:.1f} MiB, activations {:.1f} MiB "
@@ -322,7 +358,7 @@ TimedStep TrainSession::step(int64_t step, double lr) {
 
 std::optional<EvalResult> TrainSession::evaluate(int batches) {
   if (!data_->has_valid()) return std::nullopt;
-  const int rows = cfg_.train.global_batch;
+  const int rows = step_rows_;  // a VW evaluates batches of its own size, all of them
   const BatchSource* src = data_.get();
   const BatchFn rows_fn = [src, rows](int64_t b, int row, int n, HostBatch& out) {
     src->valid_rows(static_cast<int>(b), rows, row, n, out);
@@ -362,14 +398,14 @@ StepMetrics TrainSession::metrics(int64_t step, double lr, const TimedStep& t) c
   m.tokens_per_s = tokens_per_step() / t.seconds;
   if (builder_->input_kind() == InputKind::IMAGES) m.images_per_s = m.tokens_per_s;
   // Per device (DESIGN §6): the job's model FLOPs shared by its ranks.
-  m.tflops_per_gpu = flops_ / t.seconds / 1e12 / world_size();
+  m.tflops_per_gpu = flops_ / t.seconds / 1e12 / step_ranks_;
   if (peak_ > 0) m.mfu = m.tflops_per_gpu / peak_;
   return m;
 }
 
 bool TrainSession::stop_requested_anywhere() const {
-  return lockstep_->size() > 1 ? lockstep_->all_reduce_scalar(stop_requested() ? 1.0 : 0.0) > 0
-                               : stop_requested();
+  BATON_ASSERT(!layout_.virtual_workers(), "virtual workers do not step in lockstep: their stop is the strategy's");
+  return world_.size() > 1 ? world_.all_reduce_scalar(stop_requested() ? 1.0 : 0.0) > 0 : stop_requested();
 }
 
 }  // namespace baton

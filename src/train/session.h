@@ -5,14 +5,21 @@
 // it with a dataset, metrics and checkpoints; `baton bench` with synthetic data and nothing
 // written.
 //
+// Virtual workers (HetPipe's VWs: hetero.virtual_workers, or hetero.sync = "wsp") are groups of the
+// same Layout (layout_from_config): each VW's step is its own — its rows of the job's global batch
+// (rows [k·b, (k+1)·b), b = train.global_batch / N), its pipeline (the hetpipe schedule over its
+// stages, or a one-stage flush program), its own file per checkpoint (<checkpoint.dir>/vw<k>/,
+// over the VW's ranks) — and what keeps the VWs in sync is the loop's cross-group strategy
+// (train/cross_group_sync.h), which plugs into the step through SessionOptions::hooks.
+//
 // Which ranks each collective spans (docs/schedules.md "Who waits for whom"): a step's
 // reductions span what the update rule synchronises — the tensor-parallel group, the pipeline and
-// the data-parallel groups of every homogeneous layout (one update of the whole model per step).
-// The stop request is agreed over the ranks that step in lockstep (`lockstep()`: the world under
-// those rules), so that all stop after the same step; evaluation spans the pipeline and the
-// data-parallel group; a checkpoint is a collective over the world (one file, written with MPI-IO)
-// taken at a step every rank reaches. The header's parameter count is one world reduction at
-// start. Nothing else crosses a group.
+// the data-parallel groups of every homogeneous layout (one update of the whole model per step);
+// a VW's pipeline. The stop request of a homogeneous layout is agreed over the ranks that step in
+// lockstep (the world), so that all stop after the same step; evaluation spans the pipeline and
+// the data-parallel group; a checkpoint is a collective over the world (one file, written with
+// MPI-IO) taken at a step every rank reaches, or over a VW's ranks (its file). The header's
+// parameter count is one world reduction at start. Nothing else crosses a group.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -56,7 +63,9 @@ class SyntheticTokens final : public BatchSource {
 std::shared_ptr<const ModelBuilder> model_builder(const Config& cfg, int tokenizer_vocab);
 
 // The Layout of a config for `world_size` ranks: tp, the homogeneous grid of dp pipelines of pp
-// stages (vp chunks each), parallel.stages or the model's default split, parallel.replicas.
+// stages (vp chunks each), parallel.stages or the model's default split, parallel.replicas; or the
+// virtual workers of hetero.virtual_workers (one per rank when the list is empty), each a group
+// with its own stages (given layers or the model's even split over them) on the ranks it lists.
 // Throws Error (with a hint) — the same on every rank, before any collective.
 dist::Layout layout_from_config(const Config& cfg, int world_size, const ModelBuilder& model);
 
@@ -75,8 +84,7 @@ struct TimedStep {
 
 struct SessionOptions {
   bool record_instructions = false;  // keep each step's executed instructions (tests)
-  int hetpipe_nm = 0;                // parallel.schedule = "hetpipe": minibatches in flight (0 = pp)
-  UpdateHooks* hooks = nullptr;      // WSP inside a pipelined virtual worker (train/wsp_pipeline.h)
+  UpdateHooks* hooks = nullptr;      // a virtual worker's WSP (train/wsp_stage.h)
   MemoryLimit memory_limit;          // an emulated device's memory (config/device_emulation.h); 0 = none
 };
 
@@ -112,8 +120,8 @@ class TrainSession {
   bool checkpointable() const;
   // Per-step metrics of a timed step (throughput over the whole job's samples).
   StepMetrics metrics(int64_t step, double lr, const TimedStep& t) const;
-  // Whether any rank that steps in lockstep with this one got SIGINT/SIGTERM (collective over
-  // them), so that all stop after the same step.
+  // Whether any rank that steps in lockstep with this one got SIGINT/SIGTERM (collective over the
+  // world; homogeneous layouts), so that all stop after the same step.
   bool stop_requested_anywhere() const;
   // run.trace: gathers every rank's timeline into <run.dir>/trace.json beside the simulator's
   // prediction (train/run_trace.h) and logs how to open it; returns its path on rank 0 ("" on the
@@ -128,6 +136,12 @@ class TrainSession {
   const dist::Layout& layout() const { return layout_; }
   const dist::ProcessGroups& groups() const { return groups_; }
   const StepRunner& runner() const { return *runner_; }
+  pipeline::Timeline* timeline() { return timeline_.get(); }
+  // The schedule this rank's group runs (parallel.schedule; a virtual worker's: hetpipe, or 1f1b
+  // for one stage).
+  const std::string& schedule() const { return schedule_; }
+  // This rank's group: every rank of its pipeline (a VW's ranks, or a data-parallel replica's).
+  dist::Comm& group() const { return *groups_.group; }
   dist::Comm& world() const { return world_; }
   int world_size() const { return world_.size(); }
   bool rank0() const { return world_.rank() == 0; }
@@ -135,9 +149,14 @@ class TrainSession {
   // compute dtype (0 when unknown).
   double flops_per_step() const { return flops_; }
   double peak_tflops() const { return peak_; }
-  // Positions (tokens of a GPT) per step over the job.
-  int64_t tokens_per_step() const { return int64_t(cfg_.train.global_batch) * builder_->max_positions(); }
-  std::string checkpoint_dir() const { return cfg_.checkpoint_dir(); }
+  // Positions (tokens of a GPT) per step: the job's (homogeneous layouts), or this rank's virtual
+  // worker's, whose steps are its own.
+  int64_t tokens_per_step() const { return int64_t(step_rows_) * builder_->max_positions(); }
+  // Samples per step over what steps together (the job, or this rank's VW), and their ranks.
+  int step_rows() const { return step_rows_; }
+  int step_ranks() const { return step_ranks_; }
+  // Where this rank's checkpoint files go: checkpoint.dir, or its VW's <checkpoint.dir>/vw<k>.
+  std::string checkpoint_dir() const { return shard_layout_.dir; }
   // A checkpoint's size: the job's parameters (known after log_header) with the optimizer's
   // state tensors per parameter and the buffers, fp32.
   double checkpoint_bytes_estimate() const {
@@ -164,7 +183,8 @@ class TrainSession {
   BackendChoice choice_;
   std::unique_ptr<dist::Comm> device_world_;  // GPU runs: NCCL + MPI, split into groups_
   dist::ProcessGroups groups_;
-  dist::Comm* lockstep_ = nullptr;  // the ranks that must agree to stop (see the file comment)
+  std::string schedule_;
+  int step_rows_ = 0, step_ranks_ = 1;
   std::unique_ptr<BatchSource> data_;
   TensorParallel tpc_;
   std::unique_ptr<SequentialModel> model_;

@@ -49,6 +49,27 @@ StepRunner::StepRunner(const StepRunnerSetup& setup) : s_(setup) {
   if (!traits_->synchronous()) versions_ = std::make_unique<WeightVersions>(model);
   stage_ = std::make_unique<ModelStage>(model, place_->model_stages, *sync_, versions_.get(),
                                         [this](int v, const UpdateStats& u) { on_update(v, u); });
+  if (s_.hooks) {
+    // A virtual worker (train/wsp_stage.h): of one stage, a flush program per minibatch; of several,
+    // hetpipe with one micro-batch per minibatch. Either way one update per minibatch and stage.
+    const bool one_stage = traits_->synchronous() && pipe_->ranks() == 1 && dp_ == 1;
+    const bool pipelined = traits_->update == pipeline::UpdateRule::PER_MICROBATCH && microbatches_ == 1 &&
+                           place_->model_stages.size() == 1 && pipe_->replicas.empty();
+    BATON_ASSERT(one_stage || pipelined,
+                 "update hooks need a one-stage flush program or a per-microbatch kind with one micro-batch per "
+                 "step and one stage per rank");
+    // Numbers over the run: a segment's micro-batch k is minibatch segment_start_ + k + 1, and its
+    // weight version v is update segment_start_ + v (one update per step); a flush step is one minibatch.
+    stage_->set_after_compute([this](int microbatch, WorkTime t) {
+      s_.hooks->after_compute(traits_->synchronous() ? step_ + 1 : segment_start_ + microbatch + 1, t);
+    });
+    if (pipelined)
+      stage_->set_before_forward([this](int, int microbatch, int version) {
+        s_.hooks->before_forward(segment_start_ + microbatch + 1, segment_start_ + version, versions_.get(),
+                                 segment_start_);
+        if (const std::optional<int64_t> end = s_.hooks->end_at(); end && *end < segment_end_) cut_segment(*end);
+      });
+  }
   if (traits_->synchronous()) {
     executor_ = std::make_unique<pipeline::Executor>(program(1), place_->pipe_rank, *g.pp, exec_options());
     // Split backward (zb-h1): each slot also keeps the output gradients its BWD_WEIGHT reads.
@@ -67,19 +88,6 @@ StepRunner::StepRunner(const StepRunnerSetup& setup) : s_(setup) {
     const int r = pipe_->replicas_of(place_->stage);
     BATON_ASSERT(microbatches_ % r == 0, "{} micro-batches over {} replicas", microbatches_, r);
     updates_per_step_ = microbatches_ / r;
-  }
-  if (s_.hooks) {
-    BATON_ASSERT(traits_->update == pipeline::UpdateRule::PER_MICROBATCH && microbatches_ == 1 &&
-                     place_->model_stages.size() == 1 && pipe_->replicas.empty(),
-                 "update hooks need a per-microbatch kind, one micro-batch per step, one stage per rank");
-    // Numbers over the run: a segment's micro-batch k is minibatch segment_start_ + k + 1, and its
-    // weight version v is update segment_start_ + v (one update per step).
-    stage_->set_before_forward([this](int, int microbatch) {
-      s_.hooks->before_forward(segment_start_ + microbatch + 1, *versions_, segment_start_);
-    });
-    stage_->set_after_compute([this](int microbatch, WorkTime t) {
-      s_.hooks->after_compute(segment_start_ + microbatch + 1, t);
-    });
   }
   // Evaluation runs on replica 0 of every stage (rank = stage in this communicator), apart from
   // the training program's messages.
@@ -124,8 +132,16 @@ void StepRunner::start_segment(int64_t step) {
                executor_->slots(), s_.model->num_slots());
   stage_->set_program(executor_->instructions());
   segment_start_ = next_step_ = step;
+  segment_end_ = end;
   versions_->start(executor_->weight_versions());
   s_.model->zero_grads();
+}
+
+void StepRunner::cut_segment(int64_t end) {
+  BATON_ASSERT(end > segment_start_ && end >= next_step_, "the run's end moved to step {}, before the segment's "
+               "step {} already running", end, next_step_ + 1);
+  executor_->retarget(program(static_cast<int>(end - segment_start_)));
+  segment_end_ = end;
 }
 
 void StepRunner::on_update(int version, const UpdateStats& u) {
@@ -141,6 +157,7 @@ void StepRunner::on_update(int version, const UpdateStats& u) {
     s_.optimizer->step(model.params(), model.grads(), lr_, u.clip_scale, step_ + 1);
     s_.grads->gather_params(model.params());
     model.refresh_compute_params();
+    if (s_.hooks) s_.hooks->after_update(step_ + 1, nullptr, 0);
     return;
   }
   // Version n = version n − 1 updated with the gradient accumulated since (computed on whichever
@@ -150,7 +167,7 @@ void StepRunner::on_update(int version, const UpdateStats& u) {
   s_.optimizer->step(w, model.grads(), lr_, u.clip_scale, segment_start_ * updates_per_step_ + version);
   s_.grads->gather_params(w);
   model.zero_grads();
-  if (s_.hooks) s_.hooks->after_update(segment_start_ + version, *versions_, segment_start_);
+  if (s_.hooks) s_.hooks->after_update(segment_start_ + version, versions_.get(), segment_start_);
   // Samples behind one update: one micro-batch per data-parallel group (pipedream), the global
   // batch (2bw).
   const int rows = traits_->update == pipeline::UpdateRule::PER_MICROBATCH ? s_.micro_batch * dp_
@@ -169,6 +186,7 @@ StepResult StepRunner::step(const BatchFn& batch, int64_t step, double lr) {
   stage_->set_update_label(step + 1);
   const double global_terms = double(b.target_elements(s_.global_batch, s_.T));
   if (traits_->synchronous()) {
+    if (s_.hooks) s_.hooks->before_forward(step + 1, step, nullptr, 0);  // the latest weights: updates 1 … step
     model.zero_grads();
     buffers_->begin_step();
     stage_->set_work({.batch = &batch, .first_batch = step, .per_batch = microbatches_,
@@ -215,8 +233,9 @@ EvalResult StepRunner::evaluate(const BatchFn& rows_fn, int batches, int rows) {
   // sums[0]: the loss; then each metric's per-sample sum.
   std::vector<double> sums(1 + model.builder().metric_names().size(), 0.0);
   for (int b = 0; b < batches; ++b) {
+    // Data-parallel groups split each batch; virtual workers each evaluate all of it.
     stage_->set_work({.batch = &rows_fn, .first_batch = b, .per_batch = std::max(1, mine / s_.micro_batch),
-                      .row0 = place_->group * mine, .micro = s_.micro_batch, .T = s_.T,
+                      .row0 = dp_ > 1 ? place_->group * mine : 0, .micro = s_.micro_batch, .T = s_.T,
                       .training = false});
     if (place_->replica == 0)  // 1F1B-RR: replica 0 of each stage (eval_comm_ rank = stage)
       pipeline::run_forward_only(*stage_, comm, pipe_->pp, pipe_->vp, mine / s_.micro_batch, slot);

@@ -28,6 +28,7 @@
 // parameters (checkpoints, evaluation and sampling read them).
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,19 +48,28 @@
 
 namespace baton {
 
-// The points of an asynchronous per-microbatch program where HetPipe's WSP talks to its parameter
-// server (train/wsp_pipeline.h): before this rank's forward of a minibatch (a pull may gate it) and
-// after each of its updates (a wave's last pushes). Minibatches and updates are numbered from 1
-// over the run; `versions` is this rank's weight stash, whose version v is update `base` + v (the
-// stash restarts at every drained segment, train.checkpoint.every).
+// The points of a virtual worker's step where a cross-group synchronisation (HetPipe's WSP,
+// train/wsp_stage.h) talks to its parameter server: before this rank's forward of a minibatch (a
+// pull may gate it) and after each of its updates (a wave's last pushes). Minibatches and updates
+// are numbered from 1 over the run, one update per minibatch and stage: a VW of several stages
+// runs the asynchronous per-microbatch `hetpipe` program (one micro-batch per minibatch); a VW of
+// one stage a flush program per minibatch (its micro-batches accumulate: every minibatch reads the
+// latest weights). `versions` is this rank's weight stash, whose version v is update `base` + v
+// (the stash restarts at every drained segment, train.checkpoint.every), or null under a flush
+// program: then the model's parameters hold the latest update.
 class UpdateHooks {
  public:
   virtual ~UpdateHooks() = default;
-  virtual void before_forward(int64_t minibatch, WeightVersions& versions, int64_t base) = 0;
-  virtual void after_update(int64_t update, WeightVersions& versions, int64_t base) = 0;
+  // `reads`: the update whose weights the minibatch computes on (its version).
+  virtual void before_forward(int64_t minibatch, int64_t reads, WeightVersions* versions, int64_t base) = 0;
+  virtual void after_update(int64_t update, WeightVersions* versions, int64_t base) = 0;
   // After this rank's forward or backward of `minibatch`, which took `seconds` (an emulated slower
   // device stretches it: train/compute_stretch.h).
   virtual void after_compute(int64_t /*minibatch*/, WorkTime /*t*/) {}
+  // The run's last minibatch as this rank now knows it, when a stop moved it earlier than
+  // train.steps (WSP's agreed stop): the runner cuts its asynchronous program there, so that the
+  // pipeline drains at that minibatch (Executor::retarget). Asked after each before_forward.
+  virtual std::optional<int64_t> end_at() const { return std::nullopt; }
 };
 
 struct StepRunnerSetup {
@@ -73,8 +83,10 @@ struct StepRunnerSetup {
   bool scatter_gather = false;  // PTD-P scatter/gather (tp > 1, no sequence parallelism)
   bool vertical_sync = false;   // pipedream
   int nm = 0;                   // hetpipe: minibatches in flight (0 = pp)
-  UpdateHooks* hooks = nullptr; // per-microbatch kinds, one micro-batch per step: WSP's pushes and pulls
-  int global_batch = 1;         // samples per step over every data-parallel group
+  UpdateHooks* hooks = nullptr; // a virtual worker: WSP's pushes and pulls (hetpipe, or a one-stage flush kind)
+  // Samples per step over every data-parallel group; a virtual worker's own (its rows of the job's
+  // global batch: rows [group · global_batch, (group + 1) · global_batch) of the data's step).
+  int global_batch = 1;
   int micro_batch = 1;
   int T = 1;                    // positions per sample
   double grad_clip = 0;
@@ -127,6 +139,8 @@ class StepRunner {
   pipeline::Program program(int steps) const;
   pipeline::ExecOptions exec_options() const;
   void start_segment(int64_t step);
+  // A hook moved the run's end into the segment: the program ends there (Executor::retarget).
+  void cut_segment(int64_t end);
   void on_update(int version, const UpdateStats& u);
 
   StepRunnerSetup s_;
@@ -145,7 +159,7 @@ class StepRunner {
   pipeline::ExecStats stats_;
   // The current run: its LR and trainer step, and the updates it made.
   double lr_ = 0;
-  int64_t step_ = 0, segment_start_ = 0, next_step_ = 0;
+  int64_t step_ = 0, segment_start_ = 0, segment_end_ = 0, next_step_ = 0;
   int updates_ = 0;
   double sum_loss_ = 0, sum_norm_ = 0, sum_own_sumsq_ = 0, loss_sum_ = 0;
   int buckets_early_ = 0;

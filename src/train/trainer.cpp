@@ -17,15 +17,12 @@
 #include "optim/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/sampler.h"
-#include "dist/self_comm.h"
 #include "model/gpt.h"
 #include "train/image_batches.h"
 #include "train/loss_spike.h"
 #include "train/preflight.h"
 #include "train/stall_watchdog.h"
 #include "train/session.h"
-#include "train/wsp_trainer.h"
-#include "config/virtual_workers.h"
 
 namespace baton {
 namespace {
@@ -109,7 +106,7 @@ class DatasetTokens final : public BatchSource {
     out.tokens.resize(size_t(n) * T_);
     out.targets.resize(size_t(n) * T_);
   }
-  const Config cfg_;  // a copy: sources outlive the config they were built from (wsp_trainer.cpp)
+  const Config cfg_;  // a copy: a data source outlives the config it was built from
   int vocab_, T_;
   std::unique_ptr<IndexedDataset> train_ds_, valid_ds_;
   std::unique_ptr<TokenLoader> train_, valid_;
@@ -128,37 +125,21 @@ void log_sample(TrainSession& session, const Tokenizer& tokenizer) {
   log::info("sample: {}", tokenizer.decode(ids));
 }
 
-// One logged step: loss (mean over the steps since the last line), validation loss, LR, norm,
-// step time, throughput, MFU when known, communication share with several ranks, ETA.
-void log_step(const StepMetrics& m, int64_t steps, double mean_loss, const TimedStep& t, int ranks,
-              double eta_s) {
+// One logged step: loss (mean over the steps since the last line), validation loss and metrics,
+// LR, norm, step time, throughput, MFU when known, communication share with several ranks, ETA,
+// and the cross-group strategy's part.
+void log_step(const CrossGroupSync& sync, const StepMetrics& m, int64_t steps, double mean_loss, const TimedStep& t,
+              int ranks, double eta_s) {
   std::string val;
   if (m.val_loss) val = fmt::format(" | val {:.4f}", *m.val_loss);
   for (const auto& [name, value] : m.val_metrics) val += fmt::format(" {} {:.2f}%", name, 100 * value);
-  log::info("step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {} {}/s | "
-            "{:.3f} TFLOP/s{}{} | eta {}",
-            m.step, steps, mean_loss, val, m.lr, m.grad_norm, m.step_ms, human_count(m.tokens_per_s),
-            m.images_per_s ? "img" : "tok", m.tflops_per_gpu,
+  log::info("{}step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {} {}/s | "
+            "{:.3f} TFLOP/s{}{}{} | eta {}",
+            sync.line_prefix(), m.step, steps, mean_loss, val, m.lr, m.grad_norm, m.step_ms,
+            human_count(m.tokens_per_s), m.images_per_s ? "img" : "tok", m.tflops_per_gpu,
             m.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *m.mfu) : std::string(),
             ranks > 1 ? fmt::format(" | comm {:.0f}%", 100 * t.comm_seconds / t.seconds) : std::string(),
-            human_duration(eta_s));
-}
-
-// The run's final checkpoint, unless the last step's is written already — or the state is not one
-// (an asynchronous pipeline stopped between drain points has micro-batches in flight on older
-// weight versions: it could not be resumed exactly).
-void save_final(TrainSession& session, TrainSummary& summary, int64_t start_step, int64_t saved_step,
-                double lr) {
-  const Config& cfg = session.config();
-  if (!session.checkpointable())
-    log::warn("stopped in the middle of an asynchronous pipeline segment ({} drains at multiples of "
-              "checkpoint.every): no checkpoint written for step {}; the newest is {}",
-              cfg.parallel.schedule, summary.last_step,
-              saved_step >= 0 ? fmt::format("step {}", saved_step) : std::string("none"));
-  else if (saved_step != summary.last_step)
-    summary.checkpoint_path = session.save(summary.last_step, lr);
-  else if (start_step >= cfg.train.steps)
-    log::info("nothing to train: the checkpoint is at step {}, train.steps = {}", start_step, cfg.train.steps);
+            sync.line_suffix(m), human_duration(eta_s));
 }
 
 }  // namespace
@@ -178,27 +159,25 @@ ModelAndData model_and_data(const Config& cfg) {
   return md;
 }
 
-TrainSummary train(const Config& cfg, dist::Comm* world) {
-  if (trains_virtual_workers(cfg.hetero)) {
-    BATON_REQUIRE(world != nullptr, fmt::format("hetero.sync = \"{}\" with virtual workers needs the job's ranks",
-                                                cfg.hetero.sync),
-                  "run it with `baton train`");
-    return train_wsp(cfg, *world);
-  }
+TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make_sync) {
   ModelAndData md = model_and_data(cfg);
   std::unique_ptr<Tokenizer> tokenizer = std::move(md.tokenizer);
-  dist::SelfComm alone;
-  TrainSession session(cfg, world ? *world : alone, std::move(md.builder), std::move(md.data));
+  const std::unique_ptr<CrossGroupSync> sync =
+      make_sync(cfg, world, layout_from_config(cfg, world.size(), *md.builder));
+  TrainSession session(cfg, world, std::move(md.builder), std::move(md.data), sync->session_options());
   const bool rank0 = session.rank0();
   session.log_header();
+  sync->attach(session);
 
-  // ---- resume ----
+  // ---- outputs, resume ----
   preflight_outputs(cfg, session);
-  const std::optional<int64_t> resumed = session.resume();
+  const std::optional<int64_t> resumed = sync->resume(session);
   const int64_t start_step = resumed.value_or(0);
-  if (resumed && rank0) truncate_metrics_after(cfg.run.dir + "/metrics.jsonl", start_step);
+  sync->start(session, start_step);
+  const std::string metrics_dir = sync->reports() ? cfg.run.dir : "";
+  if (resumed && !metrics_dir.empty()) truncate_metrics_after(metrics_dir + "/" + sync->metrics_file(), start_step);
   const std::string config_path = rank0 ? write_resolved_config(cfg, cfg.run.dir) : "";
-  MetricsWriter metrics(rank0 ? cfg.run.dir : "", resumed.has_value());
+  MetricsWriter metrics(metrics_dir, resumed.has_value(), sync->metrics_file());
   log::info("run dir: {} (config {}, metrics {}, checkpoints {} every {})", cfg.run.dir, config_path,
             metrics.path(), session.checkpoint_dir(),
             cfg.checkpoint.every > 0 ? fmt::format("{} steps", cfg.checkpoint.every) : "run's end");
@@ -219,15 +198,14 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     lr = sched.at(step);
     const TimedStep t = session.step(step, lr);
     watchdog.step_done(step + 1, t.seconds);
-    // Every rank holds the same step loss (reduced over the job): all stop here, before this
-    // step's state can reach a checkpoint, and the job reports it once.
-    if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
-      throw AgreedError(*spike,
-                        fmt::format("{}; lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor "
-                                    "(0 turns the check off)",
-                                    saved_step >= 0 ? fmt::format("checkpoint.resume = \"auto\" restarts from step {}, "
-                                                                  "before the spike", saved_step)
-                                                    : std::string("no checkpoint was written before it")));
+    // The loss guard, before this step's state can reach a checkpoint.
+    if (sync->holds_loss())
+      if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
+        sync->spike(*spike, fmt::format("{}; lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor "
+                                        "(0 turns the check off)",
+                                        saved_step >= 0 ? fmt::format("checkpoint.resume = \"auto\" restarts from "
+                                                                      "step {}, before the spike", saved_step)
+                                                        : std::string("no checkpoint was written before it")));
     summary.steps_done++;
     summary.last_step = step + 1;
     summary.last_loss = t.result.loss;
@@ -235,6 +213,7 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     window_steps++;
 
     StepMetrics m = session.metrics(step, lr, t);
+    sync->after_step(session, step, m);
     const bool last = step + 1 == cfg.train.steps;
     const bool eval_now = (cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last;
     if (eval_now) {
@@ -249,30 +228,34 @@ TrainSummary train(const Config& cfg, dist::Comm* world) {
     }
     const bool evaluated = m.val_loss.has_value();
     const bool log_now = (step + 1) % cfg.train.log_every == 0 || last || step == 0 || evaluated;
-    if (log_now) {
+    if (log_now && sync->reports()) {
       metrics.write(m);
       const double eta = run_timer.seconds() / (step + 1 - start_step) * (cfg.train.steps - step - 1);
-      log_step(m, cfg.train.steps, loss_window / window_steps, t, session.world_size(), eta);
+      log_step(*sync, m, cfg.train.steps, loss_window / window_steps, t, session.step_ranks(), eta);
+    }
+    if (log_now) {
       loss_window = 0;
       window_steps = 0;
     }
-    if (cfg.checkpoint.every > 0 && (step + 1) % cfg.checkpoint.every == 0) {
+    if (sync->checkpoint_after(step)) {
       watchdog.phase("saving a checkpoint");
-      summary.checkpoint_path = session.save(step + 1, lr);
-      saved_step = step + 1;
+      if (std::string path = sync->save(session, step, lr); !path.empty()) {
+        summary.checkpoint_path = std::move(path);
+        saved_step = step + 1;
+      }
     }
     watchdog.phase("");
-    // Every rank stops after the same step, whichever of them got the signal.
-    if (session.stop_requested_anywhere()) {
+    if (sync->stop_after(session, step)) {
       summary.stopped_by_signal = true;
       log::info("stop requested (signal {}): stopping after step {}", stop_signal_number(), step + 1);
       break;
     }
   }
 
-  // ---- final checkpoint (also when stopped by a signal) and a sample ----
+  // ---- final checkpoint (also when stopped by a signal), the strategy's summary, a sample ----
   watchdog.phase("saving a checkpoint");
-  save_final(session, summary, start_step, saved_step, lr);
+  sync->finish(session, summary, start_step, saved_step, lr);
+  watchdog.phase("");
   session.write_trace();
   if (tokenizer && !summary.stopped_by_signal && session.model().is_whole_model() &&
       session.layout().tp() == 1 && rank0)

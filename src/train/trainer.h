@@ -1,9 +1,11 @@
-// The training loop of one rank: data -> train_step (micro-batches with gradient accumulation,
-// bucketed data-parallel reduction, tensor-parallel model, global-norm clipping, AdamW on this
-// rank's segments) -> LR schedule -> metrics, evaluation and HDF5 checkpoints (every
-// checkpoint.every steps, at the end and on SIGINT/SIGTERM; resume per checkpoint.resume,
-// continuing bit-identically, under any tp/dp layout). Pipeline layouts (pp > 1) plug in through
-// the schedule executor, not through flags here.
+// The one training loop of `baton train`, for every layout: data -> the session's step (the
+// schedule's program through the executor: micro-batches with gradient accumulation, bucketed
+// data-parallel reduction, tensor-parallel model, global-norm clipping, the optimizer) -> LR
+// schedule -> loss guard, metrics, evaluation and HDF5 checkpoints (every checkpoint.every steps,
+// at the end and on SIGINT/SIGTERM; resume per checkpoint.resume, continuing bit-identically),
+// with a stall watchdog, an output preflight and run.trace. What differs between homogeneous
+// training, HetPipe's wave all-reduce and WSP between virtual workers is a cross-group strategy it
+// calls at its points (train/cross_group_sync.h), never a branch here.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -17,6 +19,7 @@
 #include "dist/comm.h"
 #include "model/model_builder.h"
 #include "train/batch_source.h"
+#include "train/cross_group_sync.h"
 
 namespace baton {
 
@@ -41,8 +44,10 @@ struct ModelAndData {
 };
 ModelAndData model_and_data(const Config& cfg);
 
-// Runs the configured training on this rank. `world`: every rank of the job (null or size 1: one
-// process). Throws baton::Error for bad input (datasets, tokenizer, layout, ...).
-TrainSummary train(const Config& cfg, dist::Comm* world = nullptr);
+// Runs the configured training on this rank. `world`: every rank of the job; `make_sync` the
+// cross-group strategy of the config's layout (make_lockstep_sync for homogeneous layouts,
+// make_virtual_worker_sync for virtual workers). Throws baton::Error for bad input (datasets,
+// tokenizer, layout, ...).
+TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make_sync);
 
 }  // namespace baton

@@ -37,8 +37,6 @@ std::vector<std::pair<int64_t, std::string>> markers(const std::string& dir) {
 
 }  // namespace
 
-std::string vw_checkpoint_dir(const Config& cfg, int vw) { return fmt::format("{}/vw{}", cfg.checkpoint_dir(), vw); }
-
 std::vector<std::string> resolved_virtual_workers(const Config& cfg, int world_size) {
   if (!cfg.hetero.virtual_workers.empty()) return cfg.hetero.virtual_workers;
   std::vector<std::string> out;

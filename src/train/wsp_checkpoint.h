@@ -1,14 +1,15 @@
-// Checkpoints of WSP runs (issue 13 item 6; docs/hetpipe.md "Checkpoints and elastic resume"), for
-// virtual workers (VWs) of one rank and of several stages (whose pipelines drain at each
-// checkpoint step: the step runner's segments end at checkpoint.every).
+// Checkpoints of virtual-worker runs (issue 13 item 6; docs/hetpipe.md "Checkpoints and elastic
+// resume"), under WSP and the wave all-reduce, for virtual workers (VWs) of one rank and of several
+// stages (whose pipelines drain at each checkpoint step: the step runner's segments end at
+// checkpoint.every, or at an agreed stop).
 //
 // A checkpoint is a synchronisation point of the whole job, taken at the end of a clock c ≥ D (a
 // clock that pulls): every VW finishes its minibatch (c+1)·Nm and pushes wave c, all meet (so
 // c_global = c + 1 and every wave is folded into w_global), each VW takes its outstanding pull
 // (as of c + 1: no VW can push wave c + 1 before every VW has left the meeting) and merges it —
 // with nothing of its own left unfolded, its weights become w_global exactly. Then every VW
-// writes its own session checkpoint (weights = w_global, its optimizer state) under
-// <checkpoint dir>/vw<k>/, and rank 0 publishes <checkpoint dir>/wsp-NNNNNNN.json (the step, the
+// writes its own checkpoint (weights = w_global, its optimizer state) under
+// <checkpoint dir>/vw<k>/ (vw_checkpoint_dir, train/checkpoint_dir.h), and rank 0 publishes <checkpoint dir>/wsp-NNNNNNN.json (the step, the
 // VWs, Nm, D) — the marker that the checkpoint is complete.
 //
 // Resume (checkpoint.resume = "auto", or the checkpoint directory): the newest marker whose VWs'
@@ -32,9 +33,6 @@
 #include "dist/comm.h"
 
 namespace baton {
-
-// The checkpoint directory of VW `vw`'s own session.
-std::string vw_checkpoint_dir(const Config& cfg, int vw);
 
 // Whether the VW loops meet and checkpoint after step `step` (0-based): every checkpoint.every
 // steps (a multiple of Nm: a wave's end) and at the run's end.

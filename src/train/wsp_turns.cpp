@@ -17,14 +17,14 @@
 
 namespace baton {
 
-std::vector<int> deterministic_turns(const Config& cfg, int world_size) {
-  const std::vector<std::vector<int>> vws = virtual_worker_ranks(cfg.hetero, world_size);
-  const int n = static_cast<int>(vws.size());
-  const std::vector<RankEmulation> emu = rank_emulation(cfg, world_size);
+std::vector<int> deterministic_turns(const Config& cfg, const dist::Layout& layout) {
+  const int n = layout.num_groups();
+  const std::vector<RankEmulation> emu = rank_emulation(cfg, layout.world());
   std::vector<double> speed;
-  for (const std::vector<int>& ranks : vws) {
-    BATON_ASSERT(ranks.size() == 1, "deterministic mode with a virtual worker of {} ranks", ranks.size());
-    speed.push_back(1.0 / emu[static_cast<size_t>(ranks[0])].slowdown);
+  for (int v = 0; v < n; ++v) {
+    BATON_ASSERT(layout.pipeline(v).ranks() == 1, "deterministic mode with a virtual worker of {} ranks",
+                 layout.pipeline(v).ranks());
+    speed.push_back(1.0 / emu[static_cast<size_t>(layout.rank_of(v, 0, 0))].slowdown);
   }
   // One interleaving per segment between checkpoints (every VW meets at a checkpoint: the order
   // is cut there), each with its own seed; one segment without checkpoints.
@@ -46,23 +46,11 @@ std::vector<int> deterministic_turns(const Config& cfg, int world_size) {
   return order;
 }
 
-WspTurns::WspTurns(const Config& cfg, dist::Comm& world, const std::vector<std::vector<int>>& vws, int vw,
-                   int64_t first_step)
-    : on_(cfg.hetero.deterministic), world_(&world), vw_(vw) {
+WspTurns::WspTurns(const Config& cfg, dist::Comm& world, const dist::Layout& layout, int vw)
+    : on_(cfg.hetero.deterministic), world_(&world), vw_(vw), every_(cfg.checkpoint.every) {
   if (!on_) return;
-  // A resumed run replays the order from the cut at its checkpoint: the turns before it are every
-  // VW's minibatches 1 … first_step.
-  BATON_REQUIRE(first_step == 0 || (cfg.checkpoint.every > 0 && first_step % cfg.checkpoint.every == 0),
-                fmt::format("hetero.deterministic = true resumes at a multiple of checkpoint.every only (the order of "
-                            "turns is cut there), not at step {}", first_step),
-                "resume with the checkpoint.every the run was written with, or start the deterministic run in a new "
-                "run.dir (checkpoint.resume = \"never\")");
-  order_ = deterministic_turns(cfg, world.size());
-  for (const std::vector<int>& ranks : vws) rank_of_.push_back(ranks.at(0));
-  const size_t skipped = static_cast<size_t>(first_step) * vws.size();
-  first_turn_ = static_cast<int64_t>(skipped);
-  for (size_t i = skipped; i < order_.size(); ++i)
-    if (order_[i] == vw_) mine_.push_back(static_cast<int64_t>(i));
+  order_ = deterministic_turns(cfg, layout);
+  for (int v = 0; v < layout.num_groups(); ++v) rank_of_.push_back(layout.rank_of(v, 0, 0));
   if (world.rank() == 0) {
     const size_t shown = std::min<size_t>(order_.size(), 36);
     log::info("deterministic mode (hetero.deterministic): {} turns of one minibatch each, serialized in "
@@ -71,6 +59,23 @@ WspTurns::WspTurns(const Config& cfg, dist::Comm& world, const std::vector<std::
               fmt::join(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(shown), " "),
               shown < order_.size() ? " ..." : "");
   }
+}
+
+void WspTurns::start_at(int64_t first_step) {
+  if (!on_) return;
+  // A resumed run replays the order from the cut at its checkpoint: the turns before it are every
+  // VW's minibatches 1 … first_step.
+  BATON_REQUIRE(first_step == 0 || (every_ > 0 && first_step % every_ == 0),
+                fmt::format("hetero.deterministic = true resumes at a multiple of checkpoint.every only (the order of "
+                            "turns is cut there), not at step {}", first_step),
+                "resume with the checkpoint.every the run was written with, or start the deterministic run in a new "
+                "run.dir (checkpoint.resume = \"never\")");
+  const size_t skipped = static_cast<size_t>(first_step) * rank_of_.size();
+  first_turn_ = static_cast<int64_t>(skipped);
+  mine_.clear();
+  next_ = 0;
+  for (size_t i = skipped; i < order_.size(); ++i)
+    if (order_[i] == vw_) mine_.push_back(static_cast<int64_t>(i));
 }
 
 void WspTurns::begin() {

@@ -27,6 +27,7 @@
 
 #include "config/config.h"
 #include "dist/comm.h"
+#include "dist/layout.h"
 
 namespace baton {
 namespace dist {
@@ -37,8 +38,8 @@ class ServerClient;
 // checkpoint.every > 0, one interleaving per segment of `every` steps (seeds derived from
 // train.seed and the segment's index), concatenated: every VW's turns of a segment come before any
 // of the next one's, so all VWs meet at a checkpoint and a resumed run replays the rest of the
-// order from that cut. `world_size` ranks, VWs of one rank each (config/virtual_workers.h).
-std::vector<int> deterministic_turns(const Config& cfg, int world_size);
+// order from that cut. VWs of one rank each (the layout's groups).
+std::vector<int> deterministic_turns(const Config& cfg, const dist::Layout& layout);
 
 // One VW's side of the turns. Off (begin/end do nothing, gated_pull blocks in
 // ServerClient::wait_pull) unless cfg.hetero.deterministic.
@@ -46,12 +47,12 @@ class WspTurns {
  public:
   static constexpr int kTurnTag = 31013;  // the world communicator's only other p2p tag is run_trace's 31000
 
-  // `vws`: every VW's ranks (one each); `vw`: this rank's VW. Rank 0 logs the schedule.
+  // `layout`: the VWs (one rank each); `vw`: this rank's VW. Rank 0 logs the schedule.
+  WspTurns(const Config& cfg, dist::Comm& world, const dist::Layout& layout, int vw);
+  bool on() const { return on_; }
   // `first_step`: the step the loop starts at: 0, or a resumed run's checkpoint, a multiple of
   // checkpoint.every, where the order is cut (deterministic_turns); else an Error.
-  WspTurns(const Config& cfg, dist::Comm& world, const std::vector<std::vector<int>>& vws, int vw,
-           int64_t first_step = 0);
-  bool on() const { return on_; }
+  void start_at(int64_t first_step);
 
   // Before the VW's next minibatch: waits for the token of the previous turn (another VW's).
   void begin();
@@ -66,6 +67,7 @@ class WspTurns {
   bool on_ = false;
   dist::Comm* world_ = nullptr;
   int vw_ = 0;
+  int64_t every_ = 0;         // checkpoint.every: where the order is cut
   std::vector<int> order_;    // the VW of each turn
   std::vector<int> rank_of_;  // each VW's rank
   std::vector<int64_t> mine_;  // this VW's turns, in order

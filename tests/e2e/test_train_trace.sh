@@ -5,7 +5,7 @@
 # increasing and spans disjoint per track, receive waits, reductions, optimizer steps, evaluation
 # and checkpoint spans, and the simulator's prediction beside them; the log says where it is and
 # how to open it. run.trace_steps bounds the steps recorded; without run.trace there is no file;
-# run.trace_steps alone is an error, and so is run.trace under WSP (not built).
+# run.trace_steps alone is an error. (Virtual workers' traces: e2e/test_train_vw_runtime.sh.)
 source "$(dirname "$0")/lib.sh"
 use_mpirun
 make_tiny_dataset
@@ -73,6 +73,4 @@ PY
 ! grep -q "trace:" off.log || fail "run.trace = false logged a trace"
 
 expect_error "run.trace_steps = 3 is set but run.trace = false" "$BATON" train tiny.toml --set run.trace_steps=3
-expect_error 'run.trace = true is not built for hetero.sync = "wsp"' "$BATON" train tiny.toml --set run.trace=true \
-  --set hetero.sync='"wsp"' --set checkpoint.every=0
 echo "PASS"

@@ -198,8 +198,6 @@ expect_error "\"v100\" is not a rank" "$BATON" train tiny.toml "${SGD[@]}" --set
   --set hetero.virtual_workers='["v100"]'
 expect_error "not a whole number of waves" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' \
   --set hetero.nm=5
-expect_error "run.stall_timeout_s = 60 is not built for virtual-worker runs" "$BATON" train tiny.toml "${SGD[@]}" \
-  --set run.dir=bad --set hetero.sync='"wsp"' --set run.stall_timeout_s=60
 expect_error "need hetero.sync = \"wsp\"" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.staleness=2
 expect_error "virtual-worker checkpoints are taken at the end of a wave whose clock pulls" "$BATON" train tiny.toml "${SGD[@]}" \
   --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.nm=2 --set hetero.staleness=1 --set checkpoint.every=2

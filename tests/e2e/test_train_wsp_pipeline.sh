@@ -7,8 +7,8 @@
 #   the partition — a VW of 2 stages and one of 3 stages (explicit layers) with Nm = 3 both give
 #   the losses of pipedream with vertical sync on 3 stages, which reads the same versions
 #   (7.0e-9 relative measured; tested at 1e-6); with Nm = 4 > pp + 1 it finishes (Nm + 1 slots);
-# - both reductions in bf16 compute (0 measured; tested at 1e-6): the stashed versions' bf16 copies
-#   follow the merges of pulled weights;
+# - both reductions in bf16 compute (one VW: 0 measured, tested at 1e-6; 2 VWs: 2.0e-4, tested at
+#   1e-3, see below): the stashed versions' bf16 copies follow the merges of pulled weights;
 # - a mixed run (a one-stage VW beside a two-stage one, D = 2, Nm = 2, the slow VW's ranks
 #   emulating a device 12× slower: its two stages pipelined are still 6× slower than the one-stage
 #   VW, above the core contention of a loaded CI machine, where 4× failed) trains, with every
@@ -88,13 +88,19 @@ for run in ("one2", "one3"):
     worst = max(abs(x - d) / d for x, d in zip(v, pd))
     assert len(v) == 12 and worst < 1e-6, f"{run}: one VW with Nm = 3 differs from pipedream vertical sync by {worst:.2e}"
     print(f"{run}: one VW, Nm = 3 = pipedream vertical sync pp 3 within {worst:.1e}")
-# bf16: the same reductions (0 measured: the same bf16 casts of the same fp32 weights).
+# bf16: the same reductions. One VW of 3 stages reads exactly pipedream's versions (0 measured).
+# 2 VWs: w_global += ũ_0 + ũ_1 rounds differently in fp32 than dp's w -= lr·mean(g) (1.4e-8 in the
+# fp32 run above); once such a difference flips a weight's bf16 rounding the runs part (measured:
+# equal for 5 steps, then 9e-7 at step 6 growing to 2.0e-4 at step 11), so: the first step bit
+# for bit (no merge yet) and the run within 1e-3. A stale bf16 copy of a merged version is 1e-2
+# off at step 2.
 dp16, pd16, one3 = losses("dp16/metrics.jsonl"), losses("pd16/metrics.jsonl"), losses("one3bf16/metrics.jsonl")
 a, b = losses("vw22bf16/metrics.jsonl"), losses("vw22bf16/metrics-vw1.jsonl")
 w1 = max(abs((x + y) / 2 - d) / d for x, y, d in zip(a, b, dp16))
 w2 = max(abs(x - d) / d for x, d in zip(one3, pd16))
 assert len(dp16) == len(a) == len(one3) == 12 and dp16 != dp and pd16 != pd, "bf16 runs: not bf16"
-assert w1 < 1e-6 and w2 < 1e-6, f"bf16: 2 VWs x 2 stages vs dp2 x pp2 {w1:.2e}; one VW vs pipedream vsync {w2:.2e}"
+assert (a[0] + b[0]) / 2 == dp16[0], "bf16: 2 VWs x 2 stages differ from dp2 x pp2 at the first step"
+assert w1 < 1e-3 and w2 < 1e-6, f"bf16: 2 VWs x 2 stages vs dp2 x pp2 {w1:.2e}; one VW vs pipedream vsync {w2:.2e}"
 print(f"bf16: 2 VWs of 2 stages = dp 2 x pp 2 within {w1:.1e}; one VW of 3 stages = pipedream vsync within {w2:.1e}")
 fast, slow = rows("mix/metrics.jsonl"), rows("mix/metrics-vw1.jsonl")
 for v in (fast, slow, rows("mixloc/metrics.jsonl"), rows("mixloc/metrics-vw1.jsonl")):

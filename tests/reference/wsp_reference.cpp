@@ -5,8 +5,8 @@
 //   wsp_reference --ranks N --out DIR [--drop-partial] CONFIG [--set KEY=VALUE]...
 //
 // Loads CONFIG (with the overrides) for N ranks as `baton train` does, builds the N VWs' sessions in
-// this one process (each the whole model over a SelfComm, its rows of each global batch: VwRows,
-// as train_wsp builds them) and replays the deterministic mode's order of turns
+// this one process (each the whole model over a SelfComm, its rows of each global batch: VwRows)
+// and replays the deterministic mode's order of turns
 // (deterministic_turns: wsp::interleave with the run's parameters and seed). It applies the rule
 // itself, on host vectors, without the parameter server or MPI:
 // - the server: w_global = w0 + every wave all N VWs have pushed (c_global of them), folded when
@@ -47,14 +47,37 @@
 #include "optim/lr_schedule.h"
 #include "train/session.h"
 #include "train/trainer.h"
-#include "train/vw_rows.h"
-#include "train/wsp_pipeline.h"
+#include "train/wsp_stage.h"
 #include "train/wsp_turns.h"
 #include "wsp/worker_clock.h"
 
 using namespace baton;
 
 namespace {
+
+// VW k's rows of each global batch: rows [k·b, (k+1)·b) of global batch p − 1 (data-parallel rank
+// k's slice); validation batches the same for every VW.
+class VwRows final : public BatchSource {
+ public:
+  VwRows(std::unique_ptr<BatchSource> inner, int row0, int rows) : inner_(std::move(inner)), row0_(row0), rows_(rows) {}
+  void train_rows(int64_t step, int row, int n, HostBatch& out) const override {
+    inner_->train_rows(step, row0_ + row, n, out);
+  }
+  bool has_valid() const override { return inner_->has_valid(); }
+  void valid_rows(int batch, int rows, int row, int n, HostBatch& out) const override {
+    inner_->valid_rows(batch, rows, row, n, out);
+  }
+  int64_t valid_samples() const override { return inner_->valid_samples(); }
+  std::string describe() const override {
+    return fmt::format("{} | this VW: rows [{}, {}) of each global batch", inner_->describe(), row0_, row0_ + rows_);
+  }
+  std::string baseline() const override { return inner_->baseline(); }
+
+ private:
+  std::unique_ptr<BatchSource> inner_;
+  int row0_, rows_;
+};
+
 
 struct Vw {
   std::unique_ptr<TrainSession> session;
@@ -88,12 +111,12 @@ struct Server {
 };
 
 void run(const Config& cfg, int ranks, const std::string& out, bool drop_partial) {
-  const std::vector<std::vector<int>> vws = virtual_worker_ranks(cfg.hetero, ranks);
-  const int n = static_cast<int>(vws.size());
-  for (const auto& r : vws) BATON_REQUIRE(r.size() == 1, "the reference runs virtual workers of one rank", "");
+  const dist::Layout layout = layout_from_config(cfg, ranks, *model_and_data(cfg).builder);
+  const int n = layout.num_groups();
+  BATON_REQUIRE(layout.world() == n, "the reference runs virtual workers of one rank", "");
   const int rows = cfg.train.global_batch / n;
   const wsp::WspParams params{.num_vw = n, .nm = cfg.hetero.nm, .staleness = cfg.hetero.staleness};
-  const std::vector<int> order = deterministic_turns(cfg, ranks);
+  const std::vector<int> order = deterministic_turns(cfg, layout);
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
 
   dist::SelfComm alone;
@@ -101,7 +124,7 @@ void run(const Config& cfg, int ranks, const std::string& out, bool drop_partial
   Server server;
   server.num_vw = n;
   for (int k = 0; k < n; ++k) {
-    Config local = cfg;  // as train_wsp's vw_setup: the VW's own run over its rows of each global batch
+    Config local = cfg;  // the VW's own run over its rows of each global batch
     local.hetero = HeteroConfig{};
     local.train.global_batch = rows;
     local.dp = 1;

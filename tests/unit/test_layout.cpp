@@ -183,6 +183,51 @@ TEST(Layout, HeterogeneousGroups) {
   EXPECT_EQ(Layout::groups(2, {a, a}).place(2).group, 1);  // grid order: tp, then dp
 }
 
+void expect_error(const std::function<void()>& f, const std::string& what);
+
+// HetPipe's virtual workers of uneven depth (1, 2 and 3 stages) on ranks in any order: each rank's
+// (group, stage, layers) is where the rank lists put it; a VW's pipeline is its ranks in stage order;
+// VWs are never data-parallel replicas (not even two with equal pipelines); bad lists are errors.
+TEST(Layout, VirtualWorkersOfUnevenDepthOnAnyRanks) {
+  const PipelineSpec one{.pp = 1, .stages = {{0, 12}}};
+  const PipelineSpec two{.pp = 2, .stages = {{0, 5}, {5, 12}}};
+  const PipelineSpec three{.pp = 3, .stages = {{0, 3}, {3, 9}, {9, 12}}};
+  // VW 0 = rank 4; VW 1 = ranks 5 (stage 0), 0 (stage 1); VW 2 = ranks 3, 1, 2.
+  const Layout l = Layout::virtual_workers({one, two, three}, {{4}, {5, 0}, {3, 1, 2}});
+  EXPECT_TRUE(l.virtual_workers());
+  EXPECT_FALSE(l.homogeneous());
+  ASSERT_EQ(l.world(), 6);
+  ASSERT_EQ(l.num_groups(), 3);
+  struct Want {
+    int group, stage;
+    LayerRange layers;
+  };
+  const std::vector<Want> want = {{1, 1, {5, 12}}, {2, 1, {3, 9}}, {2, 2, {9, 12}},
+                                  {2, 0, {0, 3}},  {0, 0, {0, 12}}, {1, 0, {0, 5}}};
+  for (int r = 0; r < 6; ++r) {
+    const RankPlace& p = l.place(r);
+    EXPECT_EQ(p.group, want[r].group) << "rank " << r;
+    EXPECT_EQ(p.stage, want[r].stage) << "rank " << r;
+    EXPECT_EQ(p.pipe_rank, want[r].stage) << "rank " << r;
+    EXPECT_EQ(p.chunks, std::vector<LayerRange>{want[r].layers}) << "rank " << r;
+    EXPECT_EQ(l.rank_of(p.group, p.pipe_rank, 0), r);
+    EXPECT_EQ(l.dp_ranks(r), std::vector<int>{r});
+  }
+  EXPECT_EQ(l.pipe_ranks(2), (std::vector<int>{3, 1, 2}));  // stage order, not rank order
+  EXPECT_EQ(l.pipe_ranks(0), (std::vector<int>{5, 0}));
+  EXPECT_EQ(l.pipe_ranks(4), std::vector<int>{4});
+  EXPECT_EQ(l.group_ranks(1), (std::vector<int>{1, 2, 3}));
+  EXPECT_NE(l.describe().find("vw 2: ranks 3,1,2"), std::string::npos) << l.describe();
+  // Equal pipelines are still virtual workers, not a data-parallel grid.
+  const Layout same = Layout::virtual_workers({two, two}, {{0, 1}, {2, 3}});
+  EXPECT_FALSE(same.homogeneous());
+  EXPECT_EQ(same.dp(), 1);
+  EXPECT_EQ(same.dp_ranks(2), std::vector<int>{2});
+  expect_error([&] { Layout::virtual_workers({one, two}, {{0}, {0, 1}}); }, "rank 0 is in virtual workers 0 and 1");
+  expect_error([&] { Layout::virtual_workers({one, two}, {{0}, {1, 3}}); }, "names rank 3");
+  expect_error([&] { Layout::virtual_workers({one, two}, {{0}, {1}}); }, "lists 1 ranks for a pipeline of 2");
+}
+
 void expect_error(const std::function<void()>& f, const std::string& what) {
   try {
     f();

@@ -1,4 +1,4 @@
-// hetero.placement = "local" (HetPipe §6's ED-local; train/wsp_pipeline.h local_placement): every
+// hetero.placement = "local" (HetPipe §6's ED-local; train/wsp_stage.h local_placement): every
 // tensor of the global layout lands on the rank of a stage that owns it in one of the virtual
 // workers (the stage holding the tensor's lowest layer: a tied embedding goes with the embedding),
 // the VWs taking turns; with ED's identical VWs each stage's tensors go only to the ranks of that
@@ -12,7 +12,7 @@
 #include "config/config.h"
 #include "config/virtual_workers.h"
 #include "train/session.h"
-#include "train/wsp_pipeline.h"
+#include "train/wsp_stage.h"
 
 namespace baton {
 namespace {
@@ -37,11 +37,12 @@ TEST(WspPlacement, EveryTensorOnARankOfAStageThatOwnsIt) {
   Fixture f;
   const int L = f.builder->num_layers();  // embedding, 4 blocks, head
   ASSERT_EQ(L, 6);
-  HeteroConfig h;
-  h.virtual_workers = {"0:0-2, 1:2-6", "2:0-4, 3:4-5, 4:5-6"};  // 2 and 3 stages, other boundaries
-  const std::vector<VirtualWorker> vws = virtual_workers(h, 5);
+  Config cfg = f.cfg;
+  cfg.hetero.sync = "wsp";
+  cfg.hetero.virtual_workers = {"0:0-2, 1:2-6", "2:0-4, 3:4-5, 4:5-6"};  // 2 and 3 stages, other boundaries
+  const std::vector<VirtualWorker> vws = virtual_workers(cfg.hetero, 5);
   std::vector<std::vector<std::vector<int>>> layers = {vws[0].layer_ranges(L, 0), vws[1].layer_ranges(L, 1)};
-  const std::vector<int> shard = local_placement(f.global, vws, layers);
+  const std::vector<int> shard = local_placement(f.global, layout_from_config(cfg, 5, *f.builder));
   ASSERT_EQ(shard.size(), static_cast<size_t>(f.global.table.size()));
   std::set<int> used;
   for (int i = 0; i < f.global.table.size(); ++i) {
@@ -62,11 +63,11 @@ TEST(WspPlacement, EveryTensorOnARankOfAStageThatOwnsIt) {
 TEST(WspPlacement, IdenticalVirtualWorkersKeepEachStageOnItsOwnRanks) {
   Fixture f;
   const int L = f.builder->num_layers();
-  HeteroConfig h;
-  h.virtual_workers = {"0:0-3, 1:3-6", "2:0-3, 3:3-6"};  // ED: stage 0 on ranks 0 and 2 (node A), 1 on 1 and 3
-  const std::vector<VirtualWorker> vws = virtual_workers(h, 4);
-  std::vector<std::vector<std::vector<int>>> layers = {vws[0].layer_ranges(L, 0), vws[1].layer_ranges(L, 1)};
-  const std::vector<int> shard = local_placement(f.global, vws, layers);
+  Config cfg = f.cfg;
+  cfg.hetero.sync = "wsp";
+  cfg.hetero.virtual_workers = {"0:0-3, 1:3-6", "2:0-3, 3:3-6"};  // ED: stage 0 on ranks 0 and 2 (node A), 1 on 1 and 3
+  ASSERT_EQ(L, 6);
+  const std::vector<int> shard = local_placement(f.global, layout_from_config(cfg, 4, *f.builder));
   for (int i = 0; i < f.global.table.size(); ++i) {
     const int s = f.global.layer[static_cast<size_t>(i)] < 3 ? 0 : 1;
     const int r = shard[static_cast<size_t>(i)];

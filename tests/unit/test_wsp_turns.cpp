@@ -25,6 +25,13 @@ Config wsp_config(const std::vector<std::string>& extra = {}) {
   return load_config_string("", "x", sets, 3);
 }
 
+// Three virtual workers of one rank each (the layout a config with no hetero.virtual_workers gets).
+const dist::Layout& three_vws() {
+  static const dist::Layout l = dist::Layout::virtual_workers(
+      std::vector<dist::PipelineSpec>(3, dist::PipelineSpec{.pp = 1, .stages = {{0, 4}}}), {{0}, {1}, {2}});
+  return l;
+}
+
 double mean_position(const std::vector<int>& order, int vw) {
   double sum = 0;
   int n = 0;
@@ -35,18 +42,19 @@ double mean_position(const std::vector<int>& order, int vw) {
 
 TEST(WspTurns, OrderFromTheConfig) {
   const Config cfg = wsp_config();
-  const std::vector<int> order = deterministic_turns(cfg, 3);
+  const std::vector<int> order = deterministic_turns(cfg, three_vws());
   ASSERT_EQ(order.size(), 60u);
   for (int v = 0; v < 3; ++v) EXPECT_EQ(std::count(order.begin(), order.end(), v), 20) << v;
   // The interleaving of the run's parameters, waves and seed, at equal speeds.
   const wsp::Interleaving direct = wsp::interleave(
       {.params = {.num_vw = 3, .nm = 2, .staleness = 1}, .waves = 10, .speed = {}, .seed = cfg.train.seed});
   EXPECT_EQ(order, direct.order);
-  EXPECT_EQ(deterministic_turns(cfg, 3), order);  // a function of the config
+  EXPECT_EQ(deterministic_turns(cfg, three_vws()), order);  // a function of the config
 
   // Another seed, another order; a slower VW (hetero.slowdown) takes its turns later on average.
-  EXPECT_NE(deterministic_turns(wsp_config({"train.seed=7"}), 3), order);
-  const std::vector<int> slow = deterministic_turns(wsp_config({"hetero.slowdown=[1, 3, 1]", "hetero.staleness=4"}), 3);
+  EXPECT_NE(deterministic_turns(wsp_config({"train.seed=7"}), three_vws()), order);
+  const std::vector<int> slow = deterministic_turns(wsp_config({"hetero.slowdown=[1, 3, 1]", "hetero.staleness=4"}),
+                                                    three_vws());
   EXPECT_GT(mean_position(slow, 1), mean_position(slow, 0));
   EXPECT_GT(mean_position(slow, 1), mean_position(slow, 2));
 }
