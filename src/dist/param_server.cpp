@@ -1,6 +1,8 @@
 // The WSP parameter server on passive-target one-sided MPI (see param_server.h for the protocol).
 #include "dist/param_server.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -223,6 +225,12 @@ std::optional<int64_t> ParamServer::try_pull(int64_t needs, float* out, const Se
   }
 }
 
+std::string ParamServer::waiting_for(int64_t needs) {
+  return needs <= 0 ? std::string("the parameter server")
+                    : fmt::format("every virtual worker's wave {} (c_global >= {} of the server's waves)", needs - 1,
+                                  needs);
+}
+
 int64_t ParamServer::pull(int64_t needs, float* out, const Selection& sel, double* waited_s) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int attempt = 0;; ++attempt) {
@@ -231,7 +239,9 @@ int64_t ParamServer::pull(int64_t needs, float* out, const Selection& sel, doubl
       return *c;
     }
     // Sleep, do not spin: the other ranks of this machine need the core to reach their pushes.
-    BlockedTimer blocked;
+    // The stall watchdog's report names what the pull waits for.
+    const std::string whom = waiting_for(needs);
+    BlockedTimer blocked("parameter server pull", &whom);
     std::this_thread::sleep_for(std::chrono::microseconds(std::min(2000, 50 << std::min(attempt, 6))));
   }
 }

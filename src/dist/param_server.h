@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace baton::dist {
@@ -94,6 +95,9 @@ class ParamServer {
   // try_pull until it succeeds, sleeping between tries; `waited_s` (optional) gets the seconds spent.
   int64_t pull(int64_t needs, float* out, double* waited_s = nullptr) { return pull(needs, out, all_, waited_s); }
   int64_t pull(int64_t needs, float* out, const Selection& sel, double* waited_s = nullptr);
+
+  // What a pull of c_global >= `needs` waits for, in words (the stall watchdog's report).
+  static std::string waiting_for(int64_t needs);
 
   int shards() const { return size_; }
   int shard_of(int tensor) const { return shard_of_[static_cast<size_t>(tensor)]; }

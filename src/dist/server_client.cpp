@@ -171,7 +171,8 @@ int64_t ServerClient::wait_pull(std::vector<float>& out, double* blocked_s) {
   Timer timer;
   std::unique_lock<std::mutex> lock(mutex_);
   {
-    BlockedTimer blocked("parameter server pull");
+    const std::string whom = ParamServer::waiting_for(*needs_);
+    BlockedTimer blocked("parameter server pull", &whom);
     done_.wait(lock, [&] { return pulled_.has_value() || error_; });
   }
   rethrow_locked();

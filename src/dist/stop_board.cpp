@@ -31,18 +31,24 @@ StopBoard::~StopBoard() {
   if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
 }
 
+// Write-once without MPI's atomic operations: an exclusive epoch (no other rank reads or writes
+// meanwhile) that reads the value and writes it only when empty. (Open MPI 4.1's osc/rdma emulates
+// compare-and-swap over the vader transport and crashes when a rank targets its own window; Get,
+// Put and flush work everywhere the parameter server runs.)
 int64_t StopBoard::raise(int64_t value) {
-  int64_t expected = kEmpty, found = kEmpty;
-  check_mpi(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win_), "MPI_Win_lock");
-  check_mpi(MPI_Compare_and_swap(&value, &expected, &found, MPI_INT64_T, 0, 0, win_), "MPI_Compare_and_swap");
+  int64_t found = kEmpty;
+  check_mpi(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win_), "MPI_Win_lock");
+  check_mpi(MPI_Get(&found, 1, MPI_INT64_T, 0, 0, 1, MPI_INT64_T, win_), "MPI_Get");
+  check_mpi(MPI_Win_flush(0, win_), "MPI_Win_flush");
+  if (found == kEmpty) check_mpi(MPI_Put(&value, 1, MPI_INT64_T, 0, 0, 1, MPI_INT64_T, win_), "MPI_Put");
   check_mpi(MPI_Win_unlock(0, win_), "MPI_Win_unlock");
   return found == kEmpty ? value : found;
 }
 
 std::optional<int64_t> StopBoard::read() {
-  int64_t none = 0, found = kEmpty;
+  int64_t found = kEmpty;
   check_mpi(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win_), "MPI_Win_lock");
-  check_mpi(MPI_Fetch_and_op(&none, &found, MPI_INT64_T, 0, 0, MPI_NO_OP, win_), "MPI_Fetch_and_op");
+  check_mpi(MPI_Get(&found, 1, MPI_INT64_T, 0, 0, 1, MPI_INT64_T, win_), "MPI_Get");
   check_mpi(MPI_Win_unlock(0, win_), "MPI_Win_unlock");
   if (found == kEmpty) return std::nullopt;
   return found;

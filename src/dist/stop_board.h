@@ -2,9 +2,8 @@
 // its own minibatch — learn that one of them was asked to stop (SIGTERM/SIGINT), without a
 // collective that would make them wait for each other (docs/hetpipe.md "Stopping a run").
 //
-// One int64 on rank 0 of the communicator, written once: the first raise() posts its value
-// (atomic compare-and-swap; later raises keep the first), every rank reads it with an atomic
-// fetch. Passive-target one-sided MPI, like the parameter server (dist/param_server.h): nobody
+// One int64 on rank 0 of the communicator, written once: the first raise() posts its value (an
+// exclusive epoch that writes only when empty; later raises keep the first), every rank reads it. Passive-target one-sided MPI, like the parameter server (dist/param_server.h): nobody
 // runs a loop for it. The value WSP posts is the raiser's completed waves; from it every rank
 // computes the same stop step (train/wsp_stage.h).
 //

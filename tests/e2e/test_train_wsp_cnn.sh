@@ -6,7 +6,8 @@
 # collectively while the error unwound, hung). Checked here: 2 VWs of one rank and 2 VWs of 2
 # stages, D = 0, Nm = 1, plain SGD at lr / 2 (no clipping: a VW clips its own gradient) give the
 # mean losses of dp = 2 at lr (batch norm over the same 8 rows in both; 3.4e-7 and 2.1e-7 relative
-# measured, tested at 1e-5).
+# measured, tested at 1e-5); each VW's metrics carry the main loop's CNN metrics (val_top1, val_top5,
+# images/s).
 source "$(dirname "$0")/lib.sh"
 use_mpirun
 make_tiny_images 96
@@ -31,5 +32,10 @@ for run in ("vw", "vw22"):
     worst = max(abs((x + y) / 2 - d) / d for x, y, d in zip(a, b, dp))
     assert len(a) == len(b) == 8 and worst < 1e-5, f"{run}: D=0 Nm=1 lr/2 differs from dp 2 by {worst:.2e}"
     print(f"{run}: 2 VWs on images, D=0 Nm=1 = dp 2 within {worst:.1e}")
+    # Every metric of the main loop, per VW: images/s and the CNN's top-1 / top-5 at the evaluation.
+    for f in ("metrics.jsonl", "metrics-vw1.jsonl"):
+        last = [json.loads(l) for l in open(f"{run}/{f}")][-1]
+        assert 0 <= last["val_top1"] <= last["val_top5"] <= 1 and last["images_per_s"] > 0, (run, f, last)
+    print(f"{run}: each VW logs val_top1 {last['val_top1']:.3f}, val_top5 and images/s")
 PY
 echo "PASS"

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -121,6 +122,32 @@ TEST(PipelineSchedules, HetpipeKeepsNmInFlightAndReadsLocalUpdatesUpToPMinusNm) 
   EXPECT_THROW(generate({.kind = "pipedream", .pp = 2, .microbatches = 4, .nm = 2}), Error);
   const Program text = generate({.kind = "hetpipe", .pp = 2, .microbatches = 4, .nm = 3});
   EXPECT_EQ(parse_program(to_text(text)), text);
+}
+
+// What Executor::retarget relies on when a WSP stop cuts a virtual worker's hetpipe program at
+// minibatch n (train/wsp_stage.h "Stopping"): on every rank the lowered program of n minibatches
+// is the lowered program of more minibatches up to and including its forward of minibatch n − 1
+// (0-based; the point where each rank learns of the cut), so what ran stays valid.
+TEST(PipelineSchedules, HetpipeProgramsCutAfterAForwardArePrefixes) {
+  for (int pp = 1; pp <= 4; ++pp)
+    for (int nm = 1; nm <= 5; ++nm) {
+      const Program whole = lower(generate({.kind = "hetpipe", .pp = pp, .microbatches = 1, .steps = 16, .nm = nm}));
+      for (int n = 1; n < 16; ++n) {
+        SCOPED_TRACE(fmt::format("pp {} nm {}: cut at {}", pp, nm, n));
+        const Program cut = lower(generate({.kind = "hetpipe", .pp = pp, .microbatches = 1, .steps = n, .nm = nm}));
+        ASSERT_EQ(joined(validate(cut)), "");
+        for (int r = 0; r < pp; ++r) {
+          const std::vector<Instr>& a = cut.ranks[r];
+          const auto last_fwd = std::find_if(a.rbegin(), a.rend(), [&](const Instr& in) {
+            return in.op == Op::FWD && in.microbatch == n - 1;
+          });
+          ASSERT_NE(last_fwd, a.rend()) << "rank " << r;
+          const size_t upto = static_cast<size_t>(a.rend() - last_fwd);  // through that forward
+          ASSERT_LE(upto, whole.ranks[r].size());
+          for (size_t i = 0; i < upto; ++i) ASSERT_EQ(a[i], whole.ranks[r][i]) << "rank " << r << " instruction " << i;
+        }
+      }
+    }
 }
 
 TEST(PipelineSchedules, SweepValidatesBeforeAndAfterLowering) {
