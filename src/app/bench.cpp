@@ -38,7 +38,7 @@ std::string human_rate(double x) {
 int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   BATON_REQUIRE(!trains_virtual_workers(cfg.hetero),
                 fmt::format("baton bench does not run {} virtual workers yet",
-                            cfg.hetero.sync == "wsp" ? "WSP" : "allreduce (hetero.sync = \"allreduce\")"),
+                            cfg.hetero.sync == SyncMode::WSP ? "WSP" : "allreduce (hetero.sync = \"allreduce\")"),
                 "bench the same model without [hetero] (data parallelism); `baton train` runs hetero.sync = "
                 "\"wsp\" and \"allreduce\" and logs each virtual worker's minibatch time and waiting");
   // The session sees a run of exactly the benchmarked steps (an asynchronous pipeline drains at

@@ -349,9 +349,9 @@ int run_plan(const PlanOptions& o) {
       overrides.push_back(kv);
   const Config cfg = load_config(o.config, overrides, o.evaluate ? N : 1);
   if (alg != "ptdp") return run_partitioner(o, cfg, cluster);
-  if (cfg.model.kind != "gpt")
+  if (cfg.model.kind != ModelKind::GPT)
     throw Error(fmt::format("baton plan searches PTD-P layouts for GPT models; {} has model.kind = "
-                            "\"{}\"", o.config, cfg.model.kind),
+                            "\"{}\"", o.config, to_string(cfg.model.kind)),
                 "partition CNNs with --algorithm pipedream, hetpipe or madpipe");
   if (cfg.model.vocab_size <= 0)
     throw Error(fmt::format("{}: model.vocab_size is 0 (taken from the tokenizer at train time)",

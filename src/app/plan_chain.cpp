@@ -37,7 +37,7 @@ Chain make_chain(const Config& cfg, const std::string& profile, const plan::Clus
     prof = plan::load_profile(profile);
   }
   const plan::DeviceType& dev = cluster.nodes[0].device;
-  if (cfg.model.kind == "gpt") {
+  if (cfg.model.kind == ModelKind::GPT) {
     if (cfg.model.vocab_size <= 0)
       throw Error(fmt::format("{}: model.vocab_size is 0 (taken from the tokenizer at train time)", cfg.source_path),
                   "the planner reads no tokenizer: set model.vocab_size (or --set model.vocab_size=V)");

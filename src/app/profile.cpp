@@ -62,7 +62,7 @@ int run_profile(const ProfileOptions& opts) {
                                      "parallel.schedule=\"1f1b\"", "parallel.stages=[]",
                                      "parallel.replicas=[]", "parallel.vertical_sync=false"});
   const Config cfg = load_config(opts.config, overrides, 1);
-  const bool gpt = cfg.model.kind == "gpt";
+  const bool gpt = cfg.model.kind == ModelKind::GPT;
   int vocab = 0;
   std::shared_ptr<const ModelBuilder> builder;
   if (gpt) {
@@ -144,7 +144,7 @@ int run_profile(const ProfileOptions& opts) {
 
   nlohmann::json j;
   j["device"] = choice.device_name;
-  j["kind"] = cfg.model.kind;
+  j["kind"] = std::string(to_string(cfg.model.kind));
   j["model"] = builder->describe();
   j["micro_batch"] = B;
   j["seq_len"] = T;

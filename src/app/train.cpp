@@ -82,7 +82,7 @@ static void resolve_hetero_cluster(Config& cfg, int world_size) {
 // for the world: decided from the parsed file (a config that does not load fails later anyway).
 static bool wants_server_thread(const std::string& config, const std::vector<std::string>& overrides) {
   const std::optional<Config> cfg = peek_config(config, overrides);
-  return cfg && cfg->hetero.sync == "wsp" && cfg->hetero.overlap && !cfg->hetero.deterministic;
+  return cfg && cfg->hetero.sync == SyncMode::WSP && cfg->hetero.overlap && !cfg->hetero.deterministic;
 }
 
 int run_with_config(const std::string& config, const std::vector<std::string>& overrides,

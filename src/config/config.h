@@ -6,12 +6,25 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace baton {
 
+// Keys with a fixed set of names are parsed once into these (the key table's `allowed` lists the
+// names in enum order, config_keys.cpp); code compares the enums, and to_string() gives the name
+// back for messages. Nothing outside src/config/ knows the names.
+enum class ModelKind : uint8_t { GPT, RESNET, VGG };
+enum class SyncMode : uint8_t { ALLREDUCE, WSP };
+enum class Placement : uint8_t { DEFAULT, LOCAL };
+std::string_view to_string(ModelKind kind);
+std::string_view to_string(SyncMode sync);
+std::string_view to_string(Placement placement);
+// A model kind from its name (a profile file's "kind"); nullopt for an unknown name.
+std::optional<ModelKind> model_kind_named(std::string_view name);
+
 struct ModelConfig {
-  std::string kind = "gpt";  // "gpt" | "resnet" | "vgg"
+  ModelKind kind = ModelKind::GPT;
   int n_layer = 4;
   int n_head = 4;
   int d_model = 256;
@@ -126,11 +139,11 @@ struct RunConfig {
 };
 
 struct HeteroConfig {
-  std::string sync = "allreduce";  // "allreduce" | "wsp"
+  SyncMode sync = SyncMode::ALLREDUCE;
   int staleness = 0;               // D
   std::string cluster;
   std::string policy;                // "" (VWs given) | "np" | "ed" | "hd": how hetero.cluster is split into VWs
-  std::string placement = "default";  // "default" (tensors round robin over shards) | "local" (ED-local)
+  Placement placement = Placement::DEFAULT;  // tensors round robin over shards | ED-local
   // One entry per VW: its stages in order, RANK[@DEVICE][:FIRST-END] (config/virtual_workers.h);
   // empty = one VW per rank.
   std::vector<std::string> virtual_workers;

@@ -347,11 +347,47 @@ std::string format_field(const KeyDesc& key, const Config& cfg) {
           std::string out = "[";
           for (size_t i = 0; i < v.size(); ++i) out += fmt::format("{}[{}]", i ? ", " : "", fmt::join(v[i], ", "));
           return out + "]";
+        } else if constexpr (std::is_enum_v<T>) {
+          return toml_string(key.allowed.at(static_cast<size_t>(v)));
         } else
           return fmt::format("{}", v);
       },
       key.field);
 }
+
+bool is_text_key(const KeyDesc& key) {
+  return std::visit(
+      [](auto get) {
+        using T = std::decay_t<decltype(get(std::declval<Config&>()))>;
+        return std::is_same_v<T, std::string> || std::is_enum_v<T>;
+      },
+      key.field);
+}
+
+}  // namespace baton::config_detail
+
+namespace baton {
+namespace {
+template <typename E>
+std::string_view enum_name(std::string_view section, std::string_view name, E value) {
+  return config_detail::find_key(section, name)->allowed.at(static_cast<size_t>(value));
+}
+}  // namespace
+
+std::string_view to_string(ModelKind kind) { return enum_name("model", "kind", kind); }
+std::string_view to_string(SyncMode sync) { return enum_name("hetero", "sync", sync); }
+std::string_view to_string(Placement placement) { return enum_name("hetero", "placement", placement); }
+
+std::optional<ModelKind> model_kind_named(std::string_view name) {
+  const std::vector<std::string_view>& names = config_detail::find_key("model", "kind")->allowed;
+  const auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end()) return std::nullopt;
+  return static_cast<ModelKind>(it - names.begin());
+}
+
+}  // namespace baton
+
+namespace baton::config_detail {
 
 int edit_distance(std::string_view a, std::string_view b) {
   // Optimal string alignment: Levenshtein plus adjacent transpositions ("modle" -> "model" is 1).

@@ -20,7 +20,7 @@ using Field =
     std::variant<Accessor<int>, Accessor<int64_t>, Accessor<uint64_t>, Accessor<double>,
                  Accessor<bool>, Accessor<std::string>, Accessor<std::vector<std::string>>,
                  Accessor<std::vector<int>>, Accessor<std::vector<std::vector<int>>>,
-                 Accessor<std::vector<double>>>;
+                 Accessor<std::vector<double>>, Accessor<ModelKind>, Accessor<SyncMode>, Accessor<Placement>>;
 
 // Allowed interval for a numeric key; an open end excludes its bound.
 struct Range {
@@ -39,7 +39,8 @@ struct KeyDesc {
   Field field;
   std::string_view doc;                   // what the key means, for hints and the resolved config
   Range range = {};                       // numeric keys (and each element of a list of numbers)
-  std::vector<std::string_view> allowed;  // string keys with a fixed set of values; empty = any
+  // String keys with a fixed set of values (empty = any); an enum key's names, in enum order.
+  std::vector<std::string_view> allowed;
   bool non_empty = false;                 // string keys that must not be ""
 
   std::string full_name() const;  // "section.name"
@@ -51,6 +52,8 @@ const std::vector<KeyDesc>& config_keys();
 const std::vector<std::string_view>& config_sections();
 
 const KeyDesc* find_key(std::string_view section, std::string_view name);
+// Keys written as TOML strings: string fields and the enum ones.
+bool is_text_key(const KeyDesc& key);
 bool is_section(std::string_view section);
 
 // "did you mean ..." text for an unknown key / section / enum value.

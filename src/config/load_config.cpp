@@ -94,6 +94,19 @@ class FieldWriter {
     else
       wrong_type("a string");
   }
+  // An enum key: one of its names (key_.allowed, in enum order), parsed here once.
+  template <typename E>
+    requires std::is_enum_v<E>
+  void operator()(E& dst) const {
+    auto s = v_.as_string();
+    if (!s) wrong_type("a string");
+    const auto it = std::find(key_.allowed.begin(), key_.allowed.end(), s->get());
+    if (it == key_.allowed.end())
+      throw Error(fmt::format("{}: {} = {} is not an allowed value", where_, key_.full_name(),
+                              config_detail::toml_string(s->get())),
+                  config_detail::suggest_value(key_, s->get()));
+    dst = static_cast<E>(it - key_.allowed.begin());
+  }
   void operator()(std::vector<std::string>& dst) const {
     const toml::array* a = v_.as_array();
     if (!a) wrong_type("an array of strings");
@@ -342,8 +355,7 @@ void apply_override(Config& cfg, const std::string& text, int index) {
   } catch (const toml::parse_error& e) {
     toml_error = std::string(e.description());
   }
-  const bool wants_string =
-      std::holds_alternative<config_detail::Accessor<std::string>>(desc->field);
+  const bool wants_string = config_detail::is_text_key(*desc);
   const bool wants_list =
       std::holds_alternative<config_detail::Accessor<std::vector<std::string>>>(desc->field) ||
       std::holds_alternative<config_detail::Accessor<std::vector<int>>>(desc->field) ||

@@ -23,11 +23,11 @@ void check_hetero_trainable(const Config& cfg) {
   BATON_REQUIRE(h.policy.empty() || !h.cluster.empty(),
                 fmt::format("hetero.policy = \"{}\" groups the devices of hetero.cluster, which is not set", h.policy),
                 "set hetero.cluster to a cluster file (configs/clusters/), or drop hetero.policy");
-  BATON_REQUIRE(!h.deterministic || h.sync == "wsp",
+  BATON_REQUIRE(!h.deterministic || h.sync == SyncMode::WSP,
                 fmt::format("hetero.deterministic = true replays a seeded order of WSP's virtual workers "
-                            "(wsp::interleave), but hetero.sync = \"{}\"", h.sync),
+                            "(wsp::interleave), but hetero.sync = \"{}\"", to_string(h.sync)),
                 "set hetero.sync = \"wsp\", or drop hetero.deterministic");
-  if (h.sync != "wsp") {
+  if (h.sync != SyncMode::WSP) {
     BATON_REQUIRE(h.staleness == 0 && h.cluster.empty(),
                   "hetero.sync = \"allreduce\" (the synchronous baseline: virtual workers average every wave, "
                   "staleness 0) takes hetero.virtual_workers and hetero.nm; the other [hetero] keys need "
@@ -56,10 +56,10 @@ void check_hetero_trainable(const Config& cfg) {
       std::any_of(vws.begin(), vws.end(), [](const VirtualWorker& v) { return v.stages.size() > 1; });
   // ED-local places each tensor on a rank of a stage that owns it (train/wsp_stage.h); with
   // virtual workers of one rank each that rank holds the whole model, and the rule is the round robin.
-  BATON_REQUIRE(h.placement == "default" || (h.sync == "wsp" && pipelined),
+  BATON_REQUIRE(h.placement == Placement::DEFAULT || (h.sync == SyncMode::WSP && pipelined),
                 fmt::format("hetero.placement = \"local\" puts each stage's tensors on its own rank, which needs "
                             "virtual workers of several stages under hetero.sync = \"wsp\" (this run: sync = \"{}\", "
-                            "{})", h.sync, pipelined ? "virtual workers of several stages" : "one rank per virtual worker"),
+                            "{})", to_string(h.sync), pipelined ? "virtual workers of several stages" : "one rank per virtual worker"),
                 "leave hetero.placement at \"default\" (tensors round robin over the shards), or give the virtual "
                 "workers several stages (e.g. hetero.virtual_workers = [\"0, 1\", \"2, 3\"])");
   if (pipelined) {
@@ -68,7 +68,7 @@ void check_hetero_trainable(const Config& cfg) {
                   "turns as one rank); virtual workers of several stages are not replayed yet",
                   "give each virtual worker one rank (e.g. hetero.virtual_workers = [\"0\", \"1\", \"2\"]), or "
                   "drop hetero.deterministic");
-    BATON_REQUIRE(h.sync == "wsp",
+    BATON_REQUIRE(h.sync == SyncMode::WSP,
                   "virtual workers of several stages under hetero.sync = \"allreduce\" are not built yet",
                   "use hetero.sync = \"wsp\" (staleness = 0 is the closest synchronous setting) or give each "
                   "virtual worker one rank");
@@ -83,7 +83,7 @@ void check_hetero_trainable(const Config& cfg) {
   const ParallelConfig& p = cfg.parallel;
   BATON_REQUIRE(p.tp == 1 && p.pp == 1 && p.vp == 1 && p.replicas.empty() && p.stages.empty() && !p.zero1,
                 fmt::format("hetero.sync = \"{}\" takes its pipelines from hetero.virtual_workers: parallel.tp, "
-                            "pp, vp, replicas, stages and zero1 do not apply", h.sync),
+                            "pp, vp, replicas, stages and zero1 do not apply", to_string(h.sync)),
                 "leave the [parallel] section at its defaults (tp = pp = vp = 1, no replicas or stages, "
                 "zero1 = false); the virtual workers come from hetero.virtual_workers");
   BATON_REQUIRE(pipeline::schedule_traits(p.schedule).synchronous(),

@@ -74,7 +74,7 @@ void check_key(const Config& cfg, const KeyDesc& key) {
 // The model's own arithmetic: a GPT's heads divide its width.
 void check_model(const Config& cfg) {
   const auto& m = cfg.model;
-  if (m.kind == "gpt" && m.d_model % m.n_head != 0)
+  if (m.kind == ModelKind::GPT && m.d_model % m.n_head != 0)
     inconsistent(
         latest(cfg, {"model.d_model", "model.n_head"}),
         fmt::format("model.n_head = {} does not divide model.d_model = {}", m.n_head, m.d_model),
@@ -120,7 +120,7 @@ void check_model_kind_keys(const Config& cfg) {
   const auto& m = cfg.model;
   const ModelConfig defaults_m;
   const DataConfig defaults_d;
-  if (m.kind == "gpt" && (m.in_channels != defaults_m.in_channels || m.classes != defaults_m.classes ||
+  if (m.kind == ModelKind::GPT && (m.in_channels != defaults_m.in_channels || m.classes != defaults_m.classes ||
                           m.width != defaults_m.width || m.batch_norm != defaults_m.batch_norm ||
                           m.image_size != defaults_m.image_size))
     inconsistent(latest(cfg, {"model.in_channels", "model.classes", "model.width", "model.batch_norm",
@@ -128,7 +128,7 @@ void check_model_kind_keys(const Config& cfg) {
                  "model.image_size / in_channels / classes / width / batch_norm describe CNNs, but "
                  "model.kind = \"gpt\"",
                  "drop them, or set model.kind = \"resnet\" or \"vgg\"");
-  if (m.kind == "gpt" && (!cfg.data.train_labels.empty() || !cfg.data.valid_labels.empty() ||
+  if (m.kind == ModelKind::GPT && (!cfg.data.train_labels.empty() || !cfg.data.valid_labels.empty() ||
                           cfg.data.synthetic || cfg.data.augment != defaults_d.augment ||
                           cfg.data.normalize != defaults_d.normalize))
     inconsistent(latest(cfg, {"data.train_labels", "data.valid_labels", "data.synthetic", "data.augment",
@@ -136,13 +136,13 @@ void check_model_kind_keys(const Config& cfg) {
                  "data.train_labels / valid_labels / synthetic / augment / normalize are for image "
                  "datasets, but model.kind = \"gpt\"",
                  "drop them (a GPT reads token datasets: data.train, data.valid, data.tokenizer)");
-  if (m.kind != "gpt") {
+  if (m.kind != ModelKind::GPT) {
     if (m.n_head != defaults_m.n_head || m.d_model != defaults_m.d_model || m.seq_len != defaults_m.seq_len ||
         m.vocab_size != defaults_m.vocab_size || !cfg.data.tokenizer.empty())
       inconsistent(latest(cfg, {"model.n_head", "model.d_model", "model.seq_len", "model.vocab_size",
                                 "data.tokenizer"}),
                    fmt::format("model.n_head / d_model / seq_len / vocab_size and data.tokenizer describe a "
-                               "GPT, but model.kind = \"{}\"", m.kind),
+                               "GPT, but model.kind = \"{}\"", to_string(m.kind)),
                    "drop them (a CNN is model.n_layer (its depth), image_size, in_channels, classes, width)");
     if (cfg.data.synthetic && (!cfg.data.train.empty() || !cfg.data.valid.empty()))
       inconsistent(latest(cfg, {"data.synthetic", "data.train", "data.valid"}),
@@ -209,7 +209,7 @@ void check_schedule_options(const Config& cfg) {
                  fmt::format("parallel.schedule = \"{}\" ({} updates) needs parallel.pp > 1", p.schedule,
                              pipeline::update_rule_name(kind.update)),
                  "set parallel.pp > 1, or use a flush schedule (e.g. \"1f1b\") with pp = 1");
-  if (m.kind == "gpt" && m.n_head % p.tp != 0)
+  if (m.kind == ModelKind::GPT && m.n_head % p.tp != 0)
     inconsistent(latest(cfg, {"parallel.tp", "model.n_head"}),
                  fmt::format("parallel.tp = {} does not divide model.n_head = {}", p.tp, m.n_head),
                  "tensor parallelism splits the attention heads: use a tp that divides n_head");
@@ -241,7 +241,7 @@ void check_stages(const Config& cfg) {
                      "GPT has n_layer + 2 global layers: the embedding, the blocks and the head)");
       next = r[1];
     }
-  } else if (m.kind == "gpt" && m.n_layer % (p.pp * p.vp) != 0) {
+  } else if (m.kind == ModelKind::GPT && m.n_layer % (p.pp * p.vp) != 0) {
     // The GPT's default split (Megatron's): the blocks evenly over the model stages.
     inconsistent(
         latest(cfg, {"model.n_layer", "parallel.pp", "parallel.vp"}),

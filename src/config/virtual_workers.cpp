@@ -122,7 +122,7 @@ std::vector<VirtualWorker> virtual_workers(const HeteroConfig& h, int world_size
 }
 
 bool trains_virtual_workers(const HeteroConfig& h) {
-  return h.sync == "wsp" || (h.sync == "allreduce" && (!h.virtual_workers.empty() || h.nm > 1));
+  return h.sync == SyncMode::WSP || (h.sync == SyncMode::ALLREDUCE && (!h.virtual_workers.empty() || h.nm > 1));
 }
 
 }  // namespace baton

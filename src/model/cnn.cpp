@@ -45,7 +45,7 @@ std::string depths_of(const Map& m) {
 CnnDims cnn_dims(const ModelConfig& m) {
   CnnDims d{.kind = m.kind, .depth = m.n_layer, .image_size = m.image_size, .in_channels = m.in_channels,
             .classes = m.classes, .width = m.width, .batch_norm = m.batch_norm, .dropout = float(m.dropout)};
-  if (m.kind == "resnet") {
+  if (m.kind == ModelKind::RESNET) {
     BATON_REQUIRE(resnet_configs().count(m.n_layer),
                   fmt::format("model.n_layer = {} is not a ResNet depth", m.n_layer),
                   fmt::format("for model.kind = \"resnet\", n_layer is the depth: one of {}",
@@ -53,7 +53,7 @@ CnnDims cnn_dims(const ModelConfig& m) {
     BATON_REQUIRE(m.dropout == 0, fmt::format("model.dropout = {} but ResNets have no dropout", m.dropout),
                   "drop model.dropout (torchvision's ResNets have none)");
   } else {
-    BATON_ASSERT(m.kind == "vgg", "not a CNN: model.kind = {}", m.kind);
+    BATON_ASSERT(m.kind == ModelKind::VGG, "not a CNN: model.kind = {}", to_string(m.kind));
     BATON_REQUIRE(vgg_configs().count(m.n_layer), fmt::format("model.n_layer = {} is not a VGG depth", m.n_layer),
                   fmt::format("for model.kind = \"vgg\", n_layer is the depth: one of {}", depths_of(vgg_configs())));
     BATON_REQUIRE(m.image_size % 32 == 0,
@@ -68,7 +68,7 @@ CnnDims cnn_dims(const ModelConfig& m) {
 }
 
 CnnBuilder::CnnBuilder(const CnnDims& dims) : d_(dims) {
-  if (d_.kind == "resnet")
+  if (d_.kind == ModelKind::RESNET)
     build_resnet();
   else
     build_vgg();
@@ -139,15 +139,15 @@ void CnnBuilder::build_vgg() {
 }
 
 std::string CnnBuilder::family() const {
-  if (d_.kind == "resnet") return fmt::format("ResNet-{}", d_.depth);
+  if (d_.kind == ModelKind::RESNET) return fmt::format("ResNet-{}", d_.depth);
   return fmt::format("VGG-{}{}", d_.depth, d_.batch_norm ? "-BN" : "");
 }
 
 std::string CnnBuilder::describe() const {
   std::string extras;
   if (d_.width != 1.0) extras += fmt::format(", width {}", d_.width);
-  if (d_.kind == "resnet" && d_.image_size < 64) extras += ", small-image stem";
-  if (d_.kind == "vgg" && d_.dropout > 0) extras += fmt::format(", dropout {}", d_.dropout);
+  if (d_.kind == ModelKind::RESNET && d_.image_size < 64) extras += ", small-image stem";
+  if (d_.kind == ModelKind::VGG && d_.dropout > 0) extras += fmt::format(", dropout {}", d_.dropout);
   return fmt::format("{} ({} layers{}), {}×{}×{} images, {} classes", family(), num_layers(), extras, d_.image_size,
                      d_.image_size, d_.in_channels, d_.classes);
 }

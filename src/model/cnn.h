@@ -31,7 +31,7 @@
 namespace baton {
 
 struct CnnDims {
-  std::string kind = "resnet";  // "resnet" | "vgg"
+  ModelKind kind = ModelKind::RESNET;  // RESNET | VGG
   int depth = 50;
   int image_size = 224, in_channels = 3, classes = 1000;
   double width = 1.0;

@@ -31,7 +31,10 @@ MeasuredProfile parse_profile(const std::string& text, const std::string& origin
   try {
     p.device = j.value("device", std::string("?"));
     p.dtype = j.value("dtype", std::string("fp32"));
-    p.kind = j.value("kind", std::string("gpt"));
+    const std::string kind = j.value("kind", std::string("gpt"));
+    const std::optional<ModelKind> k = model_kind_named(kind);
+    if (!k) throw Error(fmt::format("profile '{}' measured a model of unknown kind \"{}\"", origin, kind), hint);
+    p.kind = *k;
     p.model = j.value("model", std::string());
     p.micro_batch = j.at("micro_batch").get<int>();
     p.seq_len = j.at("seq_len").get<int>();
@@ -72,8 +75,9 @@ void check_dtype(const MeasuredProfile& p, const std::string& dtype) {
 void check_profile(const MeasuredProfile& p, const GptShape& shape, const std::string& dtype) {
   const std::string hint =
       "profile the same model: `baton profile CONFIG --out PROFILE.json` with this config";
-  BATON_REQUIRE(p.kind == "gpt",
-                fmt::format("profile '{}' measured a {} ({}), the config is a GPT", p.source, p.kind, p.model),
+  BATON_REQUIRE(p.kind == ModelKind::GPT,
+                fmt::format("profile '{}' measured a {} ({}), the config is a GPT", p.source, to_string(p.kind),
+                            p.model),
                 hint);
   BATON_REQUIRE(static_cast<int>(p.layers.size()) == shape.n_layer + 2,
                 fmt::format("profile '{}' has {} layers; the config's GPT has {} (embedding, {} "
@@ -88,7 +92,7 @@ void check_profile(const MeasuredProfile& p, const GptShape& shape, const std::s
   check_dtype(p, dtype);
 }
 
-void check_profile(const MeasuredProfile& p, const std::string& kind, const std::string& model,
+void check_profile(const MeasuredProfile& p, ModelKind kind, const std::string& model,
                    const ModelDesc& md, const std::string& dtype) {
   const std::string hint =
       "profile the same model: `baton profile CONFIG --out PROFILE.json` with this config";
@@ -96,7 +100,8 @@ void check_profile(const MeasuredProfile& p, const std::string& kind, const std:
   // runtime's description names them all.
   BATON_REQUIRE(p.kind == kind && p.model == model,
                 fmt::format("profile '{}' measured {} ({}), the config's model is {} ({})", p.source,
-                            p.model.empty() ? "a model without a description" : p.model, p.kind, model, kind),
+                            p.model.empty() ? "a model without a description" : p.model, to_string(p.kind), model,
+                            to_string(kind)),
                 hint);
   BATON_REQUIRE(static_cast<int>(p.layers.size()) == md.size(),
                 fmt::format("profile '{}' has {} layers; the config's {} has {}", p.source, p.layers.size(),

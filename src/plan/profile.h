@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "plan/cost_model.h"
 #include "plan/model_desc.h"
 
@@ -38,7 +39,7 @@ struct MeasuredProfile {
   std::string source;  // file it came from (for messages)
   std::string device;  // as `baton profile` names it
   std::string dtype = "fp32";
-  std::string kind = "gpt";  // config model.kind
+  ModelKind kind = ModelKind::GPT;  // config model.kind
   std::string model;         // CNNs: ModelBuilder::describe() of the profiled model
   int micro_batch = 1;
   int seq_len = 1;
@@ -53,7 +54,7 @@ MeasuredProfile parse_profile(const std::string& json_text, const std::string& o
 void check_profile(const MeasuredProfile& p, const GptShape& shape, const std::string& dtype);
 // Throws Error when the profile cannot describe this CNN (`kind`, `model` its description, `md`
 // its layers at any micro-batch) in this dtype (see above).
-void check_profile(const MeasuredProfile& p, const std::string& kind, const std::string& model,
+void check_profile(const MeasuredProfile& p, ModelKind kind, const std::string& model,
                    const ModelDesc& md, const std::string& dtype);
 
 // Per-layer times for the plan's options `opt`, and `md` (gpt_desc(shape, opt)) with its stash,

@@ -71,7 +71,7 @@ std::string SyntheticTokens::describe() const {
 
 std::shared_ptr<const ModelBuilder> model_builder(const Config& cfg, int tokenizer_vocab) {
   check_trainable(cfg);
-  if (cfg.model.kind != "gpt") return make_cnn(cnn_dims(cfg.model));
+  if (cfg.model.kind != ModelKind::GPT) return make_cnn(cnn_dims(cfg.model));
   const GptDims dims = gpt_dims(cfg.model, tokenizer_vocab);
   BATON_REQUIRE(dims.vocab_padded % cfg.parallel.tp == 0,
                 fmt::format("parallel.tp = {} does not divide the padded vocabulary ({} = {} rounded up "

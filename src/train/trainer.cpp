@@ -146,7 +146,7 @@ void log_step(const CrossGroupSync& sync, const StepMetrics& m, int64_t steps, d
 
 ModelAndData model_and_data(const Config& cfg) {
   check_trainable(cfg);
-  const bool gpt = cfg.model.kind == "gpt";
+  const bool gpt = cfg.model.kind == ModelKind::GPT;
   BATON_REQUIRE(!gpt || !cfg.data.train.empty(), "data.train is not set",
                 "set data.train to a dataset prefix built with `baton data build`");
   ModelAndData md;

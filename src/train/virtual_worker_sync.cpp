@@ -58,7 +58,7 @@ std::optional<int64_t> VirtualWorkerSync::resume(TrainSession& session) {
   resume_ = find_wsp_resume(cfg_, world_, vw_);
   if (!resume_) return std::nullopt;
   session.load(resume_->path);  // the VW's stages read their layers of it
-  log_wsp_resume(*resume_, num_vw_, cfg_.hetero.sync == "wsp" ? "WSP" : "allreduce");
+  log_wsp_resume(*resume_, num_vw_, cfg_.hetero.sync == SyncMode::WSP ? "WSP" : "allreduce");
   return resume_->step;
 }
 
@@ -147,7 +147,7 @@ std::unique_ptr<CrossGroupSync> make_wave_allreduce_sync(const Config& cfg, dist
 std::unique_ptr<CrossGroupSync> make_virtual_worker_sync(const Config& cfg, dist::Comm& world,
                                                          const dist::Layout& layout) {
   BATON_ASSERT(layout.virtual_workers(), "a virtual-worker strategy for the layout {}", layout.describe());
-  if (cfg.hetero.sync == "wsp") return make_wsp_sync(cfg, world, layout);
+  if (cfg.hetero.sync == SyncMode::WSP) return make_wsp_sync(cfg, world, layout);
   return make_wave_allreduce_sync(cfg, world, layout);
 }
 

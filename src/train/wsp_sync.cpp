@@ -52,7 +52,7 @@ class WspSync final : public VirtualWorkerSync {
     if (!cfg.hetero.deterministic) board_ = std::make_unique<dist::StopBoard>(world.mpi_handle());
     stage_sync_ = WspStage::make({.vw = vw_, .num_vw = num_vw_, .params = params_, .minibatches = cfg.train.steps,
                                   .vw_comm = vw_comm_.get(), .stretch = &stretch_,
-                                  .local_client = cfg.hetero.placement == "local",
+                                  .local_client = cfg.hetero.placement == Placement::LOCAL,
                                   .background = server_thread(cfg, world),
                                   .turns = turns_.on() ? &turns_ : nullptr, .board = board_.get()});
   }
@@ -72,7 +72,7 @@ class WspSync final : public VirtualWorkerSync {
               params_.nm, pipelined ? "in flight and " : "", params_.staleness,
               wsp::s_global(params_.staleness, params_.nm), cfg_.train.global_batch / num_vw_,
               cfg_.train.global_batch, world_.size(),
-              cfg_.hetero.placement == "local"
+              cfg_.hetero.placement == Placement::LOCAL
                   ? "placement local (each tensor on a rank of a stage that owns it; every stage its own client)"
                   : "tensors round robin, each VW's first stage its client, one-sided MPI");
   }
@@ -84,7 +84,7 @@ class WspSync final : public VirtualWorkerSync {
     stage_sync_->start_at(static_cast<int>(first_step / params_.nm));
     global_ = global_params(session.builder(), session.backend());
     std::vector<int> placement;  // empty: round robin
-    if (cfg_.hetero.placement == "local") placement = local_placement(global_, layout_);
+    if (cfg_.hetero.placement == Placement::LOCAL) placement = local_placement(global_, layout_);
     server_ = std::make_unique<dist::ParamServer>(world_.mpi_handle(), global_.spans(), num_vw_, params_.staleness,
                                                   placement);
     std::vector<float> w0(global_.floats(), 0.0f);

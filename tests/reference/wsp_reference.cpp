@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
   }
   try {
     const Config cfg = load_config(config, overrides, ranks);
-    BATON_REQUIRE(cfg.hetero.sync == "wsp", "the reference replays hetero.sync = \"wsp\"", "set hetero.sync = \"wsp\"");
+    BATON_REQUIRE(cfg.hetero.sync == SyncMode::WSP, "the reference replays hetero.sync = \"wsp\"", "set hetero.sync = \"wsp\"");
     run(cfg, ranks, out, drop_partial);
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\nhint: %s\n", e.what(), e.hint().c_str());

@@ -21,7 +21,7 @@
 namespace baton {
 namespace {
 
-CnnDims dims(const std::string& kind, int depth, int image = 224, int in_channels = 3, int classes = 1000,
+CnnDims dims(ModelKind kind, int depth, int image = 224, int in_channels = 3, int classes = 1000,
              double width = 1.0, bool bn = true, float dropout = 0) {
   return CnnDims{.kind = kind, .depth = depth, .image_size = image, .in_channels = in_channels, .classes = classes,
                  .width = width, .batch_norm = bn, .dropout = dropout};
@@ -35,20 +35,20 @@ size_t param_count(const CnnBuilder& b) {
 }
 
 TEST(CnnModel, ParameterCountsAreTorchvisions) {
-  struct Row { const char* kind; int depth; bool bn; size_t params; };
-  for (Row r : {Row{"resnet", 18, true, 11689512}, {"resnet", 34, true, 21797672}, {"resnet", 50, true, 25557032},
-                {"resnet", 101, true, 44549160}, {"resnet", 152, true, 60192808}, {"vgg", 11, false, 132863336},
-                {"vgg", 16, false, 138357544}, {"vgg", 19, false, 143667240}, {"vgg", 16, true, 138365992},
-                {"vgg", 11, true, 132868840}}) {
+  struct Row { ModelKind kind; int depth; bool bn; size_t params; };
+  for (Row r : {Row{ModelKind::RESNET, 18, true, 11689512}, {ModelKind::RESNET, 34, true, 21797672}, {ModelKind::RESNET, 50, true, 25557032},
+                {ModelKind::RESNET, 101, true, 44549160}, {ModelKind::RESNET, 152, true, 60192808}, {ModelKind::VGG, 11, false, 132863336},
+                {ModelKind::VGG, 16, false, 138357544}, {ModelKind::VGG, 19, false, 143667240}, {ModelKind::VGG, 16, true, 138365992},
+                {ModelKind::VGG, 11, true, 132868840}}) {
     const CnnBuilder b(dims(r.kind, r.depth, 224, 3, 1000, 1.0, r.bn));
     EXPECT_EQ(param_count(b), r.params) << b.family();
   }
-  EXPECT_EQ(CnnBuilder(dims("resnet", 50)).num_layers(), 18);
-  EXPECT_EQ(CnnBuilder(dims("vgg", 16)).num_layers(), 16);
+  EXPECT_EQ(CnnBuilder(dims(ModelKind::RESNET, 50)).num_layers(), 18);
+  EXPECT_EQ(CnnBuilder(dims(ModelKind::VGG, 16)).num_layers(), 16);
 }
 
 TEST(CnnModel, DefaultStagesBalanceFlops) {
-  const CnnBuilder b(dims("resnet", 50));
+  const CnnBuilder b(dims(ModelKind::RESNET, 50));
   const auto st = b.default_stages(4);
   ASSERT_EQ(st.size(), 4u);
   EXPECT_EQ(st.front().begin, 0);
@@ -66,7 +66,7 @@ TEST(CnnModel, DefaultStagesBalanceFlops) {
 
 TEST(CnnModel, NetworksThatCannotBeBuiltAreErrors) {
   ModelConfig m;
-  m.kind = "vgg";
+  m.kind = ModelKind::VGG;
   m.n_layer = 16;
   m.image_size = 28;
   EXPECT_THROW(cnn_dims(m), Error);  // five 2×2 pools
@@ -74,7 +74,7 @@ TEST(CnnModel, NetworksThatCannotBeBuiltAreErrors) {
   EXPECT_NO_THROW(cnn_dims(m));
   m.n_layer = 15;
   EXPECT_THROW(cnn_dims(m), Error);
-  m.kind = "resnet";
+  m.kind = ModelKind::RESNET;
   m.n_layer = 50;
   m.image_size = 28;
   EXPECT_NO_THROW(cnn_dims(m));
@@ -84,7 +84,7 @@ TEST(CnnModel, NetworksThatCannotBeBuiltAreErrors) {
   m.n_layer = 20;
   EXPECT_THROW(cnn_dims(m), Error);
   // Tensor parallelism: refused by the layers.
-  const CnnBuilder b(dims("resnet", 18, 32, 3, 10, 0.25));
+  const CnnBuilder b(dims(ModelKind::RESNET, 18, 32, 3, 10, 0.25));
   auto be = make_cpu_backend();
   TensorParallel tp{.rank = 0, .size = 2};
   EXPECT_THROW(b.make_layer(1, tp, *be, Recompute::NONE), Error);
@@ -171,14 +171,14 @@ std::vector<int> widths(std::vector<int> c, double w) {
 
 TEST(CnnModel, ResNetBasicMatchesTheReference) {
   const double w = 1.0 / 8;
-  check_against_reference(dims("resnet", 18, 16, 2, 5, w), 8, 1e-4, [&](auto& x, auto& y, auto& P, uint64_t) {
+  check_against_reference(dims(ModelKind::RESNET, 18, 16, 2, 5, w), 8, 1e-4, [&](auto& x, auto& y, auto& P, uint64_t) {
     return reference::resnet_loss_sum(x, y, P, {2, 2, 2, 2}, false, widths({64, 128, 256, 512}, w), 8, 5);
   });
 }
 
 TEST(CnnModel, ResNetBottleneckMatchesTheReference) {
   const double w = 1.0 / 32;  // 7×7/2 stem + 3×3/2 max pool at 64 pixels
-  check_against_reference(dims("resnet", 50, 64, 3, 7, w), 2, 5e-3, [&](auto& x, auto& y, auto& P, uint64_t) {
+  check_against_reference(dims(ModelKind::RESNET, 50, 64, 3, 7, w), 2, 5e-3, [&](auto& x, auto& y, auto& P, uint64_t) {
     return reference::resnet_loss_sum(x, y, P, {3, 4, 6, 3}, true, widths({64, 128, 256, 512}, w), 2, 7);
   });
 }
@@ -189,7 +189,7 @@ TEST(CnnModel, VggMatchesTheReference) {
   for (bool bn : {true, false}) {
     // With batch norm at 64 pixels: fc6 flattens a 2×2 feature map (C·H·W order).
     const float p = bn ? 0.3f : 0.0f;
-    check_against_reference(dims("vgg", 11, bn ? 64 : 32, 3, 6, w, bn, p), 3, 1e-4, [&](auto& x, auto& y, auto& P,
+    check_against_reference(dims(ModelKind::VGG, 11, bn ? 64 : 32, 3, 6, w, bn, p), 3, 1e-4, [&](auto& x, auto& y, auto& P,
                                                                                        uint64_t seed) {
       return reference::vgg_loss_sum(x, y, P, cfg, bn, 128, 6, p, seed, 0, 8);
     });
@@ -199,7 +199,7 @@ TEST(CnnModel, VggMatchesTheReference) {
 // PyTorch's BatchNorm2d: running_mean = 0.9·0 + 0.1·mean, running_var = 0.9·1 + 0.1·unbiased var
 // of the conv output over (N, H, W); evaluation normalises with them and leaves them alone.
 TEST(CnnModel, BatchNormRunningStatisticsAndEvaluation) {
-  const CnnDims d = dims("resnet", 18, 8, 2, 5, 1.0 / 16);
+  const CnnDims d = dims(ModelKind::RESNET, 18, 8, 2, 5, 1.0 / 16);
   auto be = make_cpu_backend();
   SequentialModel m(make_cnn(d), *be);
   m.init_weights(21);
@@ -248,7 +248,7 @@ TEST(CnnModel, BatchNormRunningStatisticsAndEvaluation) {
 // Without batch norm each sample's loss is its own: the per-sample losses (and dropout masks) of
 // one micro-batch of 4 equal those of micro-batches of 1 at the same rows.
 TEST(CnnModel, DropoutMasksDoNotDependOnTheMicroBatchSplit) {
-  const CnnDims d = dims("vgg", 11, 32, 3, 6, 1.0 / 32, false, 0.5f);
+  const CnnDims d = dims(ModelKind::VGG, 11, 32, 3, 6, 1.0 / 32, false, 0.5f);
   auto be = make_cpu_backend();
   SequentialModel m(make_cnn(d), *be);
   m.init_weights(31);
@@ -273,7 +273,7 @@ TEST(CnnModel, DropoutMasksDoNotDependOnTheMicroBatchSplit) {
 // in the top 5.
 TEST(CnnModel, TopOneAndTopFiveHits) {
   for (int classes : {10, 5}) {
-    const CnnDims d = dims("resnet", 18, 8, 1, classes, 1.0 / 16);
+    const CnnDims d = dims(ModelKind::RESNET, 18, 8, 1, classes, 1.0 / 16);
     auto be = make_cpu_backend();
     SequentialModel m(make_cnn(d), *be);
     m.init_weights(41);

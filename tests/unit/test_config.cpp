@@ -1,5 +1,6 @@
 // Config layer (DESIGN §6): defaults, parsing of every key, every error class naming the key and
 // its file:line, --set overrides, and the to_toml() round trip.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -78,7 +79,7 @@ class TempDir {
 TEST(Config, EmptyFileGivesDefaults) {
   const Config cfg = load_config_string("", "empty.toml");
   EXPECT_EQ(cfg, Config{});
-  EXPECT_EQ(cfg.model.kind, "gpt");
+  EXPECT_EQ(cfg.model.kind, ModelKind::GPT);
   EXPECT_EQ(cfg.model.n_layer, 4);
   EXPECT_EQ(cfg.train.global_batch, 32);
   EXPECT_DOUBLE_EQ(cfg.optim.lr, 6e-4);
@@ -263,7 +264,7 @@ TEST(Config, CnnInconsistenciesAreErrors) {
 
 TEST(Config, FullImageFileParses) {
   const Config c = load_config_string(kFullImageConfig, "full.toml", {}, 2);
-  EXPECT_EQ(c.model.kind, "vgg");
+  EXPECT_EQ(c.model.kind, ModelKind::VGG);
   EXPECT_EQ(c.model.image_size, 28);
   EXPECT_EQ(c.model.in_channels, 1);
   EXPECT_EQ(c.model.classes, 10);
@@ -300,7 +301,7 @@ TEST(ConfigErrors, KeysOfAnotherKind) {
 
 TEST(Config, FullFileParsesEveryKey) {
   const Config c = load_config_string(kFullConfig, "full.toml", {}, /*world_size=*/8);
-  EXPECT_EQ(c.model.kind, "gpt");
+  EXPECT_EQ(c.model.kind, ModelKind::GPT);
   EXPECT_EQ(c.model.n_layer, 12);
   EXPECT_EQ(c.model.n_head, 12);
   EXPECT_EQ(c.model.d_model, 768);
@@ -345,13 +346,13 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_EQ(c.checkpoint.resume, "never");
   EXPECT_EQ(c.run.dir, "runs/gpt2");
   EXPECT_DOUBLE_EQ(c.run.stall_timeout_s, 600.0);
-  EXPECT_EQ(c.hetero.sync, "wsp");
+  EXPECT_EQ(c.hetero.sync, SyncMode::WSP);
   EXPECT_EQ(c.hetero.staleness, 3);
   EXPECT_EQ(c.hetero.nm, 4);
   EXPECT_EQ(c.hetero.cluster, "configs/clusters/mixed.toml");
   EXPECT_EQ(c.hetero.virtual_workers, (std::vector<std::string>{"v100,v100", "rtx:4"}));
   EXPECT_EQ(c.hetero.policy, "hd");
-  EXPECT_EQ(c.hetero.placement, "local");
+  EXPECT_EQ(c.hetero.placement, Placement::LOCAL);
   EXPECT_DOUBLE_EQ(c.hetero.jitter, 0.25);
   EXPECT_EQ(c.hetero.slowdown, (std::vector<double>{1, 2.5, 1, 1, 3, 1, 1, 1}));
   EXPECT_EQ(c.hetero.memory_limit, (std::vector<double>{0, 0.5, 16, 16, 8, 8, 8, 8}));
@@ -482,6 +483,35 @@ TEST(ConfigErrors, BadEnumListsAllowedValues) {
   EXPECT_CONFIG_ERROR(load_fails("[precision]\ncompute = \"fp16\"\n"), "x.toml:2",
                       "precision.compute");
   EXPECT_CONFIG_ERROR(load_fails("[hetero]\nsync = \"ssp\"\n"), "x.toml:2", "hetero.sync");
+}
+
+// model.kind, hetero.sync and hetero.placement are parsed once into enums: every name of the key
+// table parses to its own value, writes back as the same name, and a bad name (a --set bare word
+// included) is the key table's error with its suggestions.
+TEST(Config, EnumKeysParseOnceAndWriteBack) {
+  const std::vector<std::pair<std::string, ModelKind>> kinds = {
+      {"gpt", ModelKind::GPT}, {"resnet", ModelKind::RESNET}, {"vgg", ModelKind::VGG}};
+  for (const auto& [name, kind] : kinds) {
+    EXPECT_EQ(to_string(kind), name);
+    EXPECT_EQ(model_kind_named(name), kind);
+  }
+  EXPECT_FALSE(model_kind_named("bert").has_value());
+  for (const auto& [name, sync] : {std::pair{"allreduce", SyncMode::ALLREDUCE}, std::pair{"wsp", SyncMode::WSP}}) {
+    const Config c = load_config_string("", "x", {std::string("hetero.sync=") + name}, 1);
+    EXPECT_EQ(c.hetero.sync, sync);
+    EXPECT_THAT(c.to_toml(), HasSubstr(fmt::format("sync = \"{}\"", name)));
+    EXPECT_EQ(load_config_string(c.to_toml(), "resolved"), c);
+  }
+  const Config local = load_config_string("", "x", {"hetero.placement=local"}, 1);  // a bare word
+  EXPECT_EQ(local.hetero.placement, Placement::LOCAL);
+  EXPECT_EQ(to_string(Placement::DEFAULT), "default");
+  try {
+    load_config_string("", "x", {"hetero.placement=locl"}, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("hetero.placement = \"locl\" is not an allowed value"));
+    EXPECT_THAT(e.hint(), HasSubstr("did you mean \"local\"?"));
+  }
 }
 
 TEST(ConfigErrors, HeadsMustDivideModelWidthNamesTheLaterKey) {

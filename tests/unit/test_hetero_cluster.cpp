@@ -76,7 +76,7 @@ TEST_F(HeteroCluster, PlannedSnippetLoadsAndCoversTheModel) {
     EXPECT_EQ(sn.ranks, 16);
     EXPECT_TRUE(sn.layout.unexpressible.empty()) << sn.toml;
     const Config run = load_config(config_, sn.sets, sn.ranks);
-    EXPECT_EQ(run.hetero.sync, "wsp");
+    EXPECT_EQ(run.hetero.sync, SyncMode::WSP);
     EXPECT_EQ(run.hetero.nm, p.nm);
     EXPECT_EQ(run.train.global_batch, 32 * 4);  // one minibatch of micro_batch rows per VW and step
     EXPECT_EQ(run.train.steps % p.nm, 0);

@@ -18,7 +18,7 @@
 namespace baton::app {
 namespace {
 
-CnnDims dims(const std::string& kind, int depth, int image = 224, double width = 1.0, int in_channels = 3,
+CnnDims dims(ModelKind kind, int depth, int image = 224, double width = 1.0, int in_channels = 3,
              int classes = 1000, bool bn = true) {
   return CnnDims{.kind = kind, .depth = depth, .image_size = image, .in_channels = in_channels, .classes = classes,
                  .width = width, .batch_norm = bn};
@@ -48,20 +48,20 @@ void expect_runtime_layers(const CnnDims& d, int micro_batch) {
 
 TEST(PlanCnn, DescriptionIsTheRuntimesLayers) {
   for (int depth : {18, 34, 50, 101, 152})
-    for (int image : {28, 32, 64, 224}) expect_runtime_layers(dims("resnet", depth, image, 0.25), 2);
+    for (int image : {28, 32, 64, 224}) expect_runtime_layers(dims(ModelKind::RESNET, depth, image, 0.25), 2);
   for (int depth : {11, 13, 16, 19})
     for (bool bn : {false, true})
-      for (int image : {32, 64, 224}) expect_runtime_layers(dims("vgg", depth, image, 0.25, 3, 1000, bn), 2);
-  expect_runtime_layers(dims("resnet", 18, 32, 0.125, 1, 10), 4);
-  expect_runtime_layers(dims("vgg", 11, 32, 0.5, 1, 7), 3);
-  expect_runtime_layers(dims("resnet", 50, 224, 1.0), 1);
+      for (int image : {32, 64, 224}) expect_runtime_layers(dims(ModelKind::VGG, depth, image, 0.25, 3, 1000, bn), 2);
+  expect_runtime_layers(dims(ModelKind::RESNET, 18, 32, 0.125, 1, 10), 4);
+  expect_runtime_layers(dims(ModelKind::VGG, 11, 32, 0.5, 1, 7), 3);
+  expect_runtime_layers(dims(ModelKind::RESNET, 50, 224, 1.0), 1);
 }
 
 // The parameters the runtime allocates (SequentialModel's table), for small models.
 TEST(PlanCnn, ParametersAreTheModels) {
   auto be = make_cpu_backend();
-  for (const CnnDims& d : {dims("resnet", 18, 32, 0.125, 1, 10), dims("resnet", 50, 32, 0.125, 3, 100),
-                           dims("vgg", 11, 32, 0.125, 3, 10, false), dims("vgg", 16, 64, 0.125, 3, 10, true)}) {
+  for (const CnnDims& d : {dims(ModelKind::RESNET, 18, 32, 0.125, 1, 10), dims(ModelKind::RESNET, 50, 32, 0.125, 3, 100),
+                           dims(ModelKind::VGG, 11, 32, 0.125, 3, 10, false), dims(ModelKind::VGG, 16, 64, 0.125, 3, 10, true)}) {
     const auto b = make_cnn(d);
     const SequentialModel model(b, *be);
     EXPECT_DOUBLE_EQ(cnn_model_desc(*b, 1, DType::F32).total_params, double(model.table().count())) << b->describe();
@@ -72,13 +72,13 @@ TEST(PlanCnn, ParametersAreTheModels) {
 // sizes HetPipe quotes; linear in the micro-batch.
 TEST(PlanCnn, PapersModels) {
   struct Row {
-    const char* kind;
+    ModelKind kind;
     int depth;
     double params, gmacs;
     int layers;
   };
-  for (Row r : {Row{"vgg", 16, 138357544, 15.47, 16}, {"vgg", 19, 143667240, 19.63, 19},
-                {"resnet", 50, 25557032, 4.09, 18}, {"resnet", 152, 60192808, 11.5, 52}}) {
+  for (Row r : {Row{ModelKind::VGG, 16, 138357544, 15.47, 16}, {ModelKind::VGG, 19, 143667240, 19.63, 19},
+                {ModelKind::RESNET, 50, 25557032, 4.09, 18}, {ModelKind::RESNET, 152, 60192808, 11.5, 52}}) {
     const CnnBuilder b(dims(r.kind, r.depth, 224, 1.0, 3, 1000, false));
     const plan::ModelDesc m = cnn_model_desc(b, 1, DType::F32);
     EXPECT_DOUBLE_EQ(m.total_params, r.params) << b.family();
@@ -92,13 +92,13 @@ TEST(PlanCnn, PapersModels) {
     EXPECT_DOUBLE_EQ(m8.total_params, m.total_params);
   }
   // HetPipe §A.8: VGG-19 "548MB" and ResNet-152 "230MB" of fp32 parameters (MiB).
-  EXPECT_NEAR(cnn_model_desc(CnnBuilder(dims("vgg", 19, 224, 1.0, 3, 1000, false)), 1, DType::F32).total_params *
+  EXPECT_NEAR(cnn_model_desc(CnnBuilder(dims(ModelKind::VGG, 19, 224, 1.0, 3, 1000, false)), 1, DType::F32).total_params *
                   4 / (1 << 20), 548, 3);
-  EXPECT_NEAR(cnn_model_desc(CnnBuilder(dims("resnet", 152)), 1, DType::F32).total_params * 4 / (1 << 20), 230, 2);
+  EXPECT_NEAR(cnn_model_desc(CnnBuilder(dims(ModelKind::RESNET, 152)), 1, DType::F32).total_params * 4 / (1 << 20), 230, 2);
   // ResNet-50 at 224: the first bottleneck outputs 256×56×56; bf16 halves it.
-  EXPECT_DOUBLE_EQ(cnn_model_desc(CnnBuilder(dims("resnet", 50)), 1, DType::F32).layers[1].out_bytes,
+  EXPECT_DOUBLE_EQ(cnn_model_desc(CnnBuilder(dims(ModelKind::RESNET, 50)), 1, DType::F32).layers[1].out_bytes,
                    256.0 * 56 * 56 * 4);
-  EXPECT_DOUBLE_EQ(cnn_model_desc(CnnBuilder(dims("resnet", 50)), 1, DType::BF16).layers[1].out_bytes,
+  EXPECT_DOUBLE_EQ(cnn_model_desc(CnnBuilder(dims(ModelKind::RESNET, 50)), 1, DType::BF16).layers[1].out_bytes,
                    256.0 * 56 * 56 * 2);
 }
 

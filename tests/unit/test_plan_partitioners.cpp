@@ -110,7 +110,7 @@ PdPlan plan_cnn(const std::string& name, int batch, const std::string& cluster) 
   const Cluster c = load_cluster(kSrc + "/configs/clusters/" + cluster);
   const auto& dev = c.nodes[0].device;
   // The papers' VGG-16 has no batch norm (torchvision's vgg16).
-  const CnnBuilder b(CnnDims{.kind = name.substr(0, 3) == "vgg" ? "vgg" : "resnet",
+  const CnnBuilder b(CnnDims{.kind = name.substr(0, 3) == "vgg" ? ModelKind::VGG : ModelKind::RESNET,
                              .depth = std::stoi(name.substr(name.find_first_of("0123456789"))),
                              .batch_norm = false});
   const ModelDesc m = app::cnn_model_desc(b, batch, DType::F32);

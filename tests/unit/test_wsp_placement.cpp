@@ -38,7 +38,7 @@ TEST(WspPlacement, EveryTensorOnARankOfAStageThatOwnsIt) {
   const int L = f.builder->num_layers();  // embedding, 4 blocks, head
   ASSERT_EQ(L, 6);
   Config cfg = f.cfg;
-  cfg.hetero.sync = "wsp";
+  cfg.hetero.sync = SyncMode::WSP;
   cfg.hetero.virtual_workers = {"0:0-2, 1:2-6", "2:0-4, 3:4-5, 4:5-6"};  // 2 and 3 stages, other boundaries
   const std::vector<VirtualWorker> vws = virtual_workers(cfg.hetero, 5);
   std::vector<std::vector<std::vector<int>>> layers = {vws[0].layer_ranges(L, 0), vws[1].layer_ranges(L, 1)};
@@ -64,7 +64,7 @@ TEST(WspPlacement, IdenticalVirtualWorkersKeepEachStageOnItsOwnRanks) {
   Fixture f;
   const int L = f.builder->num_layers();
   Config cfg = f.cfg;
-  cfg.hetero.sync = "wsp";
+  cfg.hetero.sync = SyncMode::WSP;
   cfg.hetero.virtual_workers = {"0:0-3, 1:3-6", "2:0-3, 3:3-6"};  // ED: stage 0 on ranks 0 and 2 (node A), 1 on 1 and 3
   ASSERT_EQ(L, 6);
   const std::vector<int> shard = local_placement(f.global, layout_from_config(cfg, 4, *f.builder));
