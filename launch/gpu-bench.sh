@@ -106,7 +106,7 @@ TORCH_ARGS=()
 set_torch_args() { TORCH_ARGS=("$PYTHON" tests/bench/pytorch_gpt2.py --model "$1" --micro-batch "$2"
   --grad-accum "$3" --warmup "$4" --steps "$5" --json "$6"); }
 
-# baton's model FLOPs per step (src/train/metrics.cpp): 72*B*s*l*h^2*(1 + s/6h + V/12lh).
+# baton's model FLOPs per step (src/train/observe/metrics.cpp): 72*B*s*l*h^2*(1 + s/6h + V/12lh).
 flops_per_step() {  # size global_batch
   awk -v B="$2" -v s=$SEQ -v l="${LAYERS[$1]}" -v h="${DMODEL[$1]}" -v V=$VPAD \
     'BEGIN { printf("%.17g", 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h))) }'

@@ -134,7 +134,7 @@ fi  # alloc
 
 if section jitter; then
 # 2. Staleness absorbs jitter: 8 VWs of one rank, each standing for a device 6× slower than a core
-# (an emulated device takes 6 × the rank's CPU seconds, train/compute_stretch.h, so sharing the 2
+# (an emulated device takes 6 × the rank's CPU seconds, train/hetero/compute_stretch.h, so sharing the 2
 # cores does not slow it down), jitter 1 on every rank (the same factors in every run: they are a
 # function of train.seed, rank and minibatch). Nm = 1: every minibatch is a wave, the pull blocks
 # at once (idle = waiting); Nm = 4: a pull requested at the end of wave c gates only the last

@@ -23,8 +23,8 @@
 #include "dist/comm.h"
 #include "model/gpt.h"
 #include "optim/lr_schedule.h"
-#include "train/image_batches.h"
-#include "train/session.h"
+#include "train/loop/image_batches.h"
+#include "train/loop/session.h"
 
 namespace baton::app {
 namespace {

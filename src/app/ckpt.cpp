@@ -12,9 +12,9 @@
 #include "core/timer.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
-#include "train/checkpoint_checksum.h"
-#include "train/checkpoint_dir.h"
-#include "train/checkpoint_state.h"
+#include "train/checkpoint/checkpoint_checksum.h"
+#include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_state.h"
 
 namespace baton::app {
 namespace {

@@ -11,9 +11,9 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "train/checkpoint_dir.h"
-#include "train/session.h"
-#include "train/trainer.h"
+#include "train/checkpoint/checkpoint_dir.h"
+#include "train/loop/session.h"
+#include "train/loop/trainer.h"
 
 namespace baton::app {
 namespace {

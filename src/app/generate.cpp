@@ -9,9 +9,9 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
-#include "train/checkpoint_dir.h"
-#include "train/checkpoint_state.h"
-#include "train/sampler.h"
+#include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_state.h"
+#include "train/loop/sampler.h"
 
 namespace baton::app {
 

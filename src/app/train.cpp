@@ -22,11 +22,11 @@
 #include "dist/comm.h"
 #include "dist/guard.h"
 #include "dist/node_local.h"
-#include "train/session.h"
+#include "train/loop/session.h"
 #include "config/virtual_workers.h"
-#include "train/lockstep_sync.h"
-#include "train/trainer.h"
-#include "train/virtual_worker_sync.h"
+#include "train/loop/lockstep_sync.h"
+#include "train/loop/trainer.h"
+#include "train/hetero/virtual_worker_sync.h"
 
 namespace baton::app {
 namespace {

@@ -131,7 +131,7 @@ struct CheckpointConfig {
 
 struct RunConfig {
   std::string dir = "runs/default";
-  double stall_timeout_s = 1800;  // end a job with no progress for this long (train/stall_watchdog.h); 0 = off
+  double stall_timeout_s = 1800;  // end a job with no progress for this long (train/observe/stall_watchdog.h); 0 = off
   bool trace = false;       // <dir>/trace.json: the measured timeline of every rank + the prediction
   int64_t trace_steps = 20;  // steps recorded from the run's first (0 = every step)
 
@@ -156,7 +156,7 @@ struct HeteroConfig {
   // GiB per rank its backend may allocate (0 = unlimited). Empty = the named device's memory, none
   // named = unlimited.
   std::vector<double> memory_limit;
-  // WSP's deterministic mode (issue 13 item 7, train/wsp_turns.h): the VWs take turns in a seeded
+  // WSP's deterministic mode (issue 13 item 7, train/hetero/wsp_turns.h): the VWs take turns in a seeded
   // order (wsp::interleave), one minibatch at a time, so the run is reproducible bit for bit.
   bool deterministic = false;
   // WSP: pushes and pulls on a communication thread that overlaps compute (dist/server_client.h;

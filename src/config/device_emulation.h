@@ -1,7 +1,7 @@
 // Heterogeneity on one machine (issue 13 item 5, docs/hetpipe.md "Heterogeneity on one machine"):
 // each rank of a virtual-worker run may stand for a device of the device table (the @DEVICE of a
 // hetero.virtual_workers stage). On it the rank's compute is stretched by a slowdown factor
-// (train/compute_stretch.h) and its backend refuses allocations beyond a memory limit.
+// (train/hetero/compute_stretch.h) and its backend refuses allocations beyond a memory limit.
 //
 // Per rank r:
 // - slowdown = hetero.slowdown[r] when the list is given; else, when rank r names a device, the

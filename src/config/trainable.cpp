@@ -14,9 +14,9 @@ namespace baton {
 namespace {
 
 // [hetero]: virtual workers of any depth run under WSP, of one stage each under the synchronous
-// allreduce baseline (train/virtual_worker_sync.h), their ranks optionally emulating devices
+// allreduce baseline (train/hetero/virtual_worker_sync.h), their ranks optionally emulating devices
 // (slowdown, memory limit, jitter: config/device_emulation.h), the deterministic mode for VWs of one
-// rank under WSP (train/wsp_turns.h), ED-local placement for VWs of several stages; everything else
+// rank under WSP (train/hetero/wsp_turns.h), ED-local placement for VWs of several stages; everything else
 // of HetPipe is refused until it is built (docs/hetpipe.md "Not built yet").
 void check_hetero_trainable(const Config& cfg) {
   const HeteroConfig& h = cfg.hetero;
@@ -54,7 +54,7 @@ void check_hetero_trainable(const Config& cfg) {
   const std::vector<VirtualWorker> vws = virtual_workers(h, 0);
   const bool pipelined =
       std::any_of(vws.begin(), vws.end(), [](const VirtualWorker& v) { return v.stages.size() > 1; });
-  // ED-local places each tensor on a rank of a stage that owns it (train/wsp_stage.h); with
+  // ED-local places each tensor on a rank of a stage that owns it (train/hetero/wsp_stage.h); with
   // virtual workers of one rank each that rank holds the whole model, and the rule is the round robin.
   BATON_REQUIRE(h.placement == Placement::DEFAULT || (h.sync == SyncMode::WSP && pipelined),
                 fmt::format("hetero.placement = \"local\" puts each stage's tensors on its own rank, which needs "
@@ -96,7 +96,7 @@ void check_hetero_trainable(const Config& cfg) {
                 fmt::format("use train.steps = {} (every virtual worker runs train.steps minibatches, "
                             "pushing after each wave of nm)", (cfg.train.steps / h.nm + 1) * h.nm));
   const int64_t unit = int64_t{h.nm} * (h.staleness + 1);
-  // Checkpoints of virtual workers (train/wsp_checkpoint.h) are taken at a wave's end; under WSP one
+  // Checkpoints of virtual workers (train/hetero/wsp_checkpoint.h) are taken at a wave's end; under WSP one
   // whose clock pulls (c >= D): a multiple of Nm minibatches, at least (D + 1)·Nm.
   BATON_REQUIRE(cfg.checkpoint.every == 0 || (cfg.checkpoint.every % h.nm == 0 && cfg.checkpoint.every >= unit),
                 fmt::format("checkpoint.every = {}: virtual-worker checkpoints are taken at the end of a wave whose "

@@ -306,7 +306,7 @@ void set_data_parallel(Config& cfg, int world_size, int64_t pipeline_ranks) {
                     model_ranks, model_ranks, 2 * model_ranks, 3 * model_ranks));
   cfg.dp = static_cast<int>(world_size / model_ranks);
   // Virtual workers split each global batch like data-parallel groups, one slice per VW (whatever
-  // its number of stages: train/virtual_worker_sync.h).
+  // its number of stages: train/hetero/virtual_worker_sync.h).
   if (trains_virtual_workers(cfg.hetero) && !cfg.hetero.virtual_workers.empty())
     cfg.dp = static_cast<int>(cfg.hetero.virtual_workers.size());
   // VWs still to come from hetero.cluster (`baton train` derives them and validates again).

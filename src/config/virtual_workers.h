@@ -38,13 +38,13 @@ struct VirtualWorker {
 // ranks outside [0, world_size) or left out. Empty list: one VW per rank (world_size of them).
 std::vector<VirtualWorker> virtual_workers(const HeteroConfig& h, int world_size);
 
-// Whether `baton train` runs virtual workers (train/virtual_worker_sync.h): hetero.sync = "wsp", or
+// Whether `baton train` runs virtual workers (train/hetero/virtual_worker_sync.h): hetero.sync = "wsp", or
 // hetero.sync = "allreduce" (the synchronous baseline) with hetero.virtual_workers named or
 // hetero.nm > 1. A [hetero] section at its defaults (sync = "allreduce" and nothing else, as every
 // resolved config writes it) is no HetPipe run: the homogeneous layout (tp, pp, dp) trains.
 bool trains_virtual_workers(const HeteroConfig& h);
 
-// Where each rank sits — its VW and stage — is the Layout's to say (train/session.h
+// Where each rank sits — its VW and stage — is the Layout's to say (train/loop/session.h
 // layout_from_config builds it from this list; dist/layout.h answers).
 
 }  // namespace baton

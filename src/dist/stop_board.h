@@ -5,7 +5,7 @@
 // One int64 on rank 0 of the communicator, written once: the first raise() posts its value (an
 // exclusive epoch that writes only when empty; later raises keep the first), every rank reads it. Passive-target one-sided MPI, like the parameter server (dist/param_server.h): nobody
 // runs a loop for it. The value WSP posts is the raiser's completed waves; from it every rank
-// computes the same stop step (train/wsp_stage.h).
+// computes the same stop step (train/hetero/wsp_stage.h).
 //
 // Invariant: construction and destruction are collective over the communicator; raise() and
 // read() are independent, from one thread at a time per rank.

@@ -1,4 +1,4 @@
-// What this rank is waiting on right now, for the stall watchdog (train/stall_watchdog.h) to read
+// What this rank is waiting on right now, for the stall watchdog (train/observe/stall_watchdog.h) to read
 // from its own thread while the training thread is blocked inside MPI: the operation, the peer
 // (world rank) of a point-to-point wait or the world ranks of a collective's group, and since when.
 // Set by BlockedTimer around every blocking communication call (dist/comm.h); cheap: a mutex and

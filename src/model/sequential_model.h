@@ -67,7 +67,7 @@ class SequentialModel {
   void refresh_compute_params();
   // Weight stashing (PipeDream, 2BW): forward and backward read `compute` (a buffer laid out like
   // compute_params(), in the activation dtype: an older weight version's compute copy, see
-  // train/weight_versions.h) instead of compute_params(); null = compute_params() again.
+  // train/loop/weight_versions.h) instead of compute_params(); null = compute_params() again.
   void use_params(void* compute) { active_params_ = compute; }
   float* grads() { return grads_; }
   // Non-trainable buffers (ParamTable::add_buffer), fp32; null when the model has none.

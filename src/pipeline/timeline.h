@@ -8,7 +8,7 @@
 // too); the events of one rank are appended in the order they end, and those of one Activity and
 // op class never overlap (one thread runs them). Recording is bounded to the first `steps` steps
 // begun (0 = all): outside them, and with no Timeline at all, nothing is allocated.
-// Pure data: the gather over ranks and the JSON file are train/run_trace.h.
+// Pure data: the gather over ranks and the JSON file are train/observe/run_trace.h.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -23,7 +23,7 @@ enum class Activity : uint8_t {
   STEP,        // a whole trainer step
   EVAL,        // an evaluation after the step
   CHECKPOINT,  // a checkpoint written after the step
-  // A virtual worker's traffic with WSP's parameter server (train/wsp_stage.h): a wave's push (or,
+  // A virtual worker's traffic with WSP's parameter server (train/hetero/wsp_stage.h): a wave's push (or,
   // on a stage that is not its VW's client, sending its part to the one that is), a pull merged
   // into the weights, and the time blocked waiting for a pull the next minibatch needs.
   WSP_PUSH,

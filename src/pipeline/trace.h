@@ -3,7 +3,7 @@
 // threads named by metadata events, work as complete ("ph": "X") events in microseconds.
 // chrome_trace() draws a simulated Program with it: one process per rank (pid = rank), compute ops
 // on thread 0, waits for receives and reductions on thread 1; one cost unit is shown as one
-// millisecond. The measured timeline of a training run (train/run_trace.h) uses the same writer.
+// millisecond. The measured timeline of a training run (train/observe/run_trace.h) uses the same writer.
 #pragma once
 #include <string>
 #include <string_view>

@@ -7,7 +7,7 @@
 // GPT follows PTD-P's arithmetic (notes-dissertation §2.6): a transformer layer's forward is
 // 24·b·s·h² + 4·b·s²·h FLOPs, backward twice that, the logit layer 2·b·s·h·V forward; so the sum
 // over the model of (forward + backward) without recomputation is exactly the metrics formula
-// 72·B·s·l·h²·(1 + s/6h + V/12lh) (a test checks this against src/train/metrics.h).
+// 72·B·s·l·h²·(1 + s/6h + V/12lh) (a test checks this against src/train/observe/metrics.h).
 // CNNs are described from the runtime's own builder, layer for layer (app/plan_model.h): plan/
 // holds no model code.
 #pragma once

@@ -38,7 +38,7 @@ class WorkerClock {
  public:
   // `minibatches` bounds the run (0: unbounded); `trace` (optional) receives this VW's events.
   // `first_wave` > 0 resumes at the start of that wave from a state where every VW's waves before
-  // it are in w_local (a WSP checkpoint: train/wsp_checkpoint.h): minibatch first_wave·Nm + 1 is
+  // it are in w_local (a WSP checkpoint: train/hetero/wsp_checkpoint.h): minibatch first_wave·Nm + 1 is
   // next, c_local = first_wave, nothing in flight, no pull outstanding.
   WorkerClock(int vw, const WspParams& params, int minibatches = 0, Trace* trace = nullptr, int first_wave = 0);
 

@@ -20,7 +20,7 @@ The same model, optimizer and step as baton's `configs/gpt2-<size>.toml` in bf16
   - Timing as baton bench: each step (grad_accum micro-batches + clip + AdamW) timed between
     torch.cuda.synchronize() calls; warm-up steps (which include compilation) are not timed;
     tokens/s and TFLOP/s over the sum of the timed steps; median and min step time.
-  - TFLOP/s per GPU by baton's formula (src/train/metrics.cpp, PTD-P, DESIGN §6):
+  - TFLOP/s per GPU by baton's formula (src/train/observe/metrics.cpp, PTD-P, DESIGN §6):
       F = 72 * B * s * l * h^2 * (1 + s/(6h) + V/(12 l h)),  B = sequences per step,
     V = padded vocabulary; MFU against baton's peaks (src/backend/device.cpp): 989 TFLOP/s for a
     GPU whose name contains H100 or H200, 312 for A100, unknown otherwise.
@@ -56,7 +56,7 @@ def padded_vocab(v):
 
 
 def model_flops_per_step(global_batch, s, l, h, v_padded):
-    """Baton's gpt_model_flops_per_step (src/train/metrics.cpp), term for term."""
+    """Baton's gpt_model_flops_per_step (src/train/observe/metrics.cpp), term for term."""
     hd = float(h)
     return 72.0 * global_batch * s * l * hd * hd * (1.0 + s / (6.0 * hd) + v_padded / (12.0 * l * hd))
 

@@ -27,7 +27,7 @@
 //    reference of a *different* rule (no staleness), which must differ by far more — so the test
 //    can fail.
 // 3. bf16 compute (np 2): 2bw and pipedream at pp = 2 against the same references computing with
-//    each version's bf16 cast (train/weight_versions.h: a compute copy per stashed version).
+//    each version's bf16 cast (train/loop/weight_versions.h: a compute copy per stashed version).
 //   mpirun -np N pipeline_semantics      (N = 2, 4 or 6: the layouts of that world size)
 #include <cmath>
 #include <cstdio>
@@ -456,7 +456,7 @@ int main(int argc, char** argv) {
                         got.weight_versions));
     }
     // ---- 2b. the same in bf16 compute: every stashed version's bf16 copy is what its micro-batches
-    // read (train/weight_versions.h), against the references computing with the cast versions ----
+    // read (train/loop/weight_versions.h), against the references computing with the cast versions ----
     if (W == 2)
       for (const Layout& l : {Layout{.pp = 2, .schedule = "2bw"}, Layout{.pp = 2, .schedule = "pipedream"}}) {
         const Trace got = run_pipelined(l, *world, DType::BF16);

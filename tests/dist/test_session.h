@@ -12,7 +12,7 @@
 #include "config/config.h"
 #include "dist/self_comm.h"
 #include "tiny_gpt.h"
-#include "train/session.h"
+#include "train/loop/session.h"
 
 namespace baton::test {
 

@@ -3,7 +3,7 @@
 # - trains to the same losses and gradient norms under every layout of the same micro-batch size:
 #   dp 2, pp 2 and 4 (1f1b, gpipe, zb-h1, interleaved), uneven stage boundaries, pp 2 × dp 2 (within 1e-4 of the
 #   single process), and so do the validation loss and accuracy, which read batch norm's running
-#   statistics (train/buffer_sync.h makes the data-parallel replicas' statistics the single
+#   statistics (train/loop/buffer_sync.h makes the data-parallel replicas' statistics the single
 #   process's);
 # - pipedream and 2bw train a CNN; pipedream resumes from its drain point bit for bit;
 # - resume is bit-exact (losses, val loss and accuracy, the end state incl. the running statistics

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checkpoints of WSP runs with virtual workers of one rank each (issue 13 item 6; docs/hetpipe.md
-# "Checkpoints and elastic resume", train/wsp_checkpoint.h):
+# "Checkpoints and elastic resume", train/hetero/wsp_checkpoint.h):
 # - a checkpoint makes every VW's weights w_global: all VWs' files of a step hold the same tensors;
 # - resume with the same VWs is exact: with D = 0, Nm = 1 and two VWs (a WSP run that does not
 #   depend on timing) 8 steps + a resumed 4 give every VW's losses of an uninterrupted 12-step run

@@ -45,10 +45,10 @@
 #include "core/error.h"
 #include "dist/self_comm.h"
 #include "optim/lr_schedule.h"
-#include "train/session.h"
-#include "train/trainer.h"
-#include "train/wsp_stage.h"
-#include "train/wsp_turns.h"
+#include "train/loop/session.h"
+#include "train/loop/trainer.h"
+#include "train/hetero/wsp_stage.h"
+#include "train/hetero/wsp_turns.h"
 #include "wsp/worker_clock.h"
 
 using namespace baton;

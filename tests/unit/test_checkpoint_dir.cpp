@@ -10,8 +10,8 @@
 #include <fstream>
 
 #include "test_checkpoint_fixture.h"
-#include "train/checkpoint_dir.h"
-#include "train/checkpoint_resume.h"
+#include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_resume.h"
 
 namespace baton {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "backend/device.h"
 #include "model/gpt.h"
-#include "train/checkpoint_state.h"
+#include "train/checkpoint/checkpoint_state.h"
 
 namespace baton::testing {
 

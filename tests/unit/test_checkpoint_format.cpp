@@ -7,8 +7,8 @@
 #include <random>
 
 #include "test_checkpoint_fixture.h"
-#include "train/checkpoint_checksum.h"
-#include "train/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_checksum.h"
+#include "train/checkpoint/checkpoint_dir.h"
 
 namespace baton {
 namespace {

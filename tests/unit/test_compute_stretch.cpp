@@ -1,5 +1,5 @@
 // Heterogeneity on one machine (docs/hetpipe.md): the seeded stretch of a rank's compute
-// (train/compute_stretch.h) and the CPU backend's memory limit (backend.h set_memory_limit).
+// (train/hetero/compute_stretch.h) and the CPU backend's memory limit (backend.h set_memory_limit).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "train/compute_stretch.h"
+#include "train/hetero/compute_stretch.h"
 
 namespace baton {
 namespace {

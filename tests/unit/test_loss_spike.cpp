@@ -2,7 +2,7 @@
 // a short history and factor 0 never are; a spike does not enter the window.
 #include <gtest/gtest.h>
 
-#include "train/loss_spike.h"
+#include "train/observe/loss_spike.h"
 
 namespace baton {
 namespace {

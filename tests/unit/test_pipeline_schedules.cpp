@@ -125,7 +125,7 @@ TEST(PipelineSchedules, HetpipeKeepsNmInFlightAndReadsLocalUpdatesUpToPMinusNm) 
 }
 
 // What Executor::retarget relies on when a WSP stop cuts a virtual worker's hetpipe program at
-// minibatch n (train/wsp_stage.h "Stopping"): on every rank the lowered program of n minibatches
+// minibatch n (train/hetero/wsp_stage.h "Stopping"): on every rank the lowered program of n minibatches
 // is the lowered program of more minibatches up to and including its forward of minibatch n − 1
 // (0-based; the point where each rank learns of the cut), so what ran stays valid.
 TEST(PipelineSchedules, HetpipeProgramsCutAfterAForwardArePrefixes) {

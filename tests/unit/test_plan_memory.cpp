@@ -1,6 +1,6 @@
 // The planner's memory prediction for a tiny GPT (fp32, baton's own activation layout) matches
 // what the CPU trainer actually allocates — parameters, gradients, AdamW moments and the model's
-// activation arena (SequentialModel::reserve(micro_batch, T, 1), as in train/trainer.cpp) — within 10%.
+// activation arena (SequentialModel::reserve(micro_batch, T, 1), as in train/loop/trainer.cpp) — within 10%.
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"

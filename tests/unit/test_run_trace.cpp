@@ -13,7 +13,7 @@
 #include "pipeline/schedules.h"
 #include "pipeline/timeline.h"
 #include "pipeline/trace.h"
-#include "train/run_trace.h"
+#include "train/observe/run_trace.h"
 
 namespace baton {
 namespace {

@@ -10,8 +10,8 @@
 #include "optim/lr_schedule.h"
 #include "config/config.h"
 #include "model/gpt.h"
-#include "train/session.h"
-#include "train/metrics.h"
+#include "train/loop/session.h"
+#include "train/observe/metrics.h"
 
 namespace baton {
 namespace {

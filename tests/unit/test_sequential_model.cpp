@@ -19,7 +19,7 @@
 #include "optim/adamw.h"
 #include "optim/data_parallel.h"
 #include "test_checkpoint_fixture.h"
-#include "train/checkpoint_state.h"
+#include "train/checkpoint/checkpoint_state.h"
 
 namespace baton {
 namespace {

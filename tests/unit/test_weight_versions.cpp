@@ -1,4 +1,4 @@
-// The weight stash (train/weight_versions.h) under fp32 and bf16 compute: a selected version is
+// The weight stash (train/loop/weight_versions.h) under fp32 and bf16 compute: a selected version is
 // computed with exactly as a model whose masters are that version computes after
 // refresh_compute_params() — in bf16 its own compute copy, re-derived after the version changed
 // (an update into next(), a rebase through for_each_from(), at once for the selected version) —
@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "model/gpt.h"
 #include "model/sequential_model.h"
-#include "train/weight_versions.h"
+#include "train/loop/weight_versions.h"
 
 namespace baton {
 namespace {

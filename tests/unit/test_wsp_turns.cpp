@@ -1,4 +1,4 @@
-// WSP's deterministic mode (issue 13 item 7, train/wsp_turns.h; docs/hetpipe.md "Deterministic
+// WSP's deterministic mode (issue 13 item 7, train/hetero/wsp_turns.h; docs/hetpipe.md "Deterministic
 // mode"): the order of turns a run derives from its config, and the claim the serialized one-rank
 // loop stands on — replaying wsp::interleave's order with VWs that run one minibatch per turn, a
 // pull that gates a VW's minibatch is always satisfiable by the pushes of the turns before it.
@@ -10,7 +10,7 @@
 
 #include "config/config.h"
 #include "core/rng.h"
-#include "train/wsp_turns.h"
+#include "train/hetero/wsp_turns.h"
 #include "wsp/interleaving.h"
 #include "wsp/server_clock.h"
 #include "wsp/worker_clock.h"

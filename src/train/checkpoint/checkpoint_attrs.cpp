@@ -1,0 +1,119 @@
+#include "train/checkpoint/checkpoint_attrs.h"
+
+#include <bit>
+#include <string_view>
+
+#include "core/log.h"
+
+#include "train/checkpoint/checkpoint_checksum.h"
+#include "train/checkpoint/checkpoint_h5.h"
+
+namespace baton {
+namespace {
+
+// Every field once, so that writing and reading cannot drift apart.
+template <typename Meta, typename Fn>
+void for_each_field(Meta& m, Fn&& fn) {
+  fn("step", m.step);
+  fn("tokens_consumed", m.tokens_consumed);
+  fn("data_position", m.data_position);
+  fn("seed", m.seed);
+  fn("lr_decay", m.lr.decay);
+  fn("lr_max", m.lr.lr);
+  fn("lr_min", m.lr.min_lr);
+  fn("lr_last", m.lr.last_lr);
+  fn("lr_warmup_steps", m.lr.warmup_steps);
+  fn("lr_total_steps", m.lr.total_steps);
+  fn("config", m.config_toml);
+  fn("layout_tp", m.layout.tp);
+  fn("layout_dp", m.layout.dp);
+  fn("layout_pp", m.layout.pp);
+  fn("layout_world", m.layout.world);
+  fn("created", m.created);
+  fn("writer", m.writer);
+}
+
+constexpr const char* kRngNote =
+    "counter-based: weights and data order are pure functions of (seed, name/step); no other RNG state";
+
+// The metadata's own checksum (docs/checkpoints.md "Metadata checksum"): FNV-1a 64 over the text
+// "name=value\n" of every field in for_each_field's order, integers in decimal, floats as the
+// decimal of their IEEE-754 bits, strings as they are. A flipped bit in `step` or the config would
+// otherwise resume at another step or with another model, and pass `ckpt verify`.
+struct MetaHasher {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void bytes(std::string_view s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 0x100000001b3ull;
+    }
+  }
+  void operator()(const char* name, const std::string& v) { line(name, v); }
+  void operator()(const char* name, int64_t v) { line(name, std::to_string(v)); }
+  void operator()(const char* name, uint64_t v) { line(name, std::to_string(v)); }
+  void operator()(const char* name, double v) { line(name, std::to_string(std::bit_cast<uint64_t>(v))); }
+  void line(const char* name, std::string_view v) {
+    bytes(name);
+    bytes("=");
+    bytes(v);
+    bytes("\n");
+  }
+};
+
+uint64_t meta_checksum(const CheckpointMeta& m) {
+  MetaHasher h;
+  for_each_field(m, [&](const char* name, const auto& v) { h(name, v); });
+  return h.h;
+}
+
+}  // namespace
+
+void write_meta_attrs(hid_t root, const CheckpointMeta& meta) {
+  h5::write_attr(root, "format", std::string(kCheckpointFormatName));
+  h5::write_attr(root, "format_version", meta.format_version);
+  h5::write_attr(root, "checksum_algorithm", std::string(kChecksumAlgorithm));
+  h5::write_attr(root, "rng", std::string(kRngNote));
+  for_each_field(meta, [&](const char* name, const auto& v) { h5::write_attr(root, name, v); });
+  h5::write_attr(root, kMetaChecksumAttr, meta_checksum(meta));
+}
+
+CheckpointMeta read_meta_attrs(hid_t root, const std::string& path) {
+  std::string format;
+  BATON_REQUIRE(h5::read_attr(root, "format", format) && format == kCheckpointFormatName,
+                fmt::format("'{}' is an HDF5 file but not a baton checkpoint (no format = \"{}\")",
+                            path, kCheckpointFormatName),
+                "point at a step-NNNNNNN.h5 file written by baton train");
+  CheckpointMeta m;
+  BATON_REQUIRE(h5::read_attr(root, "format_version", m.format_version) &&
+                    m.format_version == kCheckpointFormatVersion,
+                fmt::format("checkpoint '{}' has format version {}, this baton reads version {}",
+                            path, m.format_version, kCheckpointFormatVersion),
+                "use the baton version that wrote it (see the file's `writer` attribute)");
+  std::string algorithm;
+  BATON_REQUIRE(h5::read_attr(root, "checksum_algorithm", algorithm) && algorithm == kChecksumAlgorithm,
+                fmt::format("checkpoint '{}' uses checksum algorithm '{}', expected '{}'", path,
+                            algorithm, kChecksumAlgorithm),
+                "use the baton version that wrote it");
+  for_each_field(m, [&](const char* name, auto& v) {
+    if (!h5::read_attr(root, name, v))
+      throw CheckpointDamaged(
+          fmt::format("checkpoint '{}' lacks the metadata attribute '{}'", path, name),
+          "the file is incomplete or damaged; use another checkpoint");
+  });
+  uint64_t stored = 0;
+  if (!h5::read_attr(root, kMetaChecksumAttr, stored)) {
+    // Files from before the metadata checksum (same format version): readable, not covered.
+    log::warn("checkpoint '{}' has no {} attribute (written by {}): its metadata are not verified", path,
+              kMetaChecksumAttr, m.writer);
+    return m;
+  }
+  if (const uint64_t computed = meta_checksum(m); computed != stored)
+    throw CheckpointDamaged(fmt::format("metadata checksum mismatch in checkpoint '{}' (stored {}, computed {}): "
+                                        "step {}, data position {}, config or another attribute is damaged",
+                                        path, checksum_hex(stored), checksum_hex(computed), m.step,
+                                        m.data_position),
+                            "the file is damaged; resume from another checkpoint (`baton ckpt verify PATH` checks one)");
+  return m;
+}
+
+}  // namespace baton

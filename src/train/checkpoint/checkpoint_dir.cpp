@@ -1,0 +1,162 @@
+#include "train/checkpoint/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "train/checkpoint/checkpoint_comm.h"
+#include "train/checkpoint/checkpoint_fault.h"
+
+namespace baton {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kLatest = "latest";
+
+// step-<digits>.h5 -> step; -1 for any other name (including .tmp files).
+int64_t step_of(const std::string& filename) {
+  static const std::regex pattern(R"(step-(\d+)\.h5)");
+  std::smatch m;
+  return std::regex_match(filename, m, pattern) ? std::stoll(m[1].str()) : -1;
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0));
+  const bool ok = fd >= 0 && ::fsync(fd) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  BATON_REQUIRE(ok, fmt::format("cannot fsync '{}': {}", path, std::strerror(err)),
+                "check the file system of checkpoint.dir");
+}
+
+void rename_durably(const std::string& from, const std::string& to, const std::string& dir) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  BATON_REQUIRE(!ec, fmt::format("cannot rename '{}' to '{}': {}", from, to, ec.message()),
+                "check the permissions of checkpoint.dir");
+  fsync_path(dir, true);
+}
+
+void write_latest(const std::string& dir, const std::string& filename) { write_durably(dir, kLatest, filename + "\n"); }
+
+// Removes leftovers of interrupted saves and all but the newest `keep` complete checkpoints, never
+// `just_written`.
+void prune(const std::string& dir, int keep, const std::string& just_written) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.ends_with(".h5.tmp") && name.starts_with("step-")) fs::remove(e.path());
+  }
+  std::vector<CheckpointEntry> all = list_checkpoints(dir);
+  const int excess = static_cast<int>(all.size()) - std::max(keep, 1);
+  for (int i = 0; i < excess; ++i) {
+    if (all[i].path == just_written) continue;
+    std::error_code ec;
+    fs::remove(all[i].path, ec);
+    if (ec) log::warn("cannot remove old checkpoint '{}': {}", all[i].path, ec.message());
+  }
+}
+
+}  // namespace
+
+void write_durably(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string tmp = dir + "/" + name + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    f.flush();
+    BATON_REQUIRE(f.good(), fmt::format("cannot write '{}'", tmp), "check free disk space in checkpoint.dir");
+  }
+  fsync_path(tmp, false);
+  rename_durably(tmp, dir + "/" + name, dir);
+}
+
+std::string checkpoint_file_name(int64_t step) { return fmt::format("step-{:07d}.h5", step); }
+
+std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const int64_t step = step_of(e.path().filename().string());
+    if (step >= 0 && e.is_regular_file()) out.push_back({step, e.path().string()});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+  return out;
+}
+
+std::string vw_checkpoint_dir(const std::string& checkpoint_dir, int vw) {
+  return fmt::format("{}/vw{}", checkpoint_dir, vw);
+}
+
+std::optional<std::string> read_latest(const std::string& dir) {
+  std::ifstream f(dir + "/" + kLatest);
+  std::string name;
+  if (!f || !std::getline(f, name) || name.empty()) return std::nullopt;
+  const std::string path = dir + "/" + name;
+  if (!fs::is_regular_file(path)) return std::nullopt;
+  return path;
+}
+
+std::vector<std::string> checkpoint_candidates(const std::string& dir) {
+  std::vector<std::string> out;
+  if (auto latest = read_latest(dir); latest && step_of(fs::path(*latest).filename().string()) < 0)
+    out.push_back(*latest);
+  const std::vector<CheckpointEntry> all = list_checkpoints(dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) out.push_back(it->path);
+  return out;
+}
+
+std::string resolve_checkpoint(const std::string& path_or_dir) {
+  if (!fs::is_directory(path_or_dir)) return path_or_dir;
+  const std::vector<std::string> c = checkpoint_candidates(path_or_dir);
+  BATON_REQUIRE(!c.empty(), fmt::format("no checkpoint in '{}' (no step-NNNNNNN.h5 files)", path_or_dir),
+                "train first (`baton train CONFIG` saves into <run.dir>/ckpt) or point at a .h5 file");
+  return c.front();
+}
+
+SaveResult save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
+                           std::span<const TensorShard> shards, int keep, MPI_Comm comm) {
+  Timer timer;
+  const bool root = checkpoint_comm_rank(comm) == 0;
+  SaveResult r;
+  r.path = dir + "/" + checkpoint_file_name(meta.step);
+  const std::string tmp = r.path + ".tmp";
+  if (root) fs::create_directories(dir);
+  checkpoint_barrier(comm);
+  try {
+    write_checkpoint_file(tmp, meta, shards, comm);
+    checkpoint_barrier(comm);
+    r.write_seconds = timer.seconds();
+    if (root) {
+      fsync_path(tmp, false);
+      fault_point("before_rename", meta.step);
+      rename_durably(tmp, r.path, dir);
+    }
+    r.sync_seconds = timer.seconds() - r.write_seconds;
+  } catch (...) {
+    std::error_code ec;
+    if (root) fs::remove(tmp, ec);
+    throw;
+  }
+  if (root) {
+    fault_point("before_latest", meta.step);
+    write_latest(dir, checkpoint_file_name(meta.step));
+    fault_point("before_prune", meta.step);
+    prune(dir, keep, r.path);
+  }
+  checkpoint_barrier(comm);
+  r.bytes = fs::file_size(r.path);
+  r.seconds = timer.seconds();
+  return r;
+}
+
+}  // namespace baton

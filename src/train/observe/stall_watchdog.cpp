@@ -1,0 +1,167 @@
+// StallWatchdog; see stall_watchdog.h.
+#include "train/observe/stall_watchdog.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "dist/wait_state.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// What a rank is doing, on one line: "step 7, computing" or "step 7, in all_reduce with ranks 0,1
+// for 12 s".
+std::string doing(int64_t step, const std::string& phase, const dist::WaitState& w, double now) {
+  std::string s = fmt::format("step {}, {}", step, phase.empty() ? "training" : phase);
+  if (w.waiting) s += fmt::format(", in {} with {} for {:.0f} s", w.op, w.whom, now - w.since);
+  else if (phase.empty()) s += ", computing";
+  return s;
+}
+
+// Heartbeats are written every second: one older than this missed three, its process is stopped.
+constexpr double kStale = 3.0;
+
+struct Heartbeat {
+  bool found = false;
+  double age = 0;
+  std::string what;
+};
+
+}  // namespace
+
+StallWatchdog::StallWatchdog(double timeout_s, const std::string& run_dir, int rank, int world)
+    : timeout_(timeout_s), dir_(run_dir + "/.heartbeat"), rank_(rank), world_(world) {
+  last_progress_ = dist::now_seconds();
+  if (timeout_ <= 0) return;
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  thread_ = std::thread([this] { run(); });
+}
+
+StallWatchdog::~StallWatchdog() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  std::error_code ec;
+  fs::remove(fmt::format("{}/rank-{}", dir_, rank_), ec);
+  fs::remove(dir_, ec);  // only once every rank's file is gone
+}
+
+void StallWatchdog::step_done(int64_t step, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_ = step;
+  last_progress_ = dist::now_seconds();
+  step_seconds_.push_back(seconds);
+  phase_.clear();
+}
+
+void StallWatchdog::phase(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = what;
+  last_progress_ = dist::now_seconds();  // entering or leaving a phase is progress too
+}
+
+double StallWatchdog::limit_locked() const {
+  if (!phase_.empty() || step_seconds_.size() < 5) return timeout_;
+  std::vector<double> v = step_seconds_;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return std::min(timeout_, std::max(60.0, 50.0 * v[v.size() / 2]));
+}
+
+void StallWatchdog::write_heartbeat(double now_unix) {
+  const dist::WaitState w = dist::current_wait();
+  std::string line;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    line = doing(step_, phase_, w, dist::now_seconds());
+  }
+  const std::string path = fmt::format("{}/rank-{}", dir_, rank_), tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << fmt::format("{:.3f} {}\n{}\n", now_unix, ::getpid(), line);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+}
+
+void StallWatchdog::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  double last_tick = dist::now_seconds();
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::seconds(1));
+    if (stop_) break;
+    const double now = dist::now_seconds(), idle = now - last_progress_, limit = limit_locked();
+    // A tick long after the last one: this process itself was frozen (SIGSTOP, a suspended
+    // node) — it is the stalled rank, not a witness, and stays silent until it makes progress
+    // again (mpirun wakes a stopped process only to end the job).
+    if (now - last_tick > 3) silent_since_ = last_progress_;
+    last_tick = now;
+    const bool silent = silent_since_ == last_progress_;
+    lock.unlock();
+    write_heartbeat(unix_now());
+    if (idle > limit && !silent) report(idle, limit);
+    lock.lock();
+  }
+}
+
+void StallWatchdog::report(double idle, double limit) {
+  const double now = unix_now();
+  std::vector<Heartbeat> beats(static_cast<size_t>(world_));
+  for (int r = 0; r < world_; ++r) {
+    std::ifstream f(fmt::format("{}/rank-{}", dir_, r));
+    double t = 0;
+    long pid = 0;
+    std::string what;
+    if (f >> t >> pid && std::getline(f >> std::ws, what)) beats[r] = {true, now - t, what};
+  }
+  std::vector<std::string> stopped, seen;
+  int reporter = rank_;
+  for (int r = world_ - 1; r >= 0; --r)
+    if (beats[r].found && beats[r].age <= kStale) reporter = r;
+  for (int r = 0; r < world_; ++r) {
+    if (!beats[r].found) continue;
+    if (beats[r].age > kStale)
+      stopped.push_back(fmt::format("rank {} (its last heartbeat is {:.0f} s old: {})", r, beats[r].age, beats[r].what));
+    else
+      seen.push_back(fmt::format("rank {}: {}", r, beats[r].what));
+  }
+  const int missing = static_cast<int>(std::count_if(beats.begin(), beats.end(), [](const Heartbeat& b) { return !b.found; }));
+  if (reporter != rank_) {
+    // The reporter ends the job; should it not manage within a grace period, this rank does.
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+  }
+  std::string msg = fmt::format("no progress for {:.0f} s (limit {:.0f} s): ", idle, limit);
+  msg += stopped.empty() ? std::string("no rank has stopped responding")
+                         : fmt::format("{} stopped responding", fmt::join(stopped, ", "));
+  if (!seen.empty()) msg += fmt::format("; {}", fmt::join(seen, "; "));
+  if (missing > 0) msg += fmt::format("; {} ranks have no heartbeat in {} (run.dir not shared?)", missing, dir_);
+  std::fprintf(stderr, "error: %s\n", msg.c_str());
+  std::fprintf(stderr, "hint: a stopped or hung process (SIGSTOP, a dead node, a deadlock) holds the others; raise "
+                       "run.stall_timeout_s if steps, evaluations or saves really take this long (0 turns the watchdog off)\n");
+  std::fflush(stderr);
+  // Not MPI_Abort: the training thread is inside MPI (MPI_THREAD_SERIALIZED). A rank ending
+  // without MPI_Finalize makes mpirun end the job.
+  std::_Exit(1);
+}
+
+}  // namespace baton
