@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The size of the runtime, as issue 11 measures it: lines of src/train + src/model + src/pipeline
-# (every line of their .h/.cpp/.cu files) and the longest functions of src/ (Universal Ctags'
-# start and end lines of every function, lambdas included, in .h/.cpp/.cu files).
+# The size of the runtime, as issues 11 and 21 measure it: lines of src/train + src/model +
+# src/pipeline (every line of their .h/.cpp/.cu files), of the virtual-worker runtime (the WSP and
+# wave all-reduce code, VW rows and the device emulation: wsp_*, virtual_worker*, wave_allreduce*,
+# vw_rows*, compute_stretch* under src/train), the longest functions of src/ and how many are over
+# 80 lines (Universal Ctags' start and end lines of every function, lambdas included, in
+# .h/.cpp/.cu files).
 #
 #   bash launch/code-stats.sh            # the working tree
 #   bash launch/code-stats.sh REV [TOP]  # a git revision (e.g. a14b86b^), TOP longest functions (5)
@@ -24,9 +27,11 @@ echo "$label: src/train + src/model + src/pipeline = $runtime lines"
 for d in src/train src/model src/pipeline; do
   printf '  %-13s %6d lines\n' "$d" "$(sources "$d" | xargs cat | wc -l)"
 done
-echo "$label: the $top longest functions of src/ (lines, start to end)"
+vw=$(find src/train -type f \( -name 'wsp_*' -o -name 'virtual_worker*' -o -name 'wave_allreduce*' -o -name 'vw_rows*' \
+  -o -name 'compute_stretch*' \) | sort | xargs cat | wc -l)
+echo "$label: the virtual-worker runtime (src/train: wsp_*, virtual_worker*, wave_allreduce*, vw_rows*, compute_stretch*) = $vw lines"
 # ctags' line:/end: fields; a function nested in another (a lambda) is counted on its own too.
-sources src | xargs ctags --c++-kinds=f --language-force=C++ --fields=+ne -o - 2> /dev/null |
+functions=$(sources src | xargs ctags --c++-kinds=f --language-force=C++ --fields=+ne -o - 2> /dev/null |
   awk -F'\t' '{
     start = ""; end = ""
     for (i = 4; i <= NF; i++) {
@@ -34,4 +39,6 @@ sources src | xargs ctags --c++-kinds=f --language-force=C++ --fields=+ne -o - 2
       if ($i ~ /^end:/) end = substr($i, 5)
     }
     if (start != "" && end != "") printf "%d %s:%s %s\n", end - start + 1, $2, start, $1
-  }' | sort -rn | head -n "$top" | awk '{ printf "  %5d  %s  %s\n", $1, $2, $3 }'
+  }' | sort -rn)
+echo "$label: $(echo "$functions" | awk '$1 > 80' | wc -l) functions of src/ over 80 lines; the $top longest (lines, start to end)"
+echo "$functions" | head -n "$top" | awk '{ printf "  %5d  %s  %s\n", $1, $2, $3 }'

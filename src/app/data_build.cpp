@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "app/app.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -28,13 +29,6 @@ namespace fs = std::filesystem;
 
 // Documents are encoded in parallel in batches of about this much text (bounds memory).
 constexpr size_t kBatchBytes = 8u << 20;
-
-std::string human_count(double n) {
-  if (n >= 1e9) return fmt::format("{:.2f}G", n / 1e9);
-  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
-  if (n >= 1e3) return fmt::format("{:.1f}k", n / 1e3);
-  return fmt::format("{:.0f}", n);
-}
 
 // One status line on stdout: rewritten in place on a terminal, one line per 10% otherwise (logs).
 class Progress {

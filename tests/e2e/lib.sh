@@ -41,6 +41,17 @@ use_mpirun() {
   MPIRUN=(mpirun --oversubscribe -np)
 }
 
+# stop_rank DIR RANK: SIGSTOP the process of RANK in a run whose stall watchdog writes heartbeats to
+# DIR/.heartbeat (each file starts with "<time> <pid>"); prints its pid (for the kill -9 after).
+stop_rank() {
+  local dir=$1 rank=$2 pid=""
+  for _ in $(seq 1 100); do [ -s "$dir/.heartbeat/rank-$rank" ] && [ -e "$dir/metrics.jsonl" ] && break; sleep 0.2; done
+  pid=$(head -1 "$dir/.heartbeat/rank-$rank" 2>/dev/null | cut -d' ' -f2)
+  [ -n "$pid" ] || fail "no rank $rank process (no heartbeat in $dir)"
+  kill -STOP "$pid"
+  echo "$pid"
+}
+
 # tiny.toml: a 2-layer GPT on the "tiny" dataset, 20 steps of 8 sequences (4 micro-batches of 2),
 # logged every step, checkpointed every 10 (the multi-rank and precision tests' common run).
 write_tiny_config() {

@@ -14,12 +14,7 @@ for victim_rank in 1 0; do
   "${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set run.dir=st --set train.steps=100000000 --set train.log_every=100000000 \
     --set checkpoint.every=0 --set run.stall_timeout_s=4 > st.log 2> st.err &
   pid=$!
-  for _ in $(seq 1 100); do [ -e st/metrics.jsonl ] && break; sleep 0.2; done
-  for _ in $(seq 1 50); do [ -s "st/.heartbeat/rank-$victim_rank" ] && break; sleep 0.2; done
-  # Each rank's heartbeat file starts with "<time> <pid>".
-  victim=$(head -1 "st/.heartbeat/rank-$victim_rank" 2>/dev/null | cut -d' ' -f2)
-  [ -n "$victim" ] || { cat st.err; fail "no rank $victim_rank process"; }
-  kill -STOP "$victim"
+  victim=$(stop_rank st "$victim_rank") || { cat st.err; fail "no rank $victim_rank process"; }
   rc=0
   timeout 60 tail --pid="$pid" -f /dev/null || { kill -9 "$victim" "$pid" 2>/dev/null; fail "the job did not end within 60 s"; }
   wait "$pid" || rc=$?

@@ -88,10 +88,7 @@ start=$(date +%s)
 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set hetero.sync='"wsp"' --set train.steps=100000000 \
   --set train.log_every=100000000 --set run.stall_timeout_s=5 --set run.dir=st > st.log 2> st.err &
 pid=$!
-for _ in $(seq 1 100); do [ -s st/.heartbeat/rank-1 ] && [ -e st/metrics.jsonl ] && break; sleep 0.2; done
-victim=$(head -1 st/.heartbeat/rank-1 2>/dev/null | cut -d' ' -f2)
-[ -n "$victim" ] || { cat st.err; fail "no rank 1 process"; }
-kill -STOP "$victim"
+victim=$(stop_rank st 1) || { cat st.err; fail "no rank 1 process"; }
 rc=0
 timeout 60 tail --pid="$pid" -f /dev/null || { kill -9 "$victim" "$pid" 2>/dev/null; fail "the job did not end within 60 s"; }
 wait "$pid" || rc=$?

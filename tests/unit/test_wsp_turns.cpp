@@ -59,7 +59,7 @@ TEST(WspTurns, OrderFromTheConfig) {
   EXPECT_GT(mean_position(slow, 1), mean_position(slow, 2));
 }
 
-// The serialized one-rank loop on the protocol's clocks: each turn runs the VW's next minibatch
+// One-rank VWs serialized by turns, on the protocol's clocks: each turn runs the VW's next minibatch
 // whole (pull if allowed, start, finish, push); a pull that gates it must be allowed already.
 TEST(WspTurns, GatingPullsAreSatisfiableInTurnOrder) {
   Rng rng(mix({2026, 13, 7}));

@@ -26,12 +26,6 @@ void log_emulation(const std::vector<RankEmulation>& emu, const dist::Layout& la
   }
 }
 
-std::string human_rate(double x) {
-  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
-  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
-  return fmt::format("{:.0f}", x);
-}
-
 }  // namespace
 
 VirtualWorkerSync::VirtualWorkerSync(const Config& cfg, dist::Comm& world, const dist::Layout& layout)
@@ -60,6 +54,11 @@ std::optional<int64_t> VirtualWorkerSync::resume(TrainSession& session) {
   session.load(resume_->path);  // the VW's stages read their layers of it
   log_wsp_resume(*resume_, num_vw_, cfg_.hetero.sync == SyncMode::WSP ? "WSP" : "allreduce");
   return resume_->step;
+}
+
+void VirtualWorkerSync::start(TrainSession& session, int64_t first_step) {
+  start_sync(session, first_step);
+  run_timer_.reset();
 }
 
 std::string VirtualWorkerSync::metrics_file() const {
@@ -131,12 +130,12 @@ void VirtualWorkerSync::finish(TrainSession&, TrainSummary&, int64_t, int64_t, d
               "({:.0f}%) {}, {:.2f} s idle ({:.0f}% of the waiting)",
               layout_.place(r).group, x[kMinibatches], x[kSeconds], x[kMinibatches] / s, x[kFactors] / n,
               x[kStretch] > 0 ? fmt::format(", {:.2f} s slept", x[kStretch]) : std::string(),
-              human_rate(x[kTokens] / s), images_ ? "img" : "tok", x[kWait], 100 * x[kWait] / s, waiting_for(),
+              human_count(x[kTokens] / s), images_ ? "img" : "tok", x[kWait], 100 * x[kWait] / s, waiting_for(),
               x[kIdle], 100 * x[kIdle] / std::max(1e-9, x[kWait]));
   }
   const double per_device = flops_per_s / 1e12 / world_.size();
   log::info("job: {} virtual workers on {} ranks | {} {}/s | {:.3f} TFLOP/s per device{}", num_vw_, world_.size(),
-            human_rate(tokens_per_s), images_ ? "img" : "tok", per_device,
+            human_count(tokens_per_s), images_ ? "img" : "tok", per_device,
             peak_ > 0 ? fmt::format(" | mfu {:.1f}%", 100 * per_device / peak_) : std::string());
 }
 

@@ -43,6 +43,8 @@ class VirtualWorkerSync : public CrossGroupSync {
   SessionOptions session_options() override;
   void attach(TrainSession& session) override;
   std::optional<int64_t> resume(TrainSession& session) override;
+  // The strategy's own start, then the VW's clock for minibatches/s starts (as the loop does).
+  void start(TrainSession& session, int64_t first_step) final;
   bool reports() const override { return stage_ == layout_.pipeline(vw_).pp - 1; }  // the last stage has the loss
   std::string metrics_file() const override;
   bool holds_loss() const override { return reports(); }
@@ -62,8 +64,10 @@ class VirtualWorkerSync : public CrossGroupSync {
   // Its part of the log line ("clock 3 (global 2) | staleness 1") and what the VWs wait for.
   virtual std::string describe(const VwMetrics& vm) const = 0;
   virtual const char* waiting_for() const = 0;
-  // Its first header line (rank 0) and its connections closed at the end (collective).
+  // Its first header line (rank 0), its state once resumed (collective) and its connections
+  // closed at the end (collective).
   virtual void header(TrainSession& session) = 0;
+  virtual void start_sync(TrainSession& /*session*/, int64_t /*first_step*/) {}
   virtual void close() {}
   // The stop step agreed on a signal (before train.steps), when one is.
   virtual std::optional<int64_t> stop_at() const { return std::nullopt; }

@@ -45,7 +45,7 @@ class WaveAllreduceSync final : public VirtualWorkerSync {
               num_vw_, cfg_.hetero.nm, cfg_.train.global_batch / num_vw_, cfg_.train.global_batch);
   }
 
-  void start(TrainSession& session, int64_t first_step) override {
+  void start_sync(TrainSession& session, int64_t first_step) override {
     SequentialModel& model = session.model();
     const size_t F = model.flat_size();
     start_.resize(F);

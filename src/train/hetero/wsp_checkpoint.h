@@ -8,9 +8,10 @@
 // c_global = c + 1 and every wave is folded into w_global), each VW takes its outstanding pull
 // (as of c + 1: no VW can push wave c + 1 before every VW has left the meeting) and merges it —
 // with nothing of its own left unfolded, its weights become w_global exactly. Then every VW
-// writes its own checkpoint (weights = w_global, its optimizer state) under
-// <checkpoint dir>/vw<k>/ (vw_checkpoint_dir, train/checkpoint/checkpoint_dir.h), and rank 0 publishes <checkpoint dir>/wsp-NNNNNNN.json (the step, the
-// VWs, Nm, D) — the marker that the checkpoint is complete.
+// writes its own checkpoint (weights = w_global, its optimizer state) under <checkpoint dir>/vw<k>/
+// (vw_checkpoint_dir, train/checkpoint/checkpoint_dir.h), and rank 0 publishes
+// <checkpoint dir>/wsp-NNNNNNN.json (the step, the VWs, Nm, D) — the marker that the checkpoint is
+// complete. A stop on a signal is such a meeting too (train/hetero/wsp_stage.h "Stopping").
 //
 // Resume (checkpoint.resume = "auto", or the checkpoint directory): the newest marker whose VWs'
 // files all exist.

@@ -79,7 +79,7 @@ class WspSync final : public VirtualWorkerSync {
 
   // The server starts from the weights every VW holds now (one seed, or the checkpoint's w_global):
   // the VWs' first stages gather w0 and VW 0's hands it to every shard.
-  void start(TrainSession& session, int64_t first_step) override {
+  void start_sync(TrainSession& session, int64_t first_step) override {
     turns_.start_at(first_step);
     stage_sync_->start_at(static_cast<int>(first_step / params_.nm));
     global_ = global_params(session.builder(), session.backend());

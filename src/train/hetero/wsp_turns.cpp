@@ -106,7 +106,7 @@ int64_t WspTurns::gated_pull(dist::ServerClient& client, std::vector<float>& out
   const std::optional<int64_t> c = client.take_pull(out);
   BATON_ASSERT(c.has_value(),
                "deterministic mode: turn {} (VW {}): the pull that gates its minibatch {} is not allowed by the "
-               "turns before it (the schedule and the one-rank loop disagree)",
+               "turns before it (the schedule and the VW's clock disagree)",
                mine_[next_], vw_, next_ + 1);
   return *c;
 }

@@ -13,7 +13,7 @@
 // merge, start, compute, finish and push — and sends the token to the rank of turn i + 1. Every
 // read and write of the parameter server thus happens in one fixed global order: which c_global a
 // pull sees and the order in which the server folds a wave's floats are functions of the config,
-// so the run is reproducible bit for bit. Turn i of the one-rank loop is the step of
+// so the run is reproducible bit for bit. Turn i of a one-rank VW is the step of
 // `Interleaving::order` that finishes the VW's next minibatch: there the minibatch had started
 // already, so every pull that gates it is satisfied by the pushes of turns < i.
 //

@@ -7,6 +7,7 @@
 #include "config/device_emulation.h"
 #include "config/virtual_workers.h"
 #include "core/build_info.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
@@ -24,13 +25,6 @@
 
 namespace baton {
 namespace {
-
-std::string human_count(double x) {
-  if (x >= 1e9) return fmt::format("{:.2f}G", x / 1e9);
-  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
-  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
-  return fmt::format("{:.0f}", x);
-}
 
 uint64_t splitmix64(uint64_t z) {
   z += 0x9e3779b97f4a7c15ull;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
@@ -26,13 +27,6 @@
 
 namespace baton {
 namespace {
-
-std::string human_count(double x) {
-  if (x >= 1e9) return fmt::format("{:.2f}G", x / 1e9);
-  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
-  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
-  return fmt::format("{:.0f}", x);
-}
 
 std::string human_duration(double s) {
   const int64_t t = static_cast<int64_t>(s + 0.5);
