@@ -128,11 +128,21 @@ PYEOF
   expect_error "metadata checksum mismatch in checkpoint 'meta.h5'" "$BATON" ckpt verify meta.h5
   expect_error "metadata checksum mismatch" "$BATON" train tiny.toml --set train.steps=16 --set checkpoint.resume=meta.h5 \
     --set run.dir=meta-run
-  # A file from a baton before the metadata checksum (no attribute) still loads, with a warning.
-  cp pristine.h5 legacy.h5
-  "$PY" -c "import h5py; f = h5py.File('legacy.h5', 'r+'); del f.attrs['meta_checksum']"
-  "$BATON" ckpt verify legacy.h5 > legacy.txt 2>&1 || { cat legacy.txt; fail "a file without meta_checksum"; }
-  grep -q "has no meta_checksum attribute .*its metadata are not verified" legacy.txt || { cat legacy.txt; fail "no warning"; }
+  # A file of this format without meta_checksum lost it (a flipped bit in the attribute's name): damage,
+  # not a file whose metadata go unverified (issue 22 item 3) — with `step` flipped too it would
+  # otherwise resume at the wrong step.
+  cp pristine.h5 nosum.h5
+  "$PY" -c "import h5py; f = h5py.File('nosum.h5', 'r+'); f.attrs['meta_checksuM'] = f.attrs['meta_checksum']; \
+del f.attrs['meta_checksum']; f.attrs.modify('step', f.attrs['step'] ^ 2)"
+  expect_error "checkpoint 'nosum.h5' has no meta_checksum attribute: its metadata (step 14" "$BATON" ckpt verify nosum.h5
+  # An unknown format_version is damage as well: `resume = "auto"` falls back to the previous
+  # checkpoint instead of stopping (the newest of a copy of the run's directory flipped).
+  rm -rf fv && mkdir fv && cp run/ckpt/step-0000008.h5 pristine.h5 fv/ && mv fv/pristine.h5 fv/step-0000012.h5
+  "$PY" -c "import h5py; f = h5py.File('fv/step-0000012.h5', 'r+'); f.attrs.modify('format_version', 3)"
+  "$BATON" train tiny.toml --set train.steps=14 --set checkpoint.every=0 --set run.dir=fvrun \
+    --set checkpoint.dir='"fv"' > fv.log 2>&1 || { cat fv.log; fail "auto resume over a checkpoint of another format version"; }
+  grep -q "skipping damaged checkpoint.*step-0000012.h5.*format version 3" fv.log || { cat fv.log; fail "no warning"; }
+  grep -q "^resumed from fv/step-0000008.h5 at step 8 " fv.log || { cat fv.log; fail "auto did not fall back to step 8"; }
 fi
 
 # ---- truncated file, another model shape, resume = never over an old run ----

@@ -1,6 +1,7 @@
 // Bad checkpoints give clear errors naming the file and the tensor, and nothing is loaded
 // silently: truncated file, flipped bytes (checksum mismatch), another model shape, a missing
-// tensor, an unknown format version, a file that is not a checkpoint.
+// tensor, an unknown format version, a file that is not a checkpoint, a lost metadata checksum and a
+// tokens_consumed that does not match its step (damage, which resume = "auto" falls back from).
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -71,7 +72,8 @@ TEST(CheckpointErrors, NotHdf5AndNotACheckpoint) {
             std::string::npos);
   const hid_t f = H5Fcreate((dir / "other.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   H5Fclose(f);
-  EXPECT_NE(error_of<Error>([&] { CheckpointReader r(dir / "other.h5"); }).find("not a baton checkpoint"),
+  // A file without baton's format name is damage too (a flipped bit there must not stop a resume).
+  EXPECT_NE(error_of<CheckpointDamaged>([&] { CheckpointReader r(dir / "other.h5"); }).find("not a baton checkpoint"),
             std::string::npos);
   EXPECT_NE(error_of<Error>([&] { CheckpointReader r(dir / "missing.h5"); }).find("does not exist"),
             std::string::npos);
@@ -126,9 +128,37 @@ TEST(CheckpointErrors, UnknownFormatVersion) {
   H5Awrite(a, H5T_NATIVE_INT64, &v);
   H5Aclose(a);
   H5Fclose(f);
-  const std::string msg = error_of<Error>([&] { CheckpointReader r(w.path); });
+  // Damage (resume = "auto" falls back to the previous checkpoint; issue 22 item 3), not a stop.
+  const std::string msg = error_of<CheckpointDamaged>([&] { CheckpointReader r(w.path); });
   EXPECT_NE(msg.find("format version 99"), std::string::npos) << msg;
   EXPECT_NE(msg.find(w.path), std::string::npos) << msg;
+}
+
+// Every file of this format carries meta_checksum: one without it (a flipped bit in the attribute's
+// name) is damaged, not an older file whose metadata go unverified.
+TEST(CheckpointErrors, MissingMetaChecksumIsDamage) {
+  Written w;
+  const hid_t f = H5Fopen(w.path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(H5Arename(f, "meta_checksum", "meta_checksuM"), 0);
+  H5Fclose(f);
+  const std::string msg = error_of<CheckpointDamaged>([&] { CheckpointReader r(w.path); });
+  EXPECT_NE(msg.find("has no meta_checksum attribute"), std::string::npos) << msg;
+}
+
+// tokens_consumed is cross-checked with the step and the batch of the checkpoint's own config (a
+// second line behind the metadata checksum, which covers both).
+TEST(CheckpointErrors, TokensConsumedMustMatchStepAndBatch) {
+  TmpDir dir;
+  SmallState state;
+  CheckpointMeta meta = testing::test_meta(5);
+  ASSERT_GT(meta.tokens_consumed, 0);
+  const std::string ok = dir / "ok.h5", bad = dir / "bad.h5";
+  write_checkpoint_file(ok, meta, state.shards(), MPI_COMM_NULL);
+  EXPECT_EQ(CheckpointReader(ok).meta().tokens_consumed, meta.tokens_consumed);
+  meta.tokens_consumed += 1;  // written with a matching checksum: only the cross-check can see it
+  write_checkpoint_file(bad, meta, state.shards(), MPI_COMM_NULL);
+  const std::string msg = error_of<CheckpointDamaged>([&] { CheckpointReader r(bad); });
+  EXPECT_NE(msg.find("tokens_consumed"), std::string::npos) << msg;
 }
 
 TEST(CheckpointErrors, FailedReadLeavesTheTrainingStateUntouched) {

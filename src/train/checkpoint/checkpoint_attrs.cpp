@@ -1,9 +1,10 @@
 #include "train/checkpoint/checkpoint_attrs.h"
 
-#include <bit>
-#include <string_view>
+#include <toml++/toml.h>
 
-#include "core/log.h"
+#include <bit>
+#include <optional>
+#include <string_view>
 
 #include "train/checkpoint/checkpoint_checksum.h"
 #include "train/checkpoint/checkpoint_h5.h"
@@ -77,42 +78,68 @@ void write_meta_attrs(hid_t root, const CheckpointMeta& meta) {
   h5::write_attr(root, kMetaChecksumAttr, meta_checksum(meta));
 }
 
+// The tokens a checkpoint's steps consumed by its own config: step × train.global_batch ×
+// model.seq_len (make_checkpoint_meta); nullopt when the config text does not say (it is covered by
+// the metadata checksum, so this is a second line of defence, for a flip the checksum cannot see).
+static std::optional<int64_t> tokens_by_config(const CheckpointMeta& m) {
+  toml::table t;
+  try {
+    t = toml::parse(m.config_toml);
+  } catch (const toml::parse_error&) {
+    return std::nullopt;
+  }
+  const std::optional<int64_t> batch = t["train"]["global_batch"].value<int64_t>();
+  const std::optional<int64_t> seq = t["model"]["seq_len"].value<int64_t>();
+  if (!batch || !seq) return std::nullopt;
+  return m.step * *batch * *seq;
+}
+
 CheckpointMeta read_meta_attrs(hid_t root, const std::string& path) {
+  // What identifies the file: a flipped bit there is damage like any other (resume = "auto" falls
+  // back to the previous checkpoint), never a reason to stop.
+  const std::string hint = "the file is damaged, or not written by this baton; resume = \"auto\" falls back to the "
+                           "previous checkpoint (`baton ckpt verify PATH` checks one; the file's `writer` attribute "
+                           "names the baton that wrote it)";
   std::string format;
-  BATON_REQUIRE(h5::read_attr(root, "format", format) && format == kCheckpointFormatName,
-                fmt::format("'{}' is an HDF5 file but not a baton checkpoint (no format = \"{}\")",
-                            path, kCheckpointFormatName),
-                "point at a step-NNNNNNN.h5 file written by baton train");
+  if (!h5::read_attr(root, "format", format) || format != kCheckpointFormatName)
+    throw CheckpointDamaged(fmt::format("'{}' is an HDF5 file but not a baton checkpoint (no format = \"{}\")", path,
+                                        kCheckpointFormatName),
+                            hint);
   CheckpointMeta m;
-  BATON_REQUIRE(h5::read_attr(root, "format_version", m.format_version) &&
-                    m.format_version == kCheckpointFormatVersion,
-                fmt::format("checkpoint '{}' has format version {}, this baton reads version {}",
-                            path, m.format_version, kCheckpointFormatVersion),
-                "use the baton version that wrote it (see the file's `writer` attribute)");
+  const bool has_version = h5::read_attr(root, "format_version", m.format_version);
+  if (!has_version || m.format_version != kCheckpointFormatVersion)
+    throw CheckpointDamaged(has_version ? fmt::format("checkpoint '{}' has format version {}, this baton reads version {}",
+                                                      path, m.format_version, kCheckpointFormatVersion)
+                                        : fmt::format("checkpoint '{}' has no readable format_version", path),
+                            hint);
   std::string algorithm;
-  BATON_REQUIRE(h5::read_attr(root, "checksum_algorithm", algorithm) && algorithm == kChecksumAlgorithm,
-                fmt::format("checkpoint '{}' uses checksum algorithm '{}', expected '{}'", path,
-                            algorithm, kChecksumAlgorithm),
-                "use the baton version that wrote it");
+  if (!h5::read_attr(root, "checksum_algorithm", algorithm) || algorithm != kChecksumAlgorithm)
+    throw CheckpointDamaged(fmt::format("checkpoint '{}' uses checksum algorithm '{}', expected '{}'", path, algorithm,
+                                        kChecksumAlgorithm),
+                            hint);
   for_each_field(m, [&](const char* name, auto& v) {
     if (!h5::read_attr(root, name, v))
       throw CheckpointDamaged(
           fmt::format("checkpoint '{}' lacks the metadata attribute '{}'", path, name),
           "the file is incomplete or damaged; use another checkpoint");
   });
+  // Every file of this format has the metadata checksum: one without it lost it (a damaged
+  // attribute name), and its step, data position and config could not be trusted.
   uint64_t stored = 0;
-  if (!h5::read_attr(root, kMetaChecksumAttr, stored)) {
-    // Files from before the metadata checksum (same format version): readable, not covered.
-    log::warn("checkpoint '{}' has no {} attribute (written by {}): its metadata are not verified", path,
-              kMetaChecksumAttr, m.writer);
-    return m;
-  }
+  if (!h5::read_attr(root, kMetaChecksumAttr, stored))
+    throw CheckpointDamaged(fmt::format("checkpoint '{}' has no {} attribute: its metadata (step {}, data position {}, "
+                                        "config) cannot be verified", path, kMetaChecksumAttr, m.step, m.data_position),
+                            hint);
   if (const uint64_t computed = meta_checksum(m); computed != stored)
     throw CheckpointDamaged(fmt::format("metadata checksum mismatch in checkpoint '{}' (stored {}, computed {}): "
                                         "step {}, data position {}, config or another attribute is damaged",
                                         path, checksum_hex(stored), checksum_hex(computed), m.step,
                                         m.data_position),
                             "the file is damaged; resume from another checkpoint (`baton ckpt verify PATH` checks one)");
+  if (const std::optional<int64_t> tokens = tokens_by_config(m); tokens && *tokens != m.tokens_consumed)
+    throw CheckpointDamaged(fmt::format("checkpoint '{}': tokens_consumed {} is not step {} x train.global_batch x "
+                                        "model.seq_len of its config ({})", path, m.tokens_consumed, m.step, *tokens),
+                            hint);
   return m;
 }
 
