@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <vector>
 
 #include "core/error.h"
 
@@ -14,6 +15,29 @@ bool is_document_separator(std::string_view line) {
   return line == kDocumentSeparator;
 }
 
+namespace {
+
+// Where the sequence cut by the end of `b` starts (its lead byte and 1–2 continuation bytes), or
+// b.size() when nothing is cut: those bytes are scanned again with the next chunk.
+size_t cut_sequence_start(std::string_view b) {
+  for (size_t back = 1; back <= 3 && back <= b.size(); ++back) {
+    const auto c = static_cast<unsigned char>(b[b.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: the lead is further back
+    const size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+    return len > back ? b.size() - back : b.size();
+  }
+  return b.size();
+}
+
+[[noreturn]] void not_text(const std::string& path, int64_t at, unsigned char byte) {
+  throw Error(fmt::format("input {} is not text: byte {} (0x{:02x}) is {}", path, at, byte,
+                          byte == 0 ? "NUL" : "not UTF-8"),
+              "pass plain-text (UTF-8) files to --input; a built dataset (.bin/.idx) or a compressed "
+              "file is not text (decompress it first)");
+}
+
+}  // namespace
+
 void require_input_file(const std::string& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
@@ -23,17 +47,26 @@ void require_input_file(const std::string& path) {
   if (!std::filesystem::is_regular_file(status))
     throw Error(fmt::format("input {} is not a regular file", path),
                 "pass plain-text files to --input (e.g. corpus/*.txt), not directories");
-  std::ifstream probe(path, std::ios::binary);
-  if (!probe) throw Error(fmt::format("cannot read input file {}", path), "check its permissions");
-  std::string head(64 << 10, '\0');
-  probe.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<size_t>(probe.gcount()));
-  if (const int64_t at = first_non_text_byte(head); at >= 0)
-    throw Error(fmt::format("input {} is not text: byte {} (0x{:02x}) is {}", path, at,
-                            static_cast<unsigned char>(head[size_t(at)]),
-                            head[size_t(at)] == '\0' ? "NUL" : "not UTF-8"),
-                "pass plain-text (UTF-8) files to --input; a built dataset (.bin/.idx) or a compressed "
-                "file is not text (decompress it first)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("cannot read input file {}", path), "check its permissions");
+  // The whole file, in chunks (a binary tail after text — NULs, a gzip member — would otherwise be
+  // tokenized as text; issue 22: 70 KB of text then NULs passed a check of the first 64 KiB).
+  std::string buf;
+  std::vector<char> chunk(size_t(1) << 20);
+  int64_t offset = 0;  // of buf[0] in the file
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto got = static_cast<size_t>(in.gcount());
+    if (got == 0) break;
+    buf.append(chunk.data(), got);
+    if (const int64_t at = first_non_text_byte(buf); at >= 0)
+      not_text(path, offset + at, static_cast<unsigned char>(buf[size_t(at)]));
+    const size_t keep = cut_sequence_start(buf);
+    offset += static_cast<int64_t>(keep);
+    buf.erase(0, keep);
+  }
+  if (in.bad()) throw Error(fmt::format("error while reading {}", path), "check the file and the disk");
+  if (!buf.empty()) not_text(path, offset, static_cast<unsigned char>(buf[0]));  // cut by the end of the file
 }
 
 int64_t first_non_text_byte(std::string_view b) {
@@ -54,8 +87,8 @@ int64_t first_non_text_byte(std::string_view b) {
 }
 
 DocumentReader::DocumentReader(const std::string& path) : path_(path) {
-  require_input_file(path);
-  in_.open(path, std::ios::binary);
+  in_.open(path, std::ios::binary);  // checked as text by require_input_file beforehand
+  if (!in_) throw Error(fmt::format("cannot read input file {}", path), "check its permissions");
 }
 
 bool DocumentReader::next(std::string& doc) {

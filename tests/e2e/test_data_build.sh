@@ -70,6 +70,25 @@ gzip -k -c train.txt > train.txt.gz
 expect_failure "train.txt.gz is not text" data build --input train.txt.gz --output out/x --tokenizer out/train.model
 { head -n 3 train.txt; printf 'caf\xe9 latin-1\n'; } > latin1.txt
 expect_failure "latin1.txt is not text: byte .* not UTF-8" data build --input latin1.txt --output out/x --tokenizer out/train.model
+# Binary data after more than 64 KiB of text (the first 64 KiB were all that was checked, issue 22:
+# 175k garbage tokens): NULs, and a gzip member; and a multi-byte character cut by a 1 MiB chunk
+# boundary is text.
+python3 - <<'PY'
+text = open("train.txt", "rb").read()
+body = (text * (70_000 // len(text) + 1))[:70_000]
+open("tail-nul.txt", "wb").write(body + b"\0" * 4096)
+import gzip
+open("tail-gz.txt", "wb").write(body + gzip.compress(text))
+# A 4-byte character straddling the reader's first 1 MiB chunk (bytes 2^20 - 1 .. 2^20 + 2).
+words = (b"plain words " * ((1 << 20) // 12 + 1))[: (1 << 20) - 1]
+open("big-utf8.txt", "wb").write(words + "\U0001F600 caf\u00e9 \u2014 end\n".encode())
+PY
+expect_failure "tail-nul.txt is not text: byte 70000 (0x00) is NUL" data build --input tail-nul.txt --output out/x --tokenizer out/train.model
+expect_failure "tail-gz.txt is not text: byte 700" data build --input tail-gz.txt --output out/x --tokenizer out/train.model
+expect_failure "tail-nul.txt is not text" data build --input tail-nul.txt --output out/x --train-tokenizer 320
+[ ! -e out/x.bin ] && [ ! -e out/x.model ] || fail "a refused input left output files"
+"$BATON" data build --input big-utf8.txt --output out/big --tokenizer out/train.model > big.log \
+  || { cat big.log; fail "UTF-8 text over several 1 MiB chunks refused"; }
 printf 'na\xc3\xafve caf\xc3\xa9 \xe2\x80\x94 UTF-8 text\n' >> valid.txt  # multi-byte UTF-8 is text
 "$BATON" data build --input valid.txt --output out/valid2 --tokenizer out/train.model > valid2.log \
   || { cat valid2.log; fail "UTF-8 text refused"; }
