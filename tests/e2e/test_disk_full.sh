@@ -61,4 +61,17 @@ steps = [json.loads(l)["step"] for l in open("metrics.jsonl")]  # every line a w
 assert steps == list(range(1, end + 1)), steps
 print(f"metrics.jsonl: {len(steps)} whole records after the resume, steps 1..{end} in order")
 PY
+# ---- the heartbeat directory fills up: the last good heartbeat stays (an empty file renamed over it
+# before, issue 22 item 4 — the watchdog then saw a rank it could not read) ----
+mkdir -p hb/.heartbeat
+unshare -m bash -c "mount -t tmpfs -o size=16k none hb/.heartbeat || exit 1; \
+  \"$BATON\" train tiny.toml --set run.dir=hb --set checkpoint.dir=hbck --set train.steps=100000 \
+    --set train.log_every=100000 --set run.stall_timeout_s=600 > hb.log 2>&1 & p=\$!; \
+  for i in \$(seq 1 100); do [ -s hb/.heartbeat/rank-0 ] && break; sleep 0.1; done; \
+  dd if=/dev/zero of=hb/.heartbeat/fill bs=1k count=64 status=none 2>/dev/null; sleep 2.5; \
+  cp hb/.heartbeat/rank-0 hb-kept; kill -TERM \$p; wait \$p; echo \$? > hbrc"
+[ -s hb-kept ] || fail "a full heartbeat directory left an empty heartbeat"
+read -r t pid < hb-kept && [ -n "$pid" ] || { cat hb-kept; fail "the kept heartbeat is not one"; }
+[ "$(cat hbrc)" -eq 130 ] || { cat hb.log; fail "the run with a full heartbeat dir: exit $(cat hbrc)"; }
+echo "heartbeats on a full disk: the last good one kept ($(head -c 60 hb-kept | tr '\n' ' '))"
 echo "PASS"

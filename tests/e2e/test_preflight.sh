@@ -34,4 +34,18 @@ if [ "$(id -u)" -eq 0 ] && unshare -m bash -c "mount -t tmpfs -o size=64k none p
 else
   echo "skipped the free-space case: needs root and unshare -m to mount a tmpfs"
 fi
+# Ranks in different working directories with a relative run.dir (issue 22 item 4: the first save
+# hung without a message): each would write the checkpoint file in another directory. Refused
+# before the first step, naming the rank and where its checkpoint.dir resolves.
+mkdir -p wd0 wd1
+cp tiny.* wd0/ && cp tiny.* wd1/
+rc=0
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 mpirun --oversubscribe -x OMP_NUM_THREADS=1 \
+  -np 1 --wdir wd0 "$BATON" train tiny.toml --set run.dir=rel : \
+  -np 1 --wdir wd1 "$BATON" train tiny.toml --set run.dir=rel > wd.log 2> wd.err || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat wd.err; fail "ranks in different directories: exit $rc"; }
+grep -q "^error: rank 1: does not see the checkpoint directory its file's first rank writes in (checkpoint.dir rel/ckpt is .*wd1/rel/ckpt here)" wd.err ||
+  { cat wd.err; fail "no error naming rank 1"; }
+grep -q "^hint: every rank writes the same checkpoint file" wd.err || { cat wd.err; fail "hint"; }
+[ ! -e wd0/rel/metrics.jsonl ] || fail "a step ran with ranks in different directories"
 echo "PASS"

@@ -34,6 +34,23 @@ grep -q "resumed WSP at step 8" part2.log || { cat part2.log; fail "no resume"; 
   --set train.steps=8 > el1.log
 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set train.global_batch=12 --set run.dir=el > el2.log
 grep -q "elastic resume at step 8: 2 virtual workers now, 3 in the checkpoint" el2.log || { cat el2.log; fail "no elastic"; }
+# Elastic 3 -> 2 from a checkpoint older than the 3 VWs' last records (their run went on to step
+# 12; its step-12 marker is gone): VW 2's file, which no VW writes again, ends at the checkpoint
+# too (issue 22 item 4: it kept records past it).
+"${MPIRUN[@]}" 3 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set train.global_batch=12 --set run.dir=el3 \
+  --set checkpoint.every=4 > el3a.log
+rm el3/ckpt/wsp-0000012.json
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${WSP[@]}" --set train.global_batch=12 --set run.dir=el3 \
+  --set checkpoint.every=4 > el3b.log
+grep -q "elastic resume at step 8: 2 virtual workers now, 3 in the checkpoint" el3b.log || { cat el3b.log; fail "no elastic (el3)"; }
+python3 - <<'PY'
+import json
+steps = lambda f: [json.loads(l)["step"] for l in open(f"el3/{f}")]
+assert steps("metrics-vw2.jsonl") == list(range(1, 9)), steps("metrics-vw2.jsonl")
+for f in ("metrics.jsonl", "metrics-vw1.jsonl"):
+    assert steps(f) == list(range(1, 13)), (f, steps(f))
+print("elastic 3 -> 2 VWs: metrics-vw2.jsonl ends at the checkpoint (step 8), VW 0 and 1 continue to 12")
+PY
 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set hetero.sync='"wsp"' --set hetero.nm=2 \
   --set hetero.staleness=2 --set checkpoint.every=6 --set run.dir=stale --set train.steps=6 > stale1.log
 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" --set hetero.sync='"wsp"' --set hetero.nm=2 \

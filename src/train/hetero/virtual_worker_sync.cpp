@@ -53,6 +53,11 @@ std::optional<int64_t> VirtualWorkerSync::resume(TrainSession& session) {
   if (!resume_) return std::nullopt;
   session.load(resume_->path);  // the VW's stages read their layers of it
   log_wsp_resume(*resume_, num_vw_, cfg_.hetero.sync == SyncMode::WSP ? "WSP" : "allreduce");
+  // Fewer VWs now: the files of the ones gone end at the checkpoint too (no VW writes them again;
+  // records past the checkpoint would describe minibatches this run does over).
+  if (resume_->elastic && world_.rank() == 0)
+    for (int k = num_vw_; k < resume_->old_vws; ++k)
+      truncate_metrics_after(fmt::format("{}/metrics-vw{}.jsonl", cfg_.run.dir, k), resume_->step);
   return resume_->step;
 }
 

@@ -33,6 +33,39 @@ std::string writable(const std::string& key, const std::string& dir, int rank) {
 
 double mb(double bytes) { return bytes / 1e6; }
 
+// Every rank that writes a checkpoint file with others (MPI-IO: the job, or a VW) must see the
+// directory its first rank writes in: the first rank puts a probe file with a token there, the
+// others look for it where they resolve checkpoint.dir. A relative run.dir in different working
+// directories per rank (or a run.dir on node-local disks) hung the first save without a message.
+void same_checkpoint_dir(TrainSession& session) {
+  dist::Comm& files = session.file_comm();
+  std::string problem;
+  if (files.size() > 1) {
+    const fs::path dir = session.checkpoint_dir();
+    int64_t token = files.rank() == 0 ? static_cast<int64_t>(::getpid()) * 1000003 + session.world().rank() : 0;
+    files.broadcast(&token, 1, DType::I64, 0);
+    const fs::path probe = dir / fmt::format(".baton-same-dir-{}", token);
+    if (files.rank() == 0) std::ofstream(probe) << token << "\n";
+    files.barrier();
+    if (files.rank() != 0) {
+      std::ifstream in(probe);
+      int64_t seen = -1;
+      if (!(in >> seen) || seen != token) {
+        std::error_code ec;
+        problem = fmt::format("does not see the checkpoint directory its file's first rank writes in (checkpoint.dir "
+                              "{} is {} here)", session.checkpoint_dir(), fs::absolute(dir, ec).string());
+      }
+    }
+    files.barrier();
+    std::error_code ec;
+    if (files.rank() == 0) fs::remove(probe, ec);
+  }
+  dist::agree_on_problems(session.world(), problem,
+                          "every rank writes the same checkpoint file: give run.dir / checkpoint.dir as an absolute "
+                          "path on a file system all nodes share (a relative one resolves against each rank's working "
+                          "directory)");
+}
+
 }  // namespace
 
 void preflight_outputs(const Config& cfg, TrainSession& session) {
@@ -56,6 +89,7 @@ void preflight_outputs(const Config& cfg, TrainSession& session) {
   dist::agree_on_problems(session.world(), problem,
                           "point run.dir / checkpoint.dir at a writable file system with room for the checkpoints "
                           "(checked before the first step)");
+  same_checkpoint_dir(session);
 }
 
 }  // namespace baton

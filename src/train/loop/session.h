@@ -142,6 +142,8 @@ class TrainSession {
   const std::string& schedule() const { return schedule_; }
   // This rank's group: every rank of its pipeline (a VW's ranks, or a data-parallel replica's).
   dist::Comm& group() const { return *groups_.group; }
+  // The ranks that write one checkpoint file together: the job, or this rank's VW.
+  dist::Comm& file_comm() const { return layout_.virtual_workers() ? *groups_.group : world_; }
   dist::Comm& world() const { return world_; }
   int world_size() const { return world_.size(); }
   bool rank0() const { return world_.rank() == 0; }

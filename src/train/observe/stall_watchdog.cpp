@@ -96,11 +96,18 @@ void StallWatchdog::write_heartbeat(double now_unix) {
     line = doing(step_, phase_, w, dist::now_seconds());
   }
   const std::string path = fmt::format("{}/rank-{}", dir_, rank_), tmp = path + ".tmp";
+  bool written = false;
   {
     std::ofstream f(tmp, std::ios::trunc);
     f << fmt::format("{:.3f} {}\n{}\n", now_unix, ::getpid(), line);
+    f.flush();
+    written = f.good();
   }
   std::error_code ec;
+  if (!written) {  // a full disk: keep the last good heartbeat rather than rename an empty one over it
+    fs::remove(tmp, ec);
+    return;
+  }
   fs::rename(tmp, path, ec);
 }
 
@@ -145,16 +152,29 @@ void StallWatchdog::report(double idle, double limit) {
     else
       seen.push_back(fmt::format("rank {}: {}", r, beats[r].what));
   }
-  const int missing = static_cast<int>(std::count_if(beats.begin(), beats.end(), [](const Heartbeat& b) { return !b.found; }));
+  std::vector<int> silent;  // ranks with no heartbeat file at all
+  for (int r = 0; r < world_; ++r)
+    if (!beats[r].found) silent.push_back(r);
+  const int missing = static_cast<int>(silent.size());
   if (reporter != rank_) {
     // The reporter ends the job; should it not manage within a grace period, this rank does.
     std::this_thread::sleep_for(std::chrono::seconds(10));
   }
   std::string msg = fmt::format("no progress for {:.0f} s (limit {:.0f} s): ", idle, limit);
-  msg += stopped.empty() ? std::string("no rank has stopped responding")
-                         : fmt::format("{} stopped responding", fmt::join(stopped, ", "));
+  // A rank without any heartbeat beside ranks with fresh ones stopped before its first (it writes one
+  // a second after the watchdog starts) — or run.dir is not shared between the nodes.
+  const bool others_seen = missing < world_;
+  if (!stopped.empty())
+    msg += fmt::format("{} stopped responding", fmt::join(stopped, ", "));
+  else if (missing > 0 && others_seen)
+    msg += fmt::format("rank{} {} wrote no heartbeat: stopped before its first (or run.dir is not shared between "
+                       "the nodes)", missing > 1 ? "s" : "", fmt::join(silent, ","));
+  else
+    msg += "no rank has stopped responding";
   if (!seen.empty()) msg += fmt::format("; {}", fmt::join(seen, "; "));
-  if (missing > 0) msg += fmt::format("; {} ranks have no heartbeat in {} (run.dir not shared?)", missing, dir_);
+  if (missing > 0 && !stopped.empty())
+    msg += fmt::format("; rank{} {} wrote no heartbeat in {} (run.dir not shared?)", missing > 1 ? "s" : "",
+                       fmt::join(silent, ","), dir_);
   std::fprintf(stderr, "error: %s\n", msg.c_str());
   std::fprintf(stderr, "hint: a stopped or hung process (SIGSTOP, a dead node, a deadlock) holds the others; raise "
                        "run.stall_timeout_s if steps, evaluations or saves really take this long (0 turns the watchdog off)\n");
