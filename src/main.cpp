@@ -1,6 +1,7 @@
 // baton: argv only. Parses the command line with CLI11 and calls one subcommand in app/. Every
 // error leaves as `error: ...` and `hint: ...` on stderr with a non-zero exit code.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -22,6 +23,9 @@ int report(const std::string& what, const std::string& hint) {
 
 int main(int argc, char** argv) {
   using namespace baton::app;
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like any I/O error,
+  // instead of killing the process mid-save with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App cli{"baton: train GPT-style transformers and CNNs across many GPUs", "baton"};
   cli.require_subcommand(0, 1);
   bool show_version = false;

@@ -5,16 +5,46 @@
 #   at exit with 139, or hung), no .tmp is left, the older checkpoints are intact;
 # - metrics.jsonl cannot be written: the run stops with an error (it went on with a record cut
 #   mid-line), and a resume after space is freed drops the torn record, so every line is a record.
-# Needs root and `unshare -m` (as the bundle and preflight tests do); skipped otherwise.
+# - the disk fills *during* a save (issue 22 item 1: one rank crashed in MPI_Finalize, two hung for
+#   the watchdog's 30 min with a .tmp left): the save's space is reserved before any data is written,
+#   so it completes; the run ends at its next write with one error, no .tmp, every checkpoint whole;
+# - one rank's write fails mid-save (a file-size limit set on rank 1 while it is paused mid-write):
+#   every rank ends the save agreed, in seconds, one error naming rank 1 and the tensor.
+# The tmpfs parts need root and `unshare -m` (as the bundle and preflight tests do); skipped otherwise.
 source "$(dirname "$0")/lib.sh"
 use_mpirun
+make_tiny_dataset
+write_tiny_config
+
+# ---- a write fails on rank 1 alone, mid-save (needs no root: prlimit on our own process) ----
+BATON_CKPT_PAUSE_AT=mid_write@6 BATON_CKPT_PAUSE_S=3 timeout 120 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml \
+  --set run.dir=lim --set parallel.tp=2 --set checkpoint.every=2 --set train.steps=10 > lim.log 2> lim.err &
+p=$!
+for _ in $(seq 1 300); do grep -q "paused at mid_write" lim.err 2>/dev/null && break; sleep 0.1; done
+rank1=""
+for q in $(pgrep -f "$BATON train tiny.toml"); do
+  tr '\0' '\n' < /proc/$q/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && rank1=$q
+done
+[ -n "$rank1" ] || { cat lim.err; fail "no rank 1 process paused mid-save"; }
+start=$(date +%s)
+prlimit --pid "$rank1" --fsize=100000
+rc=0; wait $p || rc=$?
+took=$(( $(date +%s) - start ))
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat lim.err; fail "a failed write on rank 1: exit $rc"; }
+[ "$(grep -c '^error: ' lim.err)" -eq 1 ] || { cat lim.err; fail "a failed write on rank 1: not one error line"; }
+grep -q "^error: rank 1: checkpoint 'lim/ckpt/step-0000006.h5' not written: writing tensor '.*': File too large" \
+  lim.err || { cat lim.err; fail "a failed write on rank 1: error line"; }
+ls -a lim/ckpt > lim.ls
+! grep -q "\.tmp" lim.ls || { cat lim.ls; fail "a failed write on rank 1 left a .tmp"; }
+for k in 2 4; do "$BATON" ckpt verify lim/ckpt/step-000000$k.h5 > /dev/null || fail "step $k after a failed write"; done
+[ "$took" -le 30 ] || fail "a failed write on rank 1: ended after $took s"
+echo "a write failing on rank 1 mid-save: one agreed error, ended in ${took}s, steps 2 and 4 intact"
+
 mkdir -p probe
 if [ "$(id -u)" -ne 0 ] || ! unshare -m bash -c "mount -t tmpfs -o size=64k none probe" 2>/dev/null; then
   echo "SKIP: needs root and unshare -m to mount a small tmpfs"
   exit 0
 fi
-make_tiny_dataset
-write_tiny_config
 mkdir -p disk
 
 # ---- checkpoint.dir: 1300 KiB holds two 0.5 MB checkpoints; the third (step 6) does not fit ----
@@ -36,6 +66,30 @@ for np in 1 2; do
   [ ! -s verify$np ] || { cat verify$np; fail "np $np: an older checkpoint does not verify"; }
   [ "$took" -le 30 ] || fail "np $np took $took s"
   echo "np $np: one error line, ended in ${took}s, step 2 and 4 intact"
+done
+
+# ---- the disk fills while a save writes (paused half-way, then 100 MB more than the disk holds) ----
+for np in 1 2; do
+  start=$(date +%s)
+  unshare -m bash -c "mount -t tmpfs -o size=3000k none disk && \
+    (BATON_CKPT_PAUSE_AT=mid_write@6 BATON_CKPT_PAUSE_S=3 timeout 120 ${MPIRUN[*]} $np \"$BATON\" train tiny.toml \
+      --set run.dir=disk/r --set checkpoint.every=2 --set train.steps=10 > mid$np.log 2> mid$np.err; \
+      echo \$? > midrc$np) & \
+    for i in \$(seq 1 300); do grep -q 'paused at mid_write' mid$np.err 2>/dev/null && break; sleep 0.1; done; \
+    dd if=/dev/zero of=disk/fill bs=1k count=100000 status=none 2>/dev/null; wait; ls -a disk/r/ckpt > midls$np; \
+    for f in disk/r/ckpt/step-*.h5; do \"$BATON\" ckpt verify \$f > /dev/null || echo BAD \$f; done > midverify$np"
+  took=$(( $(date +%s) - start ))
+  rc=$(cat midrc$np)
+  [ "$rc" -eq 1 ] || { cat mid$np.err; fail "mid-save fill, np $np: exit $rc (139: the crash at exit, 124: the hang)"; }
+  [ "$(grep -c '^error: ' mid$np.err)" -eq 1 ] || { cat mid$np.err; fail "mid-save fill, np $np: not one error line"; }
+  grep -q "^error: cannot write 'disk/r/ckpt/latest.tmp': No space left on device" mid$np.err ||
+    { cat mid$np.err; fail "mid-save fill, np $np: error line"; }
+  grep -q "^hint: .*step-0000006.h5 is complete" mid$np.err || { cat mid$np.err; fail "mid-save fill, np $np: hint"; }
+  ! grep -q "\.tmp" midls$np || { cat midls$np; fail "mid-save fill, np $np: a .tmp was left"; }
+  for k in 2 4 6; do grep -q "step-000000$k.h5" midls$np || { cat midls$np; fail "mid-save fill, np $np: no step $k"; }; done
+  [ ! -s midverify$np ] || { cat midverify$np; fail "mid-save fill, np $np: a checkpoint does not verify"; }
+  [ "$took" -le 30 ] || fail "mid-save fill, np $np took $took s"
+  echo "disk filled mid-save, np $np: the save completed (reserved), the run ended at its next write in ${took}s"
 done
 
 # ---- metrics.jsonl: run.dir on a small tmpfs that fills up while the run logs (the preflight found

@@ -68,13 +68,16 @@ void prune(const std::string& dir, int keep, const std::string& just_written) {
 
 void write_durably(const std::string& dir, const std::string& name, const std::string& text) {
   const std::string tmp = dir + "/" + name + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << text;
-    f.flush();
-    BATON_REQUIRE(f.good(), fmt::format("cannot write '{}'", tmp), "check free disk space in checkpoint.dir");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  const int err = errno;
+  if (fd >= 0 && ::close(fd) != 0) ok = false;
+  if (!ok) {
+    std::error_code ec;
+    fs::remove(tmp, ec);  // a torn small file is never left beside the good one
+    throw Error(fmt::format("cannot write '{}': {}", tmp, std::strerror(err)),
+                "check free disk space in checkpoint.dir");
   }
-  fsync_path(tmp, false);
   rename_durably(tmp, dir + "/" + name, dir);
 }
 
@@ -134,26 +137,40 @@ SaveResult save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
   checkpoint_barrier(comm);
   try {
     write_checkpoint_file(tmp, meta, shards, comm);
-    checkpoint_barrier(comm);
     r.write_seconds = timer.seconds();
+    // Rank 0 alone makes the file durable and names it; the others learn how that went before the
+    // next collective (an error on rank 0 alone left them waiting in a barrier).
+    std::string problem;
     if (root) {
-      fsync_path(tmp, false);
-      fault_point("before_rename", meta.step);
-      rename_durably(tmp, r.path, dir);
+      try {
+        fsync_path(tmp, false);
+        fault_point("before_rename", meta.step);
+        rename_durably(tmp, r.path, dir);
+      } catch (const std::exception& e) {
+        problem = e.what();
+      }
     }
+    checkpoint_agree(comm, problem, "check the file system of checkpoint.dir; the previous checkpoints are intact");
     r.sync_seconds = timer.seconds() - r.write_seconds;
   } catch (...) {
     std::error_code ec;
     if (root) fs::remove(tmp, ec);
     throw;
   }
+  std::string problem;
   if (root) {
-    fault_point("before_latest", meta.step);
-    write_latest(dir, checkpoint_file_name(meta.step));
-    fault_point("before_prune", meta.step);
-    prune(dir, keep, r.path);
+    try {
+      fault_point("before_latest", meta.step);
+      write_latest(dir, checkpoint_file_name(meta.step));
+      fault_point("before_prune", meta.step);
+      prune(dir, keep, r.path);
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
   }
-  checkpoint_barrier(comm);
+  checkpoint_agree(comm, problem, fmt::format("free space in checkpoint.dir (or mend its file system); the checkpoint "
+                                              "{} is complete and checkpoint.resume = \"auto\" continues from it",
+                                              r.path));
   r.bytes = fs::file_size(r.path);
   r.seconds = timer.seconds();
   return r;

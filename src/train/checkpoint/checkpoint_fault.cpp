@@ -24,7 +24,8 @@ void fault_point(const char* point, int64_t step) {
   if (matches(std::getenv("BATON_CKPT_PAUSE_AT"), point, step)) {
     std::fprintf(stderr, "checkpoint: paused at %s (step %lld)\n", point, static_cast<long long>(step));
     std::fflush(stderr);
-    sleep(600);
+    const char* seconds = std::getenv("BATON_CKPT_PAUSE_S");
+    sleep(seconds ? static_cast<unsigned>(std::stoul(seconds)) : 600u);
   }
   if (matches(std::getenv("BATON_CKPT_FAIL_AT"), point, step)) {
     std::fprintf(stderr, "checkpoint: injected failure at %s (step %lld)\n", point,

@@ -1,5 +1,11 @@
 // write_checkpoint_file(): one checkpoint file from this rank's shards (see checkpoint.h).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <ctime>
 #include <map>
@@ -17,6 +23,8 @@ namespace baton {
 namespace {
 
 using h5::Handle;
+static_assert(std::endian::native == std::endian::little, "checkpoint data is written as little-endian float32");
+
 using Manifest = std::map<std::string, std::vector<int64_t>>;  // dataset -> full shape, sorted
 
 void check_shard(const TensorShard& s) {
@@ -90,12 +98,124 @@ std::string iso8601_utc_now() {
 
 std::vector<hsize_t> to_hsize(std::span<const int64_t> v) { return {v.begin(), v.end()}; }
 
-void write_box(hid_t dataset, const TensorShard& s, const std::string& path) {
-  if (s.numel() == 0) return;
-  const h5::BoxSpaces box = h5::box_spaces(dataset, s.offset, s.extent);
-  if (H5Dwrite(dataset, H5T_NATIVE_FLOAT, box.memory.get(), box.file.get(), H5P_DEFAULT, s.host_data) < 0)
-    throw Error(fmt::format("failed writing tensor '{}' to '{}': {}", s.name, path, h5::last_error()),
-                "check free disk space in checkpoint.dir");
+constexpr const char* kDiskHint =
+    "check free disk space and the health of checkpoint.dir's file system; the previous checkpoints are intact "
+    "and checkpoint.resume = \"auto\" continues from the newest";
+
+// The shown name of a checkpoint being written (without .tmp).
+std::string shown_name(const std::string& path) {
+  return path.ends_with(".tmp") ? path.substr(0, path.size() - 4) : path;
+}
+
+// Rank 0's part: the file's structure through serial HDF5 — attributes, every dataset with its
+// checksum attribute and its data space allocated (contiguous, unwritten) — and the file offset of
+// each dataset's data, in manifest order. The data space is then reserved on disk (fallocate) so a
+// disk that fills while the ranks write cannot fail the save half-way. Returns "" or the problem.
+std::string create_layout(const std::string& path, const CheckpointMeta& meta, const Manifest& manifest,
+                          std::span<const uint64_t> sums, std::vector<uint64_t>& offsets) {
+  try {
+    Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    if (!file.valid()) return fmt::format("cannot create checkpoint file '{}': {}", path, h5::last_error());
+    write_meta_attrs(file.get(), meta);
+    Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    // Contiguous storage: plain C-order bytes at one offset, allocated now (the offset is known
+    // before any data is written), no fill-value pass since every element is written.
+    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
+    H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+    size_t i = 0;
+    for (const auto& [name, shape] : manifest) {
+      const auto dims = to_hsize(shape);
+      Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+      Handle ds(H5Dcreate2(file.get(), name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(),
+                           H5P_DEFAULT));
+      if (!ds.valid()) return fmt::format("cannot create dataset '{}' in '{}': {}", name, path, h5::last_error());
+      h5::write_attr(ds.get(), kChecksumAttr, sums[i]);
+      offsets[i++] = H5Dget_offset(ds.get());  // HADDR_UNDEF for an empty dataset
+    }
+    // Reserve every byte the file will hold before HDF5 writes its metadata and the ranks their data.
+    const hsize_t size = [&] {
+      hsize_t n = 0;
+      H5Fget_filesize(file.get(), &n);
+      return n;
+    }();
+    const int fd = ::open(path.c_str(), O_WRONLY);
+    if (fd < 0) return fmt::format("cannot open '{}' to reserve its space: {}", path, std::strerror(errno));
+    const int rc = size > 0 ? ::fallocate(fd, 0, 0, static_cast<off_t>(size)) : 0;
+    const int err = errno;
+    ::close(fd);
+    // File systems without fallocate (some NFS, FUSE) just write: a failure then is found by the ranks.
+    if (rc != 0 && err != EOPNOTSUPP && err != ENOSYS)
+      return fmt::format("cannot reserve {:.1f} MB for checkpoint '{}': {}", double(size) / 1e6, shown_name(path),
+                         std::strerror(err));
+    if (!file.reset()) return fmt::format("failed writing checkpoint '{}': {}", path, h5::last_error());
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// write() until done; "" or the system's message.
+std::string pwrite_all(int fd, const float* data, int64_t count, uint64_t at) {
+  const char* p = reinterpret_cast<const char*>(data);
+  size_t left = static_cast<size_t>(count) * sizeof(float);
+  while (left > 0) {
+    const ssize_t n = ::pwrite(fd, p, left, static_cast<off_t>(at));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? std::strerror(errno) : "the write made no progress";
+    p += n;
+    at += static_cast<uint64_t>(n);
+    left -= static_cast<size_t>(n);
+  }
+  return "";
+}
+
+// This rank's box of a C-order dataset whose data starts at file offset `base`: the box is cut into
+// runs that are contiguous in the file (the trailing dimensions it spans whole, and its extent along
+// the next one), one pwrite each. The box's data is packed in C order of its extent.
+std::string write_box(int fd, uint64_t base, const TensorShard& s) {
+  if (s.numel() == 0) return "";
+  const size_t nd = s.full_shape.size();
+  if (nd == 0) return pwrite_all(fd, s.host_data, 1, base);
+  size_t k = nd - 1;  // runs span dims k.. of the box; the dims before k are iterated
+  while (k > 0 && s.extent[k] == s.full_shape[k]) --k;
+  std::vector<int64_t> stride(nd, 1);
+  for (size_t d = nd - 1; d > 0; --d) stride[d - 1] = stride[d] * s.full_shape[d];
+  const int64_t run = s.extent[k] * stride[k];
+  std::vector<int64_t> idx(k, 0);
+  const float* src = s.host_data;
+  for (;;) {
+    int64_t at = s.offset[k] * stride[k];
+    for (size_t d = 0; d < k; ++d) at += (s.offset[d] + idx[d]) * stride[d];
+    if (std::string e = pwrite_all(fd, src, run, base + static_cast<uint64_t>(at) * sizeof(float)); !e.empty())
+      return fmt::format("writing tensor '{}': {}", s.name, e);
+    src += run;
+    size_t d = k;
+    while (d > 0 && ++idx[d - 1] == s.extent[d - 1]) idx[--d] = 0;
+    if (d == 0) return "";
+  }
+}
+
+// Every rank's part: its boxes at the offsets rank 0 allocated, then fdatasync (on a shared file
+// system each client flushes its own writes) and close (NFS reports write errors there).
+std::string write_data(const std::string& path, const Manifest& manifest,
+                       const std::map<std::string, std::vector<const TensorShard*>>& by_name,
+                       std::span<const uint64_t> offsets, int64_t step) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  if (fd < 0) return fmt::format("cannot open checkpoint file '{}': {}", path, std::strerror(errno));
+  std::string problem;
+  size_t i = 0;
+  for (const auto& [name, shape] : manifest) {
+    if (const auto it = by_name.find(name); it != by_name.end())
+      for (const TensorShard* s : it->second)
+        if (problem.empty()) problem = write_box(fd, offsets[i], *s);
+    if (++i == manifest.size() / 2) fault_point("mid_write", step);
+  }
+  if (problem.empty() && ::fdatasync(fd) != 0) problem = fmt::format("fdatasync: {}", std::strerror(errno));
+  if (::close(fd) != 0 && problem.empty()) problem = fmt::format("close: {}", std::strerror(errno));
+  return problem.empty() ? "" : fmt::format("checkpoint '{}' not written: {}", shown_name(path), problem);
 }
 
 // A full disk found by HDF5 mid-write ended with a multi-line HDF5 error and a crash at exit (one
@@ -119,8 +239,7 @@ void require_room(const std::string& path, const Manifest& manifest, const Check
   if (nranks > 1) MPI_Bcast(room, 2, MPI_DOUBLE, 0, comm);
   if (room[0] < 0 || room[0] >= room[1]) return;
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  const std::string shown = path.ends_with(".tmp") ? path.substr(0, path.size() - 4) : path;
-  throw AgreedError(fmt::format("no room for checkpoint '{}': {:.1f} MB free in {}, it needs {:.1f} MB", shown,
+  throw AgreedError(fmt::format("no room for checkpoint '{}': {:.1f} MB free in {}, it needs {:.1f} MB", shown_name(path),
                                 room[0] / 1e6, dir.string(), room[1] / 1e6),
                     "free space there (older checkpoints are intact; checkpoint.keep prunes them) or point "
                     "checkpoint.dir elsewhere; checkpoint.resume = \"auto\" continues from the newest");
@@ -190,42 +309,17 @@ void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta_i
 
   require_room(path, manifest, meta, comm, nranks);
 
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
-  if (nranks > 1) {
-    H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
-    H5Pset_all_coll_metadata_ops(fapl.get(), true);
-    H5Pset_coll_metadata_write(fapl.get(), true);
-  }
-  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
-  if (!file.valid())
-    throw Error(fmt::format("cannot create checkpoint file '{}': {}", path, h5::last_error()),
-                "check that checkpoint.dir is writable");
+  // Rank 0 lays the file out; the ranks learn the outcome and the offsets before writing into it.
+  const bool root = checkpoint_comm_rank(comm) == 0;
+  std::vector<uint64_t> offsets(manifest.size(), 0);
+  checkpoint_agree(comm, root ? create_layout(path, meta, manifest, sums, offsets) : "", kDiskHint);
+  if (nranks > 1)
+    MPI_Bcast(offsets.data(), static_cast<int>(offsets.size()), MPI_UINT64_T, 0, comm);
   fault_point("after_create", meta.step);
-  write_meta_attrs(file.get(), meta);
-
-  Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
-  H5Pset_create_intermediate_group(lcpl.get(), 1);
-  // Contiguous storage: plain C-order bytes at one offset (fast hyperslab I/O, no chunk index), and
-  // no fill-value pass since every element is written.
-  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
-  H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS);
-  H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-  size_t i = 0;
-  for (const auto& [name, shape] : manifest) {
-    const auto dims = to_hsize(shape);
-    Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-    Handle ds(H5Dcreate2(file.get(), name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(),
-                         dcpl.get(), H5P_DEFAULT));
-    if (!ds.valid())
-      throw Error(fmt::format("cannot create dataset '{}' in '{}': {}", name, path, h5::last_error()),
-                  "check free disk space in checkpoint.dir");
-    h5::write_attr(ds.get(), kChecksumAttr, sums[i]);
-    for (const TensorShard* s : by_name[name]) write_box(ds.get(), *s, path);
-    if (++i == manifest.size() / 2) fault_point("mid_write", meta.step);
-  }
-  if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0 || !file.reset())
-    throw Error(fmt::format("failed writing checkpoint '{}': {}", path, h5::last_error()),
-                "check free disk space in checkpoint.dir");
+  // Every rank writes its boxes with plain pwrite: an I/O error is one rank's finding, agreed on
+  // below by a plain collective, never a rank left in a collective inside HDF5 or MPI-IO (a disk
+  // filling mid-save crashed one rank at exit and hung two).
+  checkpoint_agree(comm, write_data(path, manifest, by_name, offsets, meta.step), kDiskHint);
 }
 
 }  // namespace baton
