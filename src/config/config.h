@@ -63,8 +63,13 @@ struct TrainConfig {
   int log_every = 10;
   int eval_every = 100;  // 0 = never
   int eval_steps = 10;   // validation batches per evaluation
-  double spike_factor = 10;  // stop when a step's loss exceeds this × the recent median (0 = off)
-  int spike_window = 100;    // steps in that median
+  // The divergence guard (train/observe/divergence_guard.h); each factor 0 = off.
+  double spike_factor = 10;       // a loss above this × the median of recent steps
+  int spike_window = 100;         // steps in that median
+  double spike_ceiling = 2;       // a loss above this × max(uniform guess's loss, first loss)
+  double spike_norm_factor = 0;   // a gradient norm above this × the median of recent norms (off: clipping absorbs many)
+  std::string on_spike = "stop";  // "stop" | "rewind": reload the last good checkpoint, skip the window's data
+  int max_rewinds = 3;            // rewinds in one run before a spike stops it
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -118,7 +118,8 @@ def text(v):
     return str(int(v))
 f = h5py.File(sys.argv[1], "r+")
 h = 0xcbf29ce484222325
-for name in FIELDS:
+assert "guard_state" in f.attrs  # the divergence guard's history, hashed after the rest when present
+for name in FIELDS + ["guard_state"]:
     for c in f"{name}={text(f.attrs[name])}\n".encode():
         h = ((h ^ c) * 0x100000001b3) % 2**64
 assert h == int(f.attrs["meta_checksum"]), (hex(h), hex(int(f.attrs["meta_checksum"])))

@@ -127,6 +127,10 @@ eval_every = 250
 eval_steps = 20
 spike_factor = 5.0
 spike_window = 50
+spike_ceiling = 3.0
+spike_norm_factor = 20.0
+on_spike = "rewind"
+max_rewinds = 5
 
 [optim]
 kind = "adamw"
@@ -320,6 +324,10 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_EQ(c.train.eval_steps, 20);
   EXPECT_DOUBLE_EQ(c.train.spike_factor, 5.0);
   EXPECT_EQ(c.train.spike_window, 50);
+  EXPECT_DOUBLE_EQ(c.train.spike_ceiling, 3.0);
+  EXPECT_DOUBLE_EQ(c.train.spike_norm_factor, 20.0);
+  EXPECT_EQ(c.train.on_spike, "rewind");
+  EXPECT_EQ(c.train.max_rewinds, 5);
   EXPECT_EQ(c.optim.kind, "adamw");
   EXPECT_DOUBLE_EQ(c.optim.lr, 3e-4);
   EXPECT_DOUBLE_EQ(c.optim.min_lr, 3e-5);

@@ -66,6 +66,9 @@ struct CheckpointMeta {
   CheckpointLayout layout;
   std::string created;          // ISO 8601 UTC; set by the writer
   std::string writer;           // "baton X.Y.Z"; set by the writer
+  // The divergence guard's history (train/observe/divergence_guard.h, JSON text); "" = none. An
+  // optional attribute, covered by meta_checksum when present.
+  std::string guard_state;
 };
 
 // A dataset as stored: name, full shape, dtype ("float32") and stored checksum.
@@ -85,10 +88,12 @@ class CheckpointDamaged : public Error {
 };
 
 // Writes `path` (created or truncated). Every rank of `comm` calls it with its own shards and the
-// same meta; with one rank (or MPI not initialised, or MPI_COMM_NULL) it uses HDF5's default
-// POSIX driver, with several it uses MPI-IO: datasets are created collectively from the union of
-// all ranks' tensors and each rank writes its boxes. Checksums are summed over the shards
-// (checkpoint_checksum.h). Returns after the file is flushed and closed (not yet fsync'd).
+// same meta (one rank, MPI not initialised or MPI_COMM_NULL: this process alone). Rank 0 creates
+// the file with serial HDF5 — metadata and every dataset of the union of all ranks' tensors,
+// allocated and reserved on disk — and each rank then writes its boxes with pwrite at the
+// datasets' offsets and fdatasyncs them; each part's outcome is agreed by a plain MPI collective,
+// so an I/O error on any rank is one AgreedError on all (checkpoint_comm.h). Checksums are summed
+// over the shards (checkpoint_checksum.h).
 void write_checkpoint_file(const std::string& path, const CheckpointMeta& meta,
                            std::span<const TensorShard> shards, MPI_Comm comm);
 

@@ -61,9 +61,12 @@ struct MetaHasher {
   }
 };
 
+constexpr const char* kGuardAttr = "guard_state";  // optional: written and hashed when not empty
+
 uint64_t meta_checksum(const CheckpointMeta& m) {
   MetaHasher h;
   for_each_field(m, [&](const char* name, const auto& v) { h(name, v); });
+  if (!m.guard_state.empty()) h(kGuardAttr, m.guard_state);
   return h.h;
 }
 
@@ -75,6 +78,7 @@ void write_meta_attrs(hid_t root, const CheckpointMeta& meta) {
   h5::write_attr(root, "checksum_algorithm", std::string(kChecksumAlgorithm));
   h5::write_attr(root, "rng", std::string(kRngNote));
   for_each_field(meta, [&](const char* name, const auto& v) { h5::write_attr(root, name, v); });
+  if (!meta.guard_state.empty()) h5::write_attr(root, kGuardAttr, meta.guard_state);
   h5::write_attr(root, kMetaChecksumAttr, meta_checksum(meta));
 }
 
@@ -123,6 +127,7 @@ CheckpointMeta read_meta_attrs(hid_t root, const std::string& path) {
           fmt::format("checkpoint '{}' lacks the metadata attribute '{}'", path, name),
           "the file is incomplete or damaged; use another checkpoint");
   });
+  h5::read_attr(root, kGuardAttr, m.guard_state);  // files before the guard had none
   // Every file of this format has the metadata checksum: one without it lost it (a damaged
   // attribute name), and its step, data position and config could not be trusted.
   uint64_t stored = 0;

@@ -20,6 +20,15 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kLatest = "latest";
+constexpr const char* kPinned = "pinned";  // names checkpoint.keep's rotation never removes, a line each
+
+std::vector<std::string> pinned_names(const std::string& dir) {
+  std::ifstream f(dir + "/" + kPinned);
+  std::vector<std::string> names;
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) names.push_back(line);
+  return names;
+}
 
 // step-<digits>.h5 -> step; -1 for any other name (including .tmp files).
 int64_t step_of(const std::string& filename) {
@@ -55,6 +64,10 @@ void prune(const std::string& dir, int keep, const std::string& just_written) {
     if (name.ends_with(".h5.tmp") && name.starts_with("step-")) fs::remove(e.path());
   }
   std::vector<CheckpointEntry> all = list_checkpoints(dir);
+  const std::vector<std::string> pinned = pinned_names(dir);
+  std::erase_if(all, [&](const CheckpointEntry& e) {
+    return std::find(pinned.begin(), pinned.end(), fs::path(e.path).filename().string()) != pinned.end();
+  });
   const int excess = static_cast<int>(all.size()) - std::max(keep, 1);
   for (int i = 0; i < excess; ++i) {
     if (all[i].path == just_written) continue;
@@ -174,6 +187,36 @@ SaveResult save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
   r.bytes = fs::file_size(r.path);
   r.seconds = timer.seconds();
   return r;
+}
+
+std::string set_aside_after_spike(const std::string& dir, int64_t spike_step) {
+  std::string good;
+  for (const CheckpointEntry& e : list_checkpoints(dir)) {
+    if (e.step < spike_step - 1) {
+      good = e.path;
+      continue;
+    }
+    std::error_code ec;
+    fs::rename(e.path, e.path + ".spike", ec);
+    BATON_REQUIRE(!ec, fmt::format("cannot rename '{}' after the spike: {}", e.path, ec.message()),
+                  "check the permissions of checkpoint.dir");
+    log::warn("set aside {} (saved at or after the step that produced the spike)", e.path + ".spike");
+  }
+  if (good.empty()) {
+    std::error_code ec;
+    fs::remove(dir + "/" + kLatest, ec);  // it named a checkpoint set aside
+    return good;
+  }
+  const std::string name = fs::path(good).filename().string();
+  write_latest(dir, name);
+  std::vector<std::string> pinned = pinned_names(dir);
+  if (std::find(pinned.begin(), pinned.end(), name) == pinned.end()) {
+    pinned.push_back(name);
+    std::string text;
+    for (const std::string& n : pinned) text += n + "\n";
+    write_durably(dir, kPinned, text);
+  }
+  return good;
 }
 
 }  // namespace baton

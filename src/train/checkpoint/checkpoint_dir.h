@@ -3,13 +3,14 @@
 //
 // Save protocol (why each step: a crash or kill -9 at any point leaves the previous checkpoint
 // complete and findable):
-//   1. every rank writes its part of step-N.h5.tmp; the file is flushed and closed
-//   2. barrier: all parts are written before anything is published
-//   3. rank 0: fsync(tmp), rename(tmp, step-N.h5), fsync(dir)  -- the name appears only when whole
-//   4. rank 0: write latest.tmp, fsync, rename to latest, fsync(dir)
-//   5. rank 0: delete stale *.h5.tmp and all but the newest `keep` checkpoints (the new one is
-//      already complete, so pruning can never leave fewer complete checkpoints than before)
-//   6. barrier
+//   1. rank 0 lays out step-N.h5.tmp and reserves its bytes; every rank writes and fdatasyncs its
+//      part; all agree that every part is written before anything is published
+//   2. rank 0: fsync(tmp), rename(tmp, step-N.h5), fsync(dir)  -- the name appears only when whole
+//   3. rank 0: write latest.tmp, fsync, rename to latest, fsync(dir)
+//   4. rank 0: delete stale *.h5.tmp and all but the newest `keep` checkpoints (the new one is
+//      already complete, so pruning can never leave fewer complete checkpoints than before), never
+//      one named in `pinned` (the last good checkpoint before a loss spike)
+//   5. all agree on how 2-4 went (an error on rank 0 is every rank's)
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -61,5 +62,12 @@ struct SaveResult {
 // failure the .tmp file is removed and nothing else in the directory has changed.
 SaveResult save_checkpoint(const std::string& dir, const CheckpointMeta& meta,
                            std::span<const TensorShard> shards, int keep, MPI_Comm comm);
+
+// After a loss spike flagged at step `spike_step` (1-based): the checkpoints of steps >=
+// spike_step - 1 hold the weights that produced that loss (or later ones) and are renamed to
+// NAME.spike — kept for inspection, never resumed from, never pruned; the newest checkpoint before
+// them becomes `latest` and is pinned (checkpoint.keep's rotation never removes it). Returns its
+// path, or "" when there is none. Rank 0 only; throws Error.
+std::string set_aside_after_spike(const std::string& dir, int64_t spike_step);
 
 }  // namespace baton

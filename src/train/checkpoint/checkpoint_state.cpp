@@ -66,11 +66,12 @@ std::vector<TensorShard> HostTrainState::shards(const ParamTable& table, const S
   return all;
 }
 
-CheckpointMeta make_checkpoint_meta(const Config& cfg, int64_t step, double last_lr) {
+CheckpointMeta make_checkpoint_meta(const Config& cfg, int64_t step, double last_lr, const RunPosition& pos) {
   CheckpointMeta m;
   m.step = step;
   m.tokens_consumed = step * int64_t(cfg.train.global_batch) * cfg.model.seq_len;
-  m.data_position = step;
+  m.data_position = step + pos.data_offset;
+  m.guard_state = pos.guard_state;
   m.seed = cfg.train.seed;
   m.lr = {cfg.optim.decay, cfg.optim.lr, cfg.optim.min_lr, last_lr, cfg.optim.warmup_steps,
           cfg.train.steps};
@@ -110,7 +111,7 @@ void host_flat_to_state(Backend& be, float* state, size_t state_size, std::vecto
 }  // namespace
 
 SaveResult save_train_state(const Config& cfg, SequentialModel& model, Optimizer& opt, HostTrainState& host,
-                            int64_t step, double last_lr, const ShardLayout& layout) {
+                            int64_t step, double last_lr, const ShardLayout& layout, const RunPosition& pos) {
   Timer t;
   Backend& be = model.backend();
   be.to_host(host.params.data(), model.params(), model.table().total() * sizeof(float));
@@ -124,7 +125,7 @@ SaveResult save_train_state(const Config& cfg, SequentialModel& model, Optimizer
   const std::vector<TensorShard> shards =
       layout.writes ? host.shards(model.table(), layout, true) : std::vector<TensorShard>{};
   SaveResult r = save_checkpoint(layout.dir.empty() ? cfg.checkpoint_dir() : layout.dir,
-                                 make_checkpoint_meta(cfg, step, last_lr),
+                                 make_checkpoint_meta(cfg, step, last_lr, pos),
                                  shards, cfg.checkpoint.keep, layout.comm);
   r.seconds = t.seconds();
   return r;

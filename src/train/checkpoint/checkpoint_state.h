@@ -72,14 +72,21 @@ struct HostTrainState {
 };
 
 // Metadata for a checkpoint of `cfg` after `step` optimizer steps, the last with rate `last_lr`.
-CheckpointMeta make_checkpoint_meta(const Config& cfg, int64_t step, double last_lr);
+// Where a run stands besides its tensors: the data position runs ahead of the step by the batches
+// rewinds skipped (train.on_spike = "rewind"); the divergence guard's history.
+struct RunPosition {
+  int64_t data_offset = 0;
+  std::string guard_state;
+};
+CheckpointMeta make_checkpoint_meta(const Config& cfg, int64_t step, double last_lr, const RunPosition& pos = {});
 
 // Copies the parameters, buffers and optimizer state to `host` and saves them into
 // cfg.checkpoint_dir().
 // SaveResult::seconds covers the copies too: it is how long training is blocked.
 // Collective over layout.comm when it is set.
 SaveResult save_train_state(const Config& cfg, SequentialModel& model, Optimizer& opt, HostTrainState& host,
-                            int64_t step, double last_lr, const ShardLayout& layout = {});
+                            int64_t step, double last_lr, const ShardLayout& layout = {},
+                            const RunPosition& pos = {});
 // Reads and verifies the whole state of checkpoint `path` into `host`; the model is not touched,
 // so a damaged file leaves training state as it was. Tensors split over tensor-parallel ranks are
 // verified by summing the ranks' partial checksums (collective over layout.tp). Returns the

@@ -48,6 +48,9 @@ class CrossGroupSync {
   virtual bool holds_loss() const = 0;
   // A loss spike on this rank's group ends the job: throws, on the ranks that hold the loss.
   [[noreturn]] virtual void spike(const std::string& what, const std::string& hint) = 0;
+  // Whether a spike may set checkpoints aside and rewind (train.on_spike = "rewind"): every rank
+  // holds the same loss, so all decide alike and reload one checkpoint together.
+  virtual bool can_rewind() const { return false; }
 
   // After each step, its update applied: a wave's synchronisation, a stop this process was asked
   // for, the strategy's part of the step's metrics (m.vw).

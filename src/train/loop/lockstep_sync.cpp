@@ -19,6 +19,7 @@ class LockstepSync final : public CrossGroupSync {
   // Every rank holds the same loss: all stop here, before this step's state can reach a
   // checkpoint, and the job reports it once.
   [[noreturn]] void spike(const std::string& what, const std::string& hint) override { throw AgreedError(what, hint); }
+  bool can_rewind() const override { return true; }
 
   bool checkpoint_after(int64_t step) const override {
     return cfg_.checkpoint.every > 0 && (step + 1) % cfg_.checkpoint.every == 0;

@@ -203,7 +203,9 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
       .drain_every = cfg_.checkpoint.every, .record = options.record_instructions,
       .timeline = timeline_.get()});
   BatchSource* src = data_.get();
-  batch_ = [src](int64_t step, int row, int n, HostBatch& out) { src->train_rows(step, row, n, out); };
+  batch_ = [src, this](int64_t step, int row, int n, HostBatch& out) {
+    src->train_rows(step + data_offset_, row, n, out);
+  };
   flops_ = builder_->flops_per_step(step_rows_);
   peak_ = dense_peak_tflops(choice_.device_name, parse_compute_dtype(cfg_.precision.compute));
   if (timeline_) {  // one origin for the job: every rank leaves the barrier at about the same time
@@ -315,6 +317,8 @@ std::optional<int64_t> TrainSession::resume() {
     restore_train_state(host(), *model_, *opt_, shard_layout_);
     start_step = resumed->meta.step;
     resumed_at_ = start_step;
+    data_offset_ = resumed->meta.data_position - resumed->meta.step;
+    resumed_guard_state_ = resumed->meta.guard_state;
     log::info("resumed from {} at step {} ({} tokens consumed)", resumed->path, start_step,
               human_count(static_cast<double>(resumed->meta.tokens_consumed)));
     resume_changes_.clear();
@@ -369,9 +373,16 @@ CheckpointMeta TrainSession::load(const std::string& path) {
   return meta;
 }
 
+CheckpointMeta TrainSession::rewind(const std::string& path, int64_t next_data_step) {
+  const CheckpointMeta meta = load(path);
+  data_offset_ = next_data_step - meta.step;
+  return meta;
+}
+
 std::string TrainSession::save(int64_t step, double lr) {
   const double start = pipeline::Timeline::now();
-  const SaveResult r = save_train_state(cfg_, *model_, *opt_, host(), step, lr, shard_layout_);
+  const SaveResult r =
+      save_train_state(cfg_, *model_, *opt_, host(), step, lr, shard_layout_, {data_offset_, guard_state_});
   if (timeline_) timeline_->span(pipeline::Activity::CHECKPOINT, start, pipeline::Timeline::now());
   log::info("saved {} ({:.1f} MB) in {:.2f} s", std::filesystem::path(r.path).filename().string(),
             r.bytes / 1e6, r.seconds);

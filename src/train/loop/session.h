@@ -114,7 +114,17 @@ class TrainSession {
   // else checkpoint.dir holds; returns its metadata. Collective. `baton eval`.
   CheckpointMeta load(const std::string& path);
   // Writes the checkpoint of `step` and logs its size and time; returns its path. Collective.
+  // The file carries the data offset and the divergence guard's history set below.
   std::string save(int64_t step, double lr);
+  // The divergence guard's history for the next save; the one the resumed checkpoint carried.
+  void set_guard_state(std::string state) { guard_state_ = std::move(state); }
+  const std::string& resumed_guard_state() const { return resumed_guard_state_; }
+  // train.on_spike = "rewind": loads checkpoint `path` and goes on with data step `next_data_step`
+  // at the checkpoint's step (the data position runs ahead of the step by the batches skipped, from
+  // now on and in every later checkpoint); returns the checkpoint's metadata. Collective.
+  CheckpointMeta rewind(const std::string& path, int64_t next_data_step);
+  // Batches the data position runs ahead of the step (the sum of the rewinds' skips).
+  int64_t data_offset() const { return data_offset_; }
   // True when the state is a consistent checkpoint: always, except for an asynchronous pipeline
   // between its drain points.
   bool checkpointable() const;
@@ -175,6 +185,8 @@ class TrainSession {
   double n_params_ = 0;
   size_t opt_states_ = 0;  // state tensors per parameter (AdamW 2, SGD with momentum 1)
   int64_t resumed_at_ = -1;
+  int64_t data_offset_ = 0;  // data step = optimizer step + this (rewinds skip batches)
+  std::string guard_state_, resumed_guard_state_;
 
   Config cfg_;
   dist::Comm& world_;

@@ -1,6 +1,7 @@
 #include "train/loop/trainer.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +21,10 @@
 #include "train/loop/sampler.h"
 #include "model/gpt.h"
 #include "train/loop/image_batches.h"
-#include "train/observe/loss_spike.h"
+#include "train/observe/divergence_guard.h"
+#include "train/checkpoint/checkpoint_dir.h"
+#include "dist/agree.h"
+#include "pipeline/schedules.h"
 #include "train/loop/preflight.h"
 #include "train/observe/stall_watchdog.h"
 #include "train/loop/session.h"
@@ -74,6 +78,7 @@ class DatasetTokens final : public BatchSource {
   void train_rows(int64_t step, int row, int n, HostBatch& out) const override {
     shape(out, n);
     train_->train_rows(step, row, n, out.tokens.data(), out.targets.data());
+    if (step == bad_batch_) scramble(out);
   }
   bool has_valid() const override { return valid_ != nullptr; }
   int64_t valid_samples() const override { return valid_ ? valid_->eval_windows() : 0; }
@@ -100,6 +105,22 @@ class DatasetTokens final : public BatchSource {
     out.tokens.resize(size_t(n) * T_);
     out.targets.resize(size_t(n) * T_);
   }
+  // Test-only fault injection (like BATON_CKPT_FAIL_AT): BATON_FAULT_BAD_BATCH=N makes data step
+  // N's tokens and targets noise, the corrupt stretch of a real corpus that spikes the loss — so
+  // that train.on_spike = "rewind" is tested on a real spike that skipping the batch removes.
+  void scramble(HostBatch& out) const {
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < out.tokens.size(); ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      out.tokens[i] = static_cast<int32_t>(x % static_cast<uint64_t>(vocab_));
+      out.targets[i] = static_cast<int32_t>((x >> 32) % static_cast<uint64_t>(vocab_));
+    }
+  }
+  static int64_t bad_batch_from_env() {
+    const char* v = std::getenv("BATON_FAULT_BAD_BATCH");
+    return v ? std::stoll(v) : -1;
+  }
+  const int64_t bad_batch_ = bad_batch_from_env();
   const Config cfg_;  // a copy: a data source outlives the config it was built from
   int vocab_, T_;
   std::unique_ptr<IndexedDataset> train_ds_, valid_ds_;
@@ -134,6 +155,68 @@ void log_step(const CrossGroupSync& sync, const StepMetrics& m, int64_t steps, d
             m.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *m.mfu) : std::string(),
             ranks > 1 ? fmt::format(" | comm {:.0f}%", 100 * t.comm_seconds / t.seconds) : std::string(),
             sync.line_suffix(m), human_duration(eta_s));
+}
+
+DivergenceRules divergence_rules(const Config& cfg, const ModelBuilder& builder) {
+  const auto& t = cfg.train;
+  const double classes = cfg.model.kind == ModelKind::GPT ? gpt_dims_of(builder).vocab : cfg.model.classes;
+  return {.factor = t.spike_factor, .window = t.spike_window, .ceiling = t.spike_ceiling,
+          .norm_factor = t.spike_norm_factor, .uniform_loss = std::log(classes)};
+}
+
+// After a spike flagged at `spike_step` in a lockstep job: rank 0 sets the checkpoints that hold
+// the spike's weights aside and pins the last good one (checkpoint_dir.h); every rank learns its
+// path ("" = none).
+std::string set_aside(TrainSession& session, int64_t spike_step) {
+  dist::Comm& world = session.world();
+  std::string good, problem;
+  if (world.rank() == 0) {
+    try {
+      good = set_aside_after_spike(session.checkpoint_dir(), spike_step);
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  dist::agree_on_problems(world, problem, "check checkpoint.dir's permissions and free space");
+  int64_t n = static_cast<int64_t>(good.size());
+  world.broadcast(&n, 1, DType::I64, 0);
+  good.resize(static_cast<size_t>(n));
+  world.broadcast(good.data(), good.size(), DType::U8, 0);
+  return good;
+}
+
+// A step the divergence guard flagged (`what`): stops the job, or (train.on_spike = "rewind")
+// reloads the last good checkpoint, skips the data batches since it and returns the step to go on
+// from. Nothing after the spike is ever saved.
+int64_t on_spike(const Config& cfg, TrainSession& session, CrossGroupSync& sync,
+                                DivergenceGuard& guard, int64_t spike_step, const std::string& what,
+                                int& rewinds, int64_t& skipped) {
+  const std::string lower = "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor, "
+                            "spike_ceiling or spike_norm_factor (0 turns a rule off)";
+  if (!sync.can_rewind()) sync.spike(what, fmt::format("checkpoint.resume = \"auto\" restarts from the newest "
+                                                       "checkpoint; {}", lower));
+  const std::string good = set_aside(session, spike_step);
+  const std::string name = std::filesystem::path(good).filename().string();
+  if (cfg.train.on_spike == "rewind" && !good.empty() && rewinds < cfg.train.max_rewinds) {
+    const int64_t next_data_step = spike_step + session.data_offset();
+    const CheckpointMeta meta = session.rewind(good, next_data_step);
+    const int64_t skip = next_data_step - meta.data_position;
+    guard.restore(meta.guard_state);
+    ++rewinds;
+    skipped += skip;
+    log::warn("{}: rewinding to {} (step {}) and skipping the {} data batches since it (rewind {} of {})", what,
+              name, meta.step, skip, rewinds, cfg.train.max_rewinds);
+    return meta.step;
+  }
+  const std::string why = cfg.train.on_spike != "rewind" ? ""
+                          : good.empty()                 ? " (no checkpoint before it to rewind to)"
+                                                         : fmt::format(" after {} rewinds (train.max_rewinds)", rewinds);
+  sync.spike(what + why,
+             fmt::format("{}; {}", good.empty() ? "no checkpoint was written before it"
+                                                : fmt::format("checkpoint.resume = \"auto\" restarts from {}, before "
+                                                              "the spike (later ones were set aside as .spike)", name),
+                         lower));
+  std::abort();  // spike() throws; the compiler does not see [[noreturn]] through the virtual call
 }
 
 }  // namespace
@@ -177,6 +260,13 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
             cfg.checkpoint.every > 0 ? fmt::format("{} steps", cfg.checkpoint.every) : "run's end");
 
   // ---- loop ----
+  // Every rank decides alike (the same config and sync): one report for the job.
+  if (cfg.train.on_spike == "rewind" &&
+      !(sync->can_rewind() && pipeline::schedule_traits(cfg.parallel.schedule).synchronous()))
+    throw AgreedError(fmt::format("train.on_spike = \"rewind\" needs a job that steps in lockstep with a flushing "
+                                  "schedule (this run: {})", sync->can_rewind() ? "schedule " + cfg.parallel.schedule
+                                                                               : std::string("virtual workers")),
+                      "use train.on_spike = \"stop\" and resume from the newest checkpoint");
   install_stop_handlers();
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   TrainSummary summary;
@@ -186,20 +276,28 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
   Timer run_timer;
   double loss_window = 0;
   int window_steps = 0;
-  LossSpikeGuard spikes(cfg.train.spike_factor, cfg.train.spike_window);
+  DivergenceGuard guard(divergence_rules(cfg, session.model().builder()));
+  guard.restore(session.resumed_guard_state());
+  int rewinds = 0;
+  int64_t batches_skipped = 0;
   StallWatchdog watchdog(cfg.run.stall_timeout_s, cfg.run.dir, session.world().rank(), session.world_size());
+  // A first save at a slow disk's 10 MB/s; later saves and evaluations: 10x their last duration.
+  watchdog.expect("saving a checkpoint", std::max(120.0, session.checkpoint_bytes_estimate() / 10e6));
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     lr = sched.at(step);
     const TimedStep t = session.step(step, lr);
     watchdog.step_done(step + 1, t.seconds);
-    // The loss guard, before this step's state can reach a checkpoint.
+    // The divergence guard, before this step's state can reach a checkpoint.
     if (sync->holds_loss())
-      if (const std::optional<std::string> spike = spikes.check(step + 1, t.result.loss))
-        sync->spike(*spike, fmt::format("{}; lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor "
-                                        "(0 turns the check off)",
-                                        saved_step >= 0 ? fmt::format("checkpoint.resume = \"auto\" restarts from "
-                                                                      "step {}, before the spike", saved_step)
-                                                        : std::string("no checkpoint was written before it")));
+      if (const std::optional<std::string> flagged = guard.check(step + 1, t.result.loss, t.result.grad_norm)) {
+        const int64_t back = on_spike(cfg, session, *sync, guard, step + 1, *flagged, rewinds, batches_skipped);
+        metrics.rewind_to(back);
+        saved_step = back;
+        loss_window = 0;
+        window_steps = 0;
+        step = back - 1;  // the loop goes on with step `back`
+        continue;
+      }
     summary.steps_done++;
     summary.last_step = step + 1;
     summary.last_loss = t.result.loss;
@@ -207,6 +305,8 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
     window_steps++;
 
     StepMetrics m = session.metrics(step, lr, t);
+    m.rewinds = rewinds;
+    m.batches_skipped = batches_skipped;
     sync->after_step(session, step, m);
     const bool last = step + 1 == cfg.train.steps;
     const bool eval_now = (cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last;
@@ -233,6 +333,7 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
     }
     if (sync->checkpoint_after(step)) {
       watchdog.phase("saving a checkpoint");
+      session.set_guard_state(guard.state());
       if (std::string path = sync->save(session, step, lr); !path.empty()) {
         summary.checkpoint_path = std::move(path);
         saved_step = step + 1;
@@ -248,6 +349,7 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
 
   // ---- final checkpoint (also when stopped by a signal), the strategy's summary, a sample ----
   watchdog.phase("saving a checkpoint");
+  session.set_guard_state(guard.state());
   sync->finish(session, summary, start_step, saved_step, lr);
   watchdog.phase("");
   session.write_trace();

@@ -19,6 +19,15 @@ MetricsWriter::MetricsWriter(const std::string& dir, bool append, const std::str
                 "check that run.dir is writable");
 }
 
+void MetricsWriter::rewind_to(int64_t step) {
+  if (!file_) return;
+  std::fclose(file_);
+  file_ = nullptr;
+  truncate_metrics_after(path_, step);
+  file_ = std::fopen(path_.c_str(), "a");
+  BATON_REQUIRE(file_ != nullptr, fmt::format("cannot open {} for writing", path_), "check that run.dir is writable");
+}
+
 MetricsWriter::~MetricsWriter() {
   if (file_) std::fclose(file_);
 }
@@ -33,6 +42,10 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.images_per_s) j["images_per_s"] = *m.images_per_s;
   for (const auto& [name, value] : m.val_metrics) j["val_" + name] = value;
+  if (m.rewinds > 0) {
+    j["rewinds"] = m.rewinds;
+    j["batches_skipped"] = m.batches_skipped;
+  }
   for (const auto& [key, change] : m.resumed_changes) j["resumed_changes"][key] = {change.first, change.second};
   if (m.vw) {
     j["vw"] = m.vw->vw;

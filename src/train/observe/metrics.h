@@ -46,6 +46,9 @@ struct StepMetrics {
   // The first step after a resume with changed settings: key -> (old, new) as TOML text.
   std::vector<std::pair<std::string, std::pair<std::string, std::string>>> resumed_changes;
   std::optional<VwMetrics> vw;  // WSP runs
+  // train.on_spike = "rewind": rewinds so far and the data batches they skipped (written when > 0).
+  int rewinds = 0;
+  int64_t batches_skipped = 0;
 };
 
 // Drops the records of steps after `step` (and a torn last record) from the metrics file `path`,
@@ -60,6 +63,8 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   void write(const StepMetrics& m);
+  // Drops the records after `step` (a rewind to that step's checkpoint) and appends from there.
+  void rewind_to(int64_t step);
   const std::string& path() const { return path_; }
 
  private:

@@ -45,9 +45,14 @@ struct Heartbeat {
 
 }  // namespace
 
+double phase_limit(double timeout, std::optional<double> last, std::optional<double> first) {
+  if (last) return std::min(timeout, std::max(120.0, 10.0 * *last));
+  return first ? std::min(timeout, *first) : timeout;
+}
+
 StallWatchdog::StallWatchdog(double timeout_s, const std::string& run_dir, int rank, int world)
     : timeout_(timeout_s), dir_(run_dir + "/.heartbeat"), rank_(rank), world_(world) {
-  last_progress_ = dist::now_seconds();
+  last_progress_ = phase_start_ = dist::now_seconds();
   if (timeout_ <= 0) return;
   std::error_code ec;
   fs::create_directories(dir_, ec);
@@ -72,17 +77,32 @@ void StallWatchdog::step_done(int64_t step, double seconds) {
   step_ = step;
   last_progress_ = dist::now_seconds();
   step_seconds_.push_back(seconds);
+  if (!phase_.empty()) measured_[phase_] = last_progress_ - phase_start_;
   phase_.clear();
 }
 
 void StallWatchdog::phase(const std::string& what) {
   std::lock_guard<std::mutex> lock(mu_);
+  const double now = dist::now_seconds();
+  if (!phase_.empty() && what != phase_) measured_[phase_] = now - phase_start_;
+  if (what != phase_) phase_start_ = now;
   phase_ = what;
-  last_progress_ = dist::now_seconds();  // entering or leaving a phase is progress too
+  last_progress_ = now;  // entering or leaving a phase is progress too
+}
+
+void StallWatchdog::expect(const std::string& what, double first_limit_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  first_[what] = first_limit_s;
 }
 
 double StallWatchdog::limit_locked() const {
-  if (!phase_.empty() || step_seconds_.size() < 5) return timeout_;
+  if (!phase_.empty()) {
+    const auto m = measured_.find(phase_);
+    const auto f = first_.find(phase_);
+    return phase_limit(timeout_, m == measured_.end() ? std::nullopt : std::optional<double>(m->second),
+                       f == first_.end() ? std::nullopt : std::optional<double>(f->second));
+  }
+  if (step_seconds_.size() < 5) return timeout_;
   std::vector<double> v = step_seconds_;
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
   return std::min(timeout_, std::max(60.0, 50.0 * v[v.size() / 2]));
@@ -177,7 +197,8 @@ void StallWatchdog::report(double idle, double limit) {
                        fmt::join(silent, ","), dir_);
   std::fprintf(stderr, "error: %s\n", msg.c_str());
   std::fprintf(stderr, "hint: a stopped or hung process (SIGSTOP, a dead node, a deadlock) holds the others; raise "
-                       "run.stall_timeout_s if steps, evaluations or saves really take this long (0 turns the watchdog off)\n");
+                       "run.stall_timeout_s if steps, evaluations or saves really take this long (a save or an evaluation "
+                       "may take 10x its last duration, at least 2 min; 0 turns the watchdog off)\n");
   std::fflush(stderr);
   // Not MPI_Abort: the training thread is inside MPI (MPI_THREAD_SERIALIZED). A rank ending
   // without MPI_Finalize makes mpirun end the job.

@@ -4,8 +4,10 @@
 // and ends the job with one report naming the rank that stopped and what the others wait on
 // (dist/wait_state.h: the operation and its peer or group).
 //
-// The limit: run.stall_timeout_s (default 1800 s; 0 = off) while starting, evaluating or saving;
-// once five steps are timed, min(run.stall_timeout_s, max(60 s, 50 × the median step time)).
+// The limit, never above run.stall_timeout_s (default 1800 s; 0 = off): while training, once five
+// steps are timed, max(60 s, 50 × the median step time); while saving, evaluating or starting,
+// 10 × the phase's last measured duration, at least 2 min (phase_limit) — the first save's bound
+// comes from its size (expect()), a first evaluation and the start-up have run.stall_timeout_s.
 // Who stopped: each rank's thread rewrites <run.dir>/.heartbeat/rank-R every second (its step,
 // what it is doing, what it waits on); a stopped process's file goes stale. The lowest rank whose
 // heartbeat is fresh reports (so the job prints one report), then ends its process, and mpirun
@@ -14,12 +16,18 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace baton {
+
+// A phase's limit: min(timeout, max(120 s, 10 × `last`)) once it was measured, else
+// min(timeout, `first`) when a first bound is known, else timeout.
+double phase_limit(double timeout, std::optional<double> last, std::optional<double> first);
 
 class StallWatchdog {
  public:
@@ -32,8 +40,11 @@ class StallWatchdog {
 
   // A step finished (1-based step, its wall time).
   void step_done(int64_t step, double seconds);
-  // What the rank does between steps: "evaluating", "saving a checkpoint"; "" = training.
+  // What the rank does between steps: "evaluating", "saving a checkpoint"; "" = training. Leaving a
+  // phase measures it: its next occurrence gets phase_limit's bound.
   void phase(const std::string& what);
+  // The bound of a phase's first occurrence (e.g. a save's size at a slow disk's 10 MB/s).
+  void expect(const std::string& what, double first_limit_s);
 
  private:
   void run();
@@ -50,6 +61,9 @@ class StallWatchdog {
   int64_t step_ = 0;
   double last_progress_ = 0;  // steady clock
   std::string phase_ = "starting";
+  double phase_start_ = 0;                  // steady clock
+  std::map<std::string, double> measured_;  // phase -> its last duration
+  std::map<std::string, double> first_;     // phase -> the bound of its first occurrence
   std::vector<double> step_seconds_;
   double silent_since_ = -1;  // last_progress_ when this process found itself frozen
   std::thread thread_;
