@@ -25,6 +25,8 @@
 #include "optim/lr_schedule.h"
 #include "train/loop/image_batches.h"
 #include "train/loop/session.h"
+#include "train/loop/trainer.h"
+#include "train/observe/divergence_guard.h"
 
 namespace baton::app {
 namespace {
@@ -67,8 +69,13 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   std::vector<double> seconds, comm;
   double first_loss = 0, last_loss = 0;
+  // The training run's divergence guard over the benchmarked steps: a config whose defaults would
+  // stop its own training is seen here (it does not stop the benchmark).
+  DivergenceGuard guard(divergence_rules(cfg, session.builder()));
+  std::optional<std::string> flagged;
   for (int64_t step = 0; step < cfg.train.steps; ++step) {
     const TimedStep t = session.step(step, sched.at(step));
+    if (!flagged) flagged = guard.check(step + 1, t.result.loss, t.result.grad_norm);
     if (step == 0) first_loss = t.result.loss;
     last_loss = t.result.loss;
     if (step < opts.warmup) continue;
@@ -103,6 +110,8 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
 
   log::info("bench: {} warm-up + {} timed steps on synthetic {} | {} {}/step | loss {:.4f} -> {:.4f}",
             opts.warmup, opts.steps, unit, session.tokens_per_step(), unit, first_loss, last_loss);
+  log::info("divergence guard (train.spike_*, as a training run would check): {}",
+            flagged ? *flagged : std::string("no step flagged"));
   log::info("step time: median {:.1f} ms, min {:.1f} ms (over {} timed steps{})", 1e3 * median,
             1e3 * sorted.front(), n, ranks > 1 ? ", slowest rank per step" : "");
   log::info("throughput: {} {}/s | {:.3f} TFLOP/s per device ({} device{}, {:.3f} TFLOP/s in all; "
@@ -152,6 +161,7 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
     j["comm_share_mean"] = comm_share_mean;
     j["loss_first"] = first_loss;
     j["loss_last"] = last_loss;
+    j["guard_flagged"] = flagged ? nlohmann::json(*flagged) : nlohmann::json(nullptr);
     std::ofstream out(opts.json);
     BATON_REQUIRE(out.good(), fmt::format("cannot write {}", opts.json),
                   "check that the directory exists and is writable");

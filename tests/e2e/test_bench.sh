@@ -23,7 +23,8 @@ TOML
 expect_fields() {
   local log=$1
   for want in "^bench: 2 warm-up \\+ 4 timed steps" "tokens/s" "TFLOP/s per device" \
-              "step time: median [0-9.]+ ms, min [0-9.]+ ms" "^mfu: "; do
+              "step time: median [0-9.]+ ms, min [0-9.]+ ms" "^mfu: " \
+              "^divergence guard \\(train.spike_\\*, as a training run would check\\): no step flagged$"; do
     grep -Eq "$want" "$log" || { cat "$log"; fail "no '$want' in $log"; }
   done
   grep -Eq "mfu: [0-9.]+% of|peak of .* is unknown" "$log" || { cat "$log"; fail "neither MFU nor an unknown peak"; }

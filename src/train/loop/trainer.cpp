@@ -157,13 +157,6 @@ void log_step(const CrossGroupSync& sync, const StepMetrics& m, int64_t steps, d
             sync.line_suffix(m), human_duration(eta_s));
 }
 
-DivergenceRules divergence_rules(const Config& cfg, const ModelBuilder& builder) {
-  const auto& t = cfg.train;
-  const double classes = cfg.model.kind == ModelKind::GPT ? gpt_dims_of(builder).vocab : cfg.model.classes;
-  return {.factor = t.spike_factor, .window = t.spike_window, .ceiling = t.spike_ceiling,
-          .norm_factor = t.spike_norm_factor, .uniform_loss = std::log(classes)};
-}
-
 // After a spike flagged at `spike_step` in a lockstep job: rank 0 sets the checkpoints that hold
 // the spike's weights aside and pins the last good one (checkpoint_dir.h); every rank learns its
 // path ("" = none).
@@ -221,6 +214,13 @@ int64_t on_spike(const Config& cfg, TrainSession& session, CrossGroupSync& sync,
 
 }  // namespace
 
+DivergenceRules divergence_rules(const Config& cfg, const ModelBuilder& builder) {
+  const auto& t = cfg.train;
+  const double classes = cfg.model.kind == ModelKind::GPT ? gpt_dims_of(builder).vocab : cfg.model.classes;
+  return {.factor = t.spike_factor, .window = t.spike_window, .ceiling = t.spike_ceiling,
+          .norm_factor = t.spike_norm_factor, .uniform_loss = std::log(classes)};
+}
+
 ModelAndData model_and_data(const Config& cfg) {
   check_trainable(cfg);
   const bool gpt = cfg.model.kind == ModelKind::GPT;
@@ -245,6 +245,11 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
   const bool rank0 = session.rank0();
   session.log_header();
   sync->attach(session);
+
+  // The watchdog from here: a resume that hangs on a stuck file system is a stall too.
+  StallWatchdog watchdog(cfg.run.stall_timeout_s, cfg.run.dir, session.world().rank(), session.world_size());
+  // A first save at a slow disk's 10 MB/s; later saves and evaluations: 10x their last duration.
+  watchdog.expect("saving a checkpoint", std::max(120.0, session.checkpoint_bytes_estimate() / 10e6));
 
   // ---- outputs, resume ----
   preflight_outputs(cfg, session);
@@ -280,9 +285,6 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
   guard.restore(session.resumed_guard_state());
   int rewinds = 0;
   int64_t batches_skipped = 0;
-  StallWatchdog watchdog(cfg.run.stall_timeout_s, cfg.run.dir, session.world().rank(), session.world_size());
-  // A first save at a slow disk's 10 MB/s; later saves and evaluations: 10x their last duration.
-  watchdog.expect("saving a checkpoint", std::max(120.0, session.checkpoint_bytes_estimate() / 10e6));
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     lr = sched.at(step);
     const TimedStep t = session.step(step, lr);
@@ -311,6 +313,8 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
     const bool last = step + 1 == cfg.train.steps;
     const bool eval_now = (cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last;
     if (eval_now) {
+      // A first evaluation: eval_steps forward passes, each within 10x this step's time.
+      watchdog.expect("evaluating", std::max(120.0, 10.0 * cfg.train.eval_steps * t.seconds));
       watchdog.phase("evaluating");
       if (const std::optional<EvalResult> r = session.evaluate()) {
         m.val_loss = r->loss;

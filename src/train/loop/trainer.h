@@ -20,6 +20,7 @@
 #include "model/model_builder.h"
 #include "train/loop/batch_source.h"
 #include "train/loop/cross_group_sync.h"
+#include "train/observe/divergence_guard.h"
 
 namespace baton {
 
@@ -43,6 +44,10 @@ struct ModelAndData {
   std::unique_ptr<BatchSource> data;
 };
 ModelAndData model_and_data(const Config& cfg);
+
+// The divergence guard's rules of a config (train.spike_*; the uniform guess of the model's
+// vocabulary or classes).
+DivergenceRules divergence_rules(const Config& cfg, const ModelBuilder& builder);
 
 // Runs the configured training on this rank. `world`: every rank of the job; `make_sync` the
 // cross-group strategy of the config's layout (make_lockstep_sync for homogeneous layouts,

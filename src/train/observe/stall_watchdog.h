@@ -7,7 +7,8 @@
 // The limit, never above run.stall_timeout_s (default 1800 s; 0 = off): while training, once five
 // steps are timed, max(60 s, 50 × the median step time); while saving, evaluating or starting,
 // 10 × the phase's last measured duration, at least 2 min (phase_limit) — the first save's bound
-// comes from its size (expect()), a first evaluation and the start-up have run.stall_timeout_s.
+// comes from its size, a first evaluation's from the step time (expect()); the start-up (resume
+// and the first step) has run.stall_timeout_s.
 // Who stopped: each rank's thread rewrites <run.dir>/.heartbeat/rank-R every second (its step,
 // what it is doing, what it waits on); a stopped process's file goes stale. The lowest rank whose
 // heartbeat is fresh reports (so the job prints one report), then ends its process, and mpirun
