@@ -171,6 +171,24 @@ int run_hetpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const 
       "plan (hetpipe, policy {}): {} on {} GPUs ({}) | {} virtual workers of {} GPUs, Nm = {} ({})\n", policy,
       ch.label, cl.total_gpus(), cl.name, hp.vws.size(), k, nm,
       hp.nm_given ? "--nm" : fmt::format("the smallest Max_m, searched up to {}", hp.nm_cap));
+  // HD pairs the nodes by a speed ranking (plan/hetpipe.h hetpipe_node_speed): say which.
+  const std::string speed_source = cl.measured_speeds() ? "relative_speed" : "peak_fp32";
+  if (policy == "hd") {
+    const std::vector<double> speed = plan::hetpipe_node_speed(cl);
+    std::vector<int> order(cl.nodes.size());
+    for (size_t n = 0; n < order.size(); ++n) order[n] = static_cast<int>(n);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return speed[a] > speed[b]; });
+    std::vector<std::string> ranked;
+    for (int n : order) {
+      const std::string e = fmt::format("{} {:g}", cl.nodes[n].name, speed[n]);
+      if (std::find(ranked.begin(), ranked.end(), e) == ranked.end()) ranked.push_back(e);
+    }
+    if (ranked.size() > 8) ranked.resize(8), ranked.push_back("...");
+    out += fmt::format("HD pairs the fastest node with the slowest by {}: {}\n",
+                       cl.measured_speeds() ? "the cluster file's relative_speed"
+                                            : "data-sheet fp32 peak, TFLOP/s (no relative_speed in the cluster file)",
+                       fmt::join(ranked, " > "));
+  }
   for (size_t v = 0; v < hp.vws.size(); ++v) {
     const HetpipeVw& w = hp.vws[v];
     const plan::HpPlan& p = w.plan;
@@ -214,7 +232,8 @@ int run_hetpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const 
   if (!hp.nm_given && hp.best_nm != nm)
     out += fmt::format("best predicted Nm <= Max_m: {} ({:.1f} samples/s; --nm {}, or hetero.nm = {})\n", hp.best_nm,
                        mb * hp.best_minibatches_per_s, hp.best_nm, hp.best_nm);
-  json j = {{"algorithm", "hetpipe"}, {"cluster", cl.name}, {"policy", policy}, {"vw_size", k},
+  json j = {{"algorithm", "hetpipe"}, {"cluster", cl.name}, {"policy", policy}, {"speed_ranking", speed_source},
+            {"vw_size", k},
             {"nm", nm}, {"nm_cap", hp.nm_cap}, {"best_nm", hp.best_nm},
             {"best_samples_per_s", mb * hp.best_minibatches_per_s}, {"virtual_workers", jv},
             {"minibatches_per_s", total}, {"samples_per_s", mb * total},

@@ -294,7 +294,8 @@ const std::vector<Entry>& registry() {
                    "local updates 1..p-Nm"},
        gen_hetpipe},
       {{.name = "wsp", .update = U::PER_WAVE, .generated = false, .executable = false,
-        .summary = "HetPipe wave synchronous parallel over virtual workers (not built yet)"},
+        .summary = "HetPipe wave synchronous parallel over virtual workers: trained with hetero.sync = "
+                   "\"wsp\" (each VW's pipeline runs hetpipe), not as a parallel.schedule"},
        nullptr},
   };
   return entries;

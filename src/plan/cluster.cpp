@@ -4,6 +4,7 @@
 
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -25,6 +26,13 @@ bool Cluster::homogeneous() const {
 }
 
 int Cluster::gpus_per_node() const { return nodes.empty() ? 0 : nodes[0].gpus; }
+
+bool Cluster::measured_speeds() const {
+  if (nodes.empty()) return false;
+  for (const auto& node : nodes)
+    if (!(node.relative_speed > 0)) return false;
+  return true;
+}
 
 Cluster Cluster::first_gpus(int gpus) const {
   if (gpus > total_gpus() || gpus < 1)
@@ -50,17 +58,22 @@ std::string at(const std::string& origin, const toml::node& n) {
 
 const char* kHint =
     "a cluster file has top-level name, inter_node_gbs and [[nodes]] tables with device, gpus, "
-    "intra_node_gbs, optional name, count and inter_node_gbs (see configs/clusters/)";
+    "intra_node_gbs, optional name, count, inter_node_gbs and relative_speed (see configs/clusters/)";
 
-double positive(const toml::node& v, const std::string& key, const std::string& where) {
+const char* kSpeedHint =
+    "relative_speed is a node's GPU speed, measured (e.g. from `baton profile` on that device kind): a "
+    "number > 0, higher = faster, in any unit shared by every node of the file";
+
+double positive(const toml::node& v, const std::string& key, const std::string& where,
+                const char* hint = kHint) {
   double x;
   if (auto i = v.as_integer())
     x = static_cast<double>(i->get());
   else if (auto f = v.as_floating_point())
     x = f->get();
   else
-    throw Error(fmt::format("{}: {} must be a number", where, key), kHint);
-  if (!(x > 0)) throw Error(fmt::format("{}: {} must be > 0, got {}", where, key, x), kHint);
+    throw Error(fmt::format("{}: {} must be a number", where, key), hint);
+  if (!(x > 0)) throw Error(fmt::format("{}: {} must be > 0, got {}", where, key, x), hint);
   return x;
 }
 
@@ -106,6 +119,11 @@ Cluster load_cluster_string(const std::string& text, const std::string& origin) 
   if (!nodes || nodes->empty())
     throw Error(fmt::format("{}: no [[nodes]] in the cluster file", origin), kHint);
   int index = 0;
+  struct Given {  // per [[nodes]] table: where it is, its name, whether it has relative_speed
+    std::string where, name;
+    bool speed;
+  };
+  std::vector<Given> given;
   for (const auto& entry : *nodes) {
     const auto& t = *entry.as_table();
     const std::string where_node = at(origin, entry);
@@ -134,6 +152,10 @@ Cluster load_cluster_string(const std::string& text, const std::string& origin) 
         has_intra = true;
       } else if (key == "inter_node_gbs") {
         n.inter_gbs = positive(v, key, where);
+      } else if (key == "relative_speed") {
+        n.relative_speed = positive(v, key, where, kSpeedHint);
+        if (!std::isfinite(n.relative_speed))
+          throw Error(fmt::format("{}: relative_speed must be finite, got {}", where, n.relative_speed), kSpeedHint);
       } else if (key == "count") {
         count = positive_int(v, key, where);
       } else {
@@ -147,8 +169,19 @@ Cluster load_cluster_string(const std::string& text, const std::string& origin) 
       throw Error(fmt::format("{}: no inter_node_gbs for this node (nor at the top level)", where_node),
                   kHint);
     for (int i = 0; i < count; ++i) c.nodes.push_back(n);
+    given.push_back({where_node, n.name, n.relative_speed > 0});
     ++index;
   }
+  // relative_speed: every node or none (a measured speed does not compare with a data-sheet peak).
+  for (const Given& with : given)
+    if (with.speed)
+      for (const Given& without : given)
+        if (!without.speed)
+          throw Error(fmt::format("{}: node '{}' has no relative_speed, but node '{}' ({}) has one", without.where,
+                                  without.name, with.name, with.where),
+                      "give every [[nodes]] table a relative_speed (measured, e.g. from `baton profile` on that "
+                      "device kind) or none (then HetPipe's policies rank nodes by data-sheet fp32 peak): "
+                      "measured speeds and data-sheet peaks do not mix");
   if (c.name.empty()) c.name = origin;
   return c;
 }

@@ -95,6 +95,13 @@ std::string vw_label(const Cluster& c, const VirtualWorker& vw) {
   return s;
 }
 
+std::vector<double> hetpipe_node_speed(const Cluster& c) {
+  const bool measured = c.measured_speeds();
+  std::vector<double> s;
+  for (const Node& n : c.nodes) s.push_back(measured ? n.relative_speed : n.device.peak_fp32);
+  return s;
+}
+
 std::vector<VirtualWorker> hetpipe_allocate(const Cluster& c, const std::string& policy, int k,
                                             const std::vector<double>& node_speed) {
   const int N = static_cast<int>(c.nodes.size());
@@ -121,8 +128,8 @@ std::vector<VirtualWorker> hetpipe_allocate(const Cluster& c, const std::string&
     std::iota(order.begin(), order.end(), 0);
     BATON_REQUIRE(node_speed.empty() || static_cast<int>(node_speed.size()) == N,
                   fmt::format("HD needs one speed per node ({}), got {}", N, node_speed.size()), "");
-    auto speed = [&](int n) { return node_speed.empty() ? c.nodes[n].device.peak_fp32 : node_speed[n]; };
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return speed(a) > speed(b); });
+    const std::vector<double> speed = node_speed.empty() ? hetpipe_node_speed(c) : node_speed;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return speed[a] > speed[b]; });
     size_t v = 0;
     for (int p = 0; p < N / 2; ++p) {
       const int fast = order[p], slow = order[N - 1 - p];

@@ -70,10 +70,20 @@ double hetpipe_minibatches_per_s(const HpProblem& pb, const HpPlan& plan);
 struct VirtualWorker {
   std::vector<int> node;  // per GPU: index into Cluster::nodes
 };
+// The speed ranking of the cluster's nodes (higher = faster): every node's measured
+// relative_speed from the cluster file when it gives them (Cluster::measured_speeds), else the
+// device table's fp32 peak. HetPipe ranks by measured speed ("in terms of computation power,
+// V > R > G > Q", §8.1), which the data-sheet peaks do not reproduce (TITAN RTX has the higher
+// peak); configs/clusters/hetpipe.toml gives relative_speed in the paper's order.
+std::vector<double> hetpipe_node_speed(const Cluster& c);
+
 // "np" | "ed" | "hd"; throws Error when the cluster's shape does not allow the policy.
-// `node_speed` ranks the nodes for HD (higher = faster; e.g. 1 / profiled step time on that GPU);
-// empty: the device table's fp32 peak. HetPipe ranks by measured speed (V > R > G > Q), which
-// the data-sheet peaks do not reproduce (TITAN RTX has the higher peak).
+// The ranking is used where the paper uses it, in HD only: which node pairs with which, and the
+// order of the pairs (fastest first) and of the GPUs in a VW (the faster node's first). NP (one
+// node per VW) and ED (one GPU of every node per VW) keep the cluster file's node order, as Table 3
+// lists them. No layer time is scaled by it.
+// `node_speed` overrides the ranking (one per node, higher = faster; e.g. 1 / profiled step time
+// on that GPU); empty: hetpipe_node_speed(c).
 std::vector<VirtualWorker> hetpipe_allocate(const Cluster& c, const std::string& policy, int k,
                                             const std::vector<double>& node_speed = {});
 // One letter per GPU, the initial of its node's name: "VRGQ", "VVQQ".

@@ -80,8 +80,9 @@ def check(f, layers, policy):
     assert sorted("".join(labels)) == sorted("VVVVRRRRGGGGQQQQ"), labels
     if policy == "np": assert labels == ["VVVV", "RRRR", "GGGG", "QQQQ"], labels
     if policy == "ed": assert labels == ["VRGQ"] * 4, labels
-    if policy == "hd":  # pairs of node types, two GPUs of each
-        assert all(len(set(l)) == 2 and all(l.count(c) == 2 for c in set(l)) for l in labels), labels
+    if policy == "hd":  # Table 3: the fastest with the slowest by the file's relative_speed (V > R > G > Q)
+        assert labels == ["VVQQ", "VVQQ", "RRGG", "RRGG"], labels
+        assert j["speed_ranking"] == "relative_speed", j["speed_ranking"]
     total = 0
     for v in vws:
         if not v["feasible"]:
@@ -127,6 +128,27 @@ PY
 "$BATON" plan vgg.toml --cluster "$CL/hetpipe.toml" --algorithm hetpipe --policy ed > hp.txt
 [ "$(grep -c '^VW ' hp.txt)" = 4 ] || { cat hp.txt; fail "hetpipe table: 4 virtual workers"; }
 grep -q "^total: " hp.txt || fail "hetpipe table total"
+# HetPipe Table 3's HD from the command line: hetpipe.toml's relative_speed ranks V > R > G > Q
+# (the paper's ranking; data-sheet fp32 peaks put R first and give RRQQ/VVGG), so VVQQ x2, RRGG x2.
+"$BATON" plan vgg.toml --cluster "$CL/hetpipe.toml" --algorithm hetpipe --policy hd > hp_hd.txt
+[ "$(grep -oE '^VW [0-3] [A-Z]{4}' hp_hd.txt | cut -d' ' -f3 | tr '\n' ' ')" = "VVQQ VVQQ RRGG RRGG " ] \
+  || { cat hp_hd.txt; fail "hetpipe hd: Table 3's VVQQ x2, RRGG x2"; }
+grep -q "^HD pairs the fastest node with the slowest by the cluster file's relative_speed: V 16.3 > R 14.9 > G 6.45 > Q 5.3$" hp_hd.txt \
+  || { cat hp_hd.txt; fail "hetpipe hd: the ranking line"; }
+# Without relative_speed (the same cluster, keys dropped): data-sheet peaks, RRQQ x2, VVGG x2.
+grep -v '^relative_speed' "$CL/hetpipe.toml" > peaks.toml
+"$BATON" plan vgg.toml --cluster peaks.toml --algorithm hetpipe --policy hd > hp_peaks.txt
+[ "$(grep -oE '^VW [0-3] [A-Z]{4}' hp_peaks.txt | cut -d' ' -f3 | tr '\n' ' ')" = "RRQQ RRQQ VVGG VVGG " ] \
+  || { cat hp_peaks.txt; fail "hetpipe hd by data-sheet peak"; }
+grep -q "^HD pairs .* by data-sheet fp32 peak" hp_peaks.txt || { cat hp_peaks.txt; fail "hetpipe hd: the peak line"; }
+# relative_speed on some nodes only, or not a positive number: errors naming the file and node.
+awk '/^relative_speed/ && ++n == 2 {next} {print}' "$CL/hetpipe.toml" > partial.toml
+expect_error "partial.toml:[0-9]*: node 'R' has no relative_speed, but node 'V'" \
+  "$BATON" plan vgg.toml --cluster partial.toml --algorithm hetpipe --policy hd
+sed 's/^relative_speed = 5.3$/relative_speed = -1/' "$CL/hetpipe.toml" > negative.toml
+expect_error "negative.toml:[0-9]*: relative_speed must be > 0, got -1" \
+  "$BATON" plan vgg.toml --cluster negative.toml --algorithm hetpipe --policy hd
+
 # --output writes the [hetero] snippet: valid TOML, its keys the run line's --sets.
 "$BATON" plan vgg.toml --cluster "$CL/hetpipe.toml" --algorithm hetpipe --policy hd --output hp_hd.toml > /dev/null
 python3 - hp_hd.toml <<'PY' || { cat hp_hd.toml; fail "hetpipe snippet"; }

@@ -183,7 +183,10 @@ TEST_F(HeteroCluster, Errors) {
 
 // HetPipe's trends on its cluster (notes-hetpipe-madpipe §A.8; launch/hetpipe-paper-table.sh prints
 // the numbers, docs/hetpipe.md): VGG-19 and ResNet-152, minibatches of 32 images.
-// - "NP performs poorly for both models": predicted ED and HD ≥ 1.2 × NP (measured 1.59–1.88×).
+// - "NP performs poorly for both models" (Figure 4, where "Nm was chosen to maximise performance"):
+//   at each policy's best Nm ≤ the smallest Max_m, predicted ED and HD ≥ 1.2 × NP (measured
+//   1.99–2.19×). At the default Nm (the smallest Max_m) ResNet-152's HD, VVQQ/RRGG as Table 3, is
+//   below NP: at Nm = 6 the VVQQ VWs' TITAN Vs hold too few layers (docs/hetpipe.md).
 // - Table 4, "adding whimpy GPUs" (ED, the paper's Nm): throughput grows with every node added
 //   (measured steps +7% to +48%) and 16 GPUs give 1.5–3.5× the 4 V GPUs (paper 2.02× and 2.27×,
 //   predicted 2.56× and 2.08×).
@@ -204,9 +207,9 @@ TEST(HetPipePaper, PolicyAndWhimpyGpuTrends) {
     sets.insert(sets.end(), mb.begin(), mb.end());
     const Config cfg = load_config(m.config, sets, 1);
     const Chain ch = make_chain(cfg, "", paper, "test");
-    const double np = plan_hetpipe(ch, paper, "np", 0, 0).minibatches_per_s();
-    EXPECT_GT(plan_hetpipe(ch, paper, "ed", 0, 0).minibatches_per_s(), 1.2 * np) << ch.label;
-    EXPECT_GT(plan_hetpipe(ch, paper, "hd", 0, 0).minibatches_per_s(), 1.2 * np) << ch.label;
+    const double np = plan_hetpipe(ch, paper, "np", 0, 0).best_minibatches_per_s;
+    EXPECT_GT(plan_hetpipe(ch, paper, "ed", 0, 0).best_minibatches_per_s, 1.2 * np) << ch.label;
+    EXPECT_GT(plan_hetpipe(ch, paper, "hd", 0, 0).best_minibatches_per_s, 1.2 * np) << ch.label;
     std::vector<double> t;
     for (int nodes = 1; nodes <= 4; ++nodes) {
       const plan::Cluster c = vrqg.first_gpus(4 * nodes);

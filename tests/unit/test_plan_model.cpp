@@ -79,6 +79,42 @@ TEST(PlanCluster, ErrorsNameFileAndLine) {
   EXPECT_THROW(load_cluster("/nonexistent.toml"), Error);
 }
 
+// relative_speed: optional, a finite number > 0, on every node or none.
+TEST(PlanCluster, RelativeSpeed) {
+  const std::string a = "inter_node_gbs = 1\n[[nodes]]\nname = 'a'\ndevice = 'A100'\ngpus = 8\nintra_node_gbs = 1\n";
+  const std::string b = "[[nodes]]\nname = 'b'\ndevice = 'V100'\ngpus = 8\nintra_node_gbs = 1\n";
+  const Cluster two = load_cluster_string(a + "relative_speed = 3\n" + b + "relative_speed = 1.5\ncount = 2\n", "c.toml");
+  EXPECT_TRUE(two.measured_speeds());
+  ASSERT_EQ(two.nodes.size(), 3u);
+  EXPECT_DOUBLE_EQ(two.nodes[0].relative_speed, 3);
+  EXPECT_DOUBLE_EQ(two.nodes[2].relative_speed, 1.5);
+  EXPECT_FALSE(load_cluster_string(a + b, "c.toml").measured_speeds());
+  EXPECT_TRUE(load_cluster(kSrc + "/configs/clusters/hetpipe.toml").measured_speeds());
+  EXPECT_FALSE(load_cluster(kSrc + "/configs/clusters/selene.toml").measured_speeds());
+  // Bad values: one line naming file:line and the key, a hint saying what the key is.
+  auto expect_speed_error = [&](const std::string& text, const std::string& want, const std::string& hint) {
+    try {
+      load_cluster_string(text, "c.toml");
+      ADD_FAILURE() << "no error for:\n" << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      EXPECT_NE(e.hint().find(hint), std::string::npos) << e.hint();
+    }
+  };
+  expect_speed_error(a + "relative_speed = 0\n", "c.toml:7: relative_speed must be > 0, got 0", "baton profile");
+  expect_speed_error(a + "relative_speed = -2.5\n", "c.toml:7: relative_speed must be > 0, got -2.5", "higher = faster");
+  expect_speed_error(a + "relative_speed = 'fast'\n", "c.toml:7: relative_speed must be a number", "baton profile");
+  expect_speed_error(a + "relative_speed = true\n", "c.toml:7: relative_speed must be a number", "baton profile");
+  expect_speed_error(a + "relative_speed = nan\n", "c.toml:7: relative_speed must be > 0", "baton profile");
+  expect_speed_error(a + "relative_speed = inf\n", "c.toml:7: relative_speed must be finite", "baton profile");
+  // Some nodes with it, others without: the file and the node without it, and one with it.
+  expect_speed_error(a + "relative_speed = 3\n" + b, "c.toml:8: node 'b' has no relative_speed, but node 'a' (c.toml:2) has one",
+                     "measured speeds and data-sheet peaks do not mix");
+  expect_speed_error(a + b + "relative_speed = 3\n", "c.toml:2: node 'a' has no relative_speed, but node 'b' (c.toml:7) has one",
+                     "or none");
+}
+
 // Σ over layers of (forward + backward) FLOPs × micro-batches = PTD-P's count (model/gpt.h), for
 // any tensor-parallel degree (each device computes 1/t), and with full recomputation Eq. 4.2.
 TEST(PlanGpt, FlopsMatchPtdpFormula) {

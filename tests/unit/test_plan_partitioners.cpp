@@ -218,25 +218,58 @@ TEST(PlanHetPipe, MemoryAtNm) {
   EXPECT_DOUBLE_EQ(hetpipe_stage_memory(pb, 2, 2, 2), 3 + 2);
 }
 
+std::vector<std::string> vw_labels(const Cluster& c, const std::string& policy, int k,
+                                   const std::vector<double>& ranking = {}) {
+  std::vector<std::string> out;
+  for (const auto& vw : hetpipe_allocate(c, policy, k, ranking)) out.push_back(vw_label(c, vw));
+  return out;
+}
+
 // HetPipe Table 3 on its cluster: NP VVVV/RRRR/GGGG/QQQQ, ED 4 × VRGQ, HD 2 × VVQQ + 2 × RRGG
-// with the paper's measured compute ranking V > R > G > Q.
+// with the paper's compute ranking V > R > G > Q — given explicitly, and as the cluster file's
+// relative_speed (configs/clusters/hetpipe.toml), which `baton plan` uses.
 TEST(PlanHetPipe, AllocationPoliciesReproduceTable3) {
   const Cluster c = load_cluster(kSrc + "/configs/clusters/hetpipe.toml");
   const std::vector<double> ranking = {4, 3, 2, 1};  // V, R, G, Q
-  auto labels = [&](const std::string& policy) {
-    std::vector<std::string> out;
-    for (const auto& vw : hetpipe_allocate(c, policy, 4, ranking)) out.push_back(vw_label(c, vw));
-    return out;
-  };
-  EXPECT_EQ(labels("np"), (std::vector<std::string>{"VVVV", "RRRR", "GGGG", "QQQQ"}));
-  EXPECT_EQ(labels("ed"), (std::vector<std::string>{"VRGQ", "VRGQ", "VRGQ", "VRGQ"}));
-  EXPECT_EQ(labels("hd"), (std::vector<std::string>{"VVQQ", "VVQQ", "RRGG", "RRGG"}));
-  // Data-sheet fp32 peaks rank R (16.3) above V (14.9): the pairs become RRQQ and VVGG.
-  std::vector<std::string> by_peak;
-  for (const auto& vw : hetpipe_allocate(c, "hd", 4)) by_peak.push_back(vw_label(c, vw));
-  EXPECT_EQ(by_peak, (std::vector<std::string>{"RRQQ", "RRQQ", "VVGG", "VVGG"}));
+  for (const auto& r : {ranking, std::vector<double>{}}) {
+    EXPECT_EQ(vw_labels(c, "np", 4, r), (std::vector<std::string>{"VVVV", "RRRR", "GGGG", "QQQQ"}));
+    EXPECT_EQ(vw_labels(c, "ed", 4, r), (std::vector<std::string>{"VRGQ", "VRGQ", "VRGQ", "VRGQ"}));
+    EXPECT_EQ(vw_labels(c, "hd", 4, r), (std::vector<std::string>{"VVQQ", "VVQQ", "RRGG", "RRGG"}));
+  }
   EXPECT_THROW(hetpipe_allocate(c, "ed", 3), Error);
   EXPECT_THROW(hetpipe_allocate(c, "xx", 4), Error);
+}
+
+// The cluster file's relative_speed (measured) replaces the data-sheet fp32 peak as HD's ranking.
+// Mutation check: with hetpipe_node_speed returning device.peak_fp32 whatever relative_speed says
+// (relative_speed ignored), the HD expectations on hetpipe.toml and on the reversed file fail (both
+// give RRQQ/VVGG), as do the node speeds and AllocationPoliciesReproduceTable3 — tried.
+TEST(PlanHetPipe, MeasuredSpeedRanksHd) {
+  const Cluster c = load_cluster(kSrc + "/configs/clusters/hetpipe.toml");
+  ASSERT_TRUE(c.measured_speeds());
+  EXPECT_EQ(vw_labels(c, "hd", 4), (std::vector<std::string>{"VVQQ", "VVQQ", "RRGG", "RRGG"}));
+  // A file ranking the nodes against the data sheets: Q fastest, then G, V, R: pairs Q+R, G+V.
+  auto file = [&](const std::vector<std::string>& speeds) {  // HetPipe's cluster, these speeds
+    std::string t = "inter_node_gbs = 7\n";
+    const std::vector<std::pair<std::string, std::string>> nodes = {
+        {"V", "TITAN-V"}, {"R", "TITAN-RTX"}, {"G", "RTX-2060"}, {"Q", "QUADRO-P4000"}};
+    for (size_t n = 0; n < nodes.size(); ++n)
+      t += "[[nodes]]\nname = '" + nodes[n].first + "'\ndevice = '" + nodes[n].second +
+           "'\ngpus = 4\nintra_node_gbs = 15.75\n" + (speeds.empty() ? "" : "relative_speed = " + speeds[n] + "\n");
+    return load_cluster_string(t, "reversed.toml");
+  };
+  EXPECT_EQ(vw_labels(file({"2", "1", "3", "4"}), "hd", 4),
+            (std::vector<std::string>{"QQRR", "QQRR", "GGVV", "GGVV"}));
+  // Without relative_speed: data-sheet fp32 peaks rank R (16.3) above V (14.9): RRQQ and VVGG.
+  const Cluster by_peak = file({});
+  EXPECT_FALSE(by_peak.measured_speeds());
+  EXPECT_EQ(vw_labels(by_peak, "hd", 4), (std::vector<std::string>{"RRQQ", "RRQQ", "VVGG", "VVGG"}));
+  EXPECT_EQ(hetpipe_node_speed(by_peak), (std::vector<double>{14.9, 16.3, 6.45, 5.3}));
+  EXPECT_EQ(hetpipe_node_speed(c), (std::vector<double>{16.3, 14.9, 6.45, 5.3}));
+  // NP and ED do not rank: the file's node order whatever the speeds.
+  EXPECT_EQ(vw_labels(file({"2", "1", "3", "4"}), "ed", 4), (std::vector<std::string>(4, "VRGQ")));
+  EXPECT_EQ(vw_labels(file({"2", "1", "3", "4"}), "np", 4),
+            (std::vector<std::string>{"VVVV", "RRRR", "GGGG", "QQQQ"}));
 }
 
 }  // namespace
