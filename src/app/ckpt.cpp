@@ -104,7 +104,7 @@ int run_ckpt_bench(const CkptBenchOptions& opts) {
     Timer t;
     read_train_state(w.path, model.table(), host);
     read_s.push_back(t.seconds());
-    std::printf("run %d: save (blocks training) %.2f s = %.0f MB/s [HDF5 write %.2f s, fsync+rename "
+    std::printf("run %d: save (blocks training) %.2f s = %.0f MB/s [write + fdatasync %.2f s, fsync+rename "
                 "%.2f s] | read + verify %.2f s = %.0f MB/s\n",
                 i + 1, w.seconds, mb(bytes) / w.seconds, w.write_seconds, w.sync_seconds,
                 read_s.back(), mb(bytes) / read_s.back());

@@ -55,8 +55,8 @@ struct SaveResult {
   std::string path;
   uint64_t bytes = 0;
   double seconds = 0;        // wall time of the whole protocol, the time training is blocked
-  double write_seconds = 0;  // of which: HDF5 writing (checksums, data, flush, close)
-  double sync_seconds = 0;   // of which: fsync of the file, rename, fsync of the directory
+  double write_seconds = 0;  // of which: checksums, the layout, every rank's data and its fdatasync
+  double sync_seconds = 0;   // of which: rank 0's fsync of the file, rename, fsync of the directory
 };
 // Runs the protocol above. All ranks of `comm` call it (MPI_COMM_NULL: this process alone). On
 // failure the .tmp file is removed and nothing else in the directory has changed.
