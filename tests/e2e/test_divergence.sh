@@ -111,6 +111,8 @@ assert all("rewinds" not in r for r in a if r["step"] <= 20)
 la = {r["step"]: r["loss"] for r in a}
 lb = {r["step"]: r["loss"] for r in b}
 assert all(la[s] == lb[s] for s in range(33, 41)), [(la[s], lb[s]) for s in range(33, 41)]
+# the resumed run did not rewind itself, but its data runs 5 batches ahead: the checkpoint said so
+assert all(r.get("rewinds") == 0 and r.get("batches_skipped") == 5 for r in b if r["step"] > 32), b[-1]
 print("rewind: steps 1..40 once, rewinds counted after step 20, the resumed run equals the run through")
 PY
 # A spike that a rewind cannot remove (the lr jump comes back) stops after train.max_rewinds.

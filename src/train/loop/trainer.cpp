@@ -183,7 +183,7 @@ std::string set_aside(TrainSession& session, int64_t spike_step) {
 // from. Nothing after the spike is ever saved.
 int64_t on_spike(const Config& cfg, TrainSession& session, CrossGroupSync& sync,
                                 DivergenceGuard& guard, int64_t spike_step, const std::string& what,
-                                int& rewinds, int64_t& skipped) {
+                                int& rewinds) {
   const std::string lower = "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor, "
                             "spike_ceiling or spike_norm_factor (0 turns a rule off)";
   if (!sync.can_rewind()) sync.spike(what, fmt::format("checkpoint.resume = \"auto\" restarts from the newest "
@@ -196,7 +196,6 @@ int64_t on_spike(const Config& cfg, TrainSession& session, CrossGroupSync& sync,
     const int64_t skip = next_data_step - meta.data_position;
     guard.restore(meta.guard_state);
     ++rewinds;
-    skipped += skip;
     log::warn("{}: rewinding to {} (step {}) and skipping the {} data batches since it (rewind {} of {})", what,
               name, meta.step, skip, rewinds, cfg.train.max_rewinds);
     return meta.step;
@@ -284,7 +283,6 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
   DivergenceGuard guard(divergence_rules(cfg, session.model().builder()));
   guard.restore(session.resumed_guard_state());
   int rewinds = 0;
-  int64_t batches_skipped = 0;
   for (int64_t step = start_step; step < cfg.train.steps; ++step) {
     lr = sched.at(step);
     const TimedStep t = session.step(step, lr);
@@ -292,7 +290,7 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
     // The divergence guard, before this step's state can reach a checkpoint.
     if (sync->holds_loss())
       if (const std::optional<std::string> flagged = guard.check(step + 1, t.result.loss, t.result.grad_norm)) {
-        const int64_t back = on_spike(cfg, session, *sync, guard, step + 1, *flagged, rewinds, batches_skipped);
+        const int64_t back = on_spike(cfg, session, *sync, guard, step + 1, *flagged, rewinds);
         metrics.rewind_to(back);
         saved_step = back;
         loss_window = 0;
@@ -308,7 +306,7 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
 
     StepMetrics m = session.metrics(step, lr, t);
     m.rewinds = rewinds;
-    m.batches_skipped = batches_skipped;
+    m.batches_skipped = session.data_offset();  // every rewind's, a resumed run's too
     sync->after_step(session, step, m);
     const bool last = step + 1 == cfg.train.steps;
     const bool eval_now = (cfg.train.eval_every > 0 && (step + 1) % cfg.train.eval_every == 0) || last;

@@ -42,7 +42,7 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.images_per_s) j["images_per_s"] = *m.images_per_s;
   for (const auto& [name, value] : m.val_metrics) j["val_" + name] = value;
-  if (m.rewinds > 0) {
+  if (m.rewinds > 0 || m.batches_skipped > 0) {
     j["rewinds"] = m.rewinds;
     j["batches_skipped"] = m.batches_skipped;
   }

@@ -46,7 +46,8 @@ struct StepMetrics {
   // The first step after a resume with changed settings: key -> (old, new) as TOML text.
   std::vector<std::pair<std::string, std::pair<std::string, std::string>>> resumed_changes;
   std::optional<VwMetrics> vw;  // WSP runs
-  // train.on_spike = "rewind": rewinds so far and the data batches they skipped (written when > 0).
+  // train.on_spike = "rewind": this run's rewinds and the data batches all rewinds skipped (the
+  // checkpoints carry the latter); written when either is > 0.
   int rewinds = 0;
   int64_t batches_skipped = 0;
 };

@@ -51,9 +51,13 @@ double phase_limit(double timeout, std::optional<double> last, std::optional<dou
 }
 
 StallWatchdog::StallWatchdog(double timeout_s, const std::string& run_dir, int rank, int world)
-    : timeout_(timeout_s), dir_(run_dir + "/.heartbeat"), rank_(rank), world_(world) {
+    : timeout_(timeout_s), dir_(run_dir + "/.heartbeat"), startup_file_(run_dir + "/.startup-seconds"), rank_(rank),
+      world_(world) {
   last_progress_ = phase_start_ = dist::now_seconds();
   if (timeout_ <= 0) return;
+  // The previous run's start-up in this run.dir bounds this one's (a resume reads the same files).
+  double previous = 0;
+  if (std::ifstream f(startup_file_); f >> previous && previous > 0) measured_["starting"] = previous;
   std::error_code ec;
   fs::create_directories(dir_, ec);
   thread_ = std::thread([this] { run(); });
@@ -78,6 +82,14 @@ void StallWatchdog::step_done(int64_t step, double seconds) {
   last_progress_ = dist::now_seconds();
   step_seconds_.push_back(seconds);
   if (!phase_.empty()) measured_[phase_] = last_progress_ - phase_start_;
+  if (phase_ == "starting" && rank_ == 0 && timeout_ > 0) {  // for the next run's bound; best effort
+    const std::string tmp = startup_file_ + ".tmp";
+    std::error_code ec;
+    if (std::ofstream f(tmp, std::ios::trunc); f << fmt::format("{:.3f}\n", measured_[phase_]) && f.flush())
+      fs::rename(tmp, startup_file_, ec);
+    else
+      fs::remove(tmp, ec);
+  }
   phase_.clear();
 }
 
@@ -93,6 +105,11 @@ void StallWatchdog::phase(const std::string& what) {
 void StallWatchdog::expect(const std::string& what, double first_limit_s) {
   std::lock_guard<std::mutex> lock(mu_);
   first_[what] = first_limit_s;
+}
+
+double StallWatchdog::limit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return limit_locked();
 }
 
 double StallWatchdog::limit_locked() const {

@@ -8,7 +8,8 @@
 // steps are timed, max(60 s, 50 × the median step time); while saving, evaluating or starting,
 // 10 × the phase's last measured duration, at least 2 min (phase_limit) — the first save's bound
 // comes from its size, a first evaluation's from the step time (expect()); the start-up (resume
-// and the first step) has run.stall_timeout_s.
+// and the first step) from the previous run's start-up in the same run.dir (rank 0 writes it to
+// <run.dir>/.startup-seconds at the first step), run.stall_timeout_s the first time.
 // Who stopped: each rank's thread rewrites <run.dir>/.heartbeat/rank-R every second (its step,
 // what it is doing, what it waits on); a stopped process's file goes stale. The lowest rank whose
 // heartbeat is fresh reports (so the job prints one report), then ends its process, and mpirun
@@ -46,6 +47,8 @@ class StallWatchdog {
   void phase(const std::string& what);
   // The bound of a phase's first occurrence (e.g. a save's size at a slow disk's 10 MB/s).
   void expect(const std::string& what, double first_limit_s);
+  // The limit now, for what the rank is doing (seconds without progress before the report).
+  double limit() const;
 
  private:
   void run();
@@ -54,9 +57,9 @@ class StallWatchdog {
   [[noreturn]] void report(double idle, double limit);
 
   double timeout_;
-  std::string dir_;
+  std::string dir_, startup_file_;
   int rank_, world_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
   int64_t step_ = 0;
