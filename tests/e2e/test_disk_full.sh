@@ -22,8 +22,9 @@ BATON_CKPT_PAUSE_AT=mid_write@6 BATON_CKPT_PAUSE_S=3 timeout 120 "${MPIRUN[@]}" 
 p=$!
 for _ in $(seq 1 300); do grep -q "paused at mid_write" lim.err 2>/dev/null && break; sleep 0.1; done
 rank1=""
-for q in $(pgrep -f "$BATON train tiny.toml"); do
-  tr '\0' '\n' < /proc/$q/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && rank1=$q
+for d in /proc/[0-9]*; do  # (no pgrep: procps is not in minimal images)
+  tr '\0' ' ' < $d/cmdline 2>/dev/null | grep -q "^$BATON train tiny.toml --set run.dir=lim" || continue
+  tr '\0' '\n' < $d/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && rank1=${d#/proc/}
 done
 [ -n "$rank1" ] || { cat lim.err; fail "no rank 1 process paused mid-save"; }
 start=$(date +%s)
