@@ -50,11 +50,7 @@ void require_same_config_everywhere(const Config& cfg, dist::Comm& world) {
   const std::string mine = fmt::format("[build]\nidentity = baton {} {} {} cuda {} mpi {}\n", b::version, b::build_type,
                                        b::compiler, b::cuda ? b::cuda_archs : "off", b::mpi_version) +
                            cfg.to_toml();
-  int64_t len = static_cast<int64_t>(mine.size());
-  world.broadcast(&len, 1, DType::I64, 0);
-  std::string rank0(static_cast<size_t>(len), '\0');
-  if (world.rank() == 0) rank0 = mine;
-  world.broadcast(rank0.data(), rank0.size(), DType::U8, 0);
+  const std::string rank0 = world.broadcast_string(mine, 0);
   const std::string diff = first_config_difference(mine, rank0, "rank 0");
   dist::agree_on_problems(world, diff.empty() ? "" : "runs another config or build than rank 0: " + diff,
                           "start every rank with the same baton binary, config file and --set arguments");

@@ -15,11 +15,7 @@ void agree_on_problems(Comm& world, const std::string& mine, const std::string& 
   const double first = world.all_reduce_scalar(mine.empty() ? 1e9 : world.rank(), ReduceOp::MIN);
   if (first >= 1e9) return;
   const int who = static_cast<int>(first);
-  int64_t n = static_cast<int64_t>(mine.size());
-  world.broadcast(&n, 1, DType::I64, who);
-  std::string what(static_cast<size_t>(n), '\0');
-  if (world.rank() == who) what = mine;
-  world.broadcast(what.data(), what.size(), DType::U8, who);
+  const std::string what = world.broadcast_string(mine, who);
   throw AgreedError(who == 0 ? what : fmt::format("rank {}: {}", who, what), hint);
 }
 

@@ -12,6 +12,15 @@ namespace baton::dist {
 
 double Comm::all_reduce_scalar(double x, ReduceOp op) { return all_reduce_host_scalar(x, op); }
 
+std::string Comm::broadcast_string(const std::string& text, int root) {
+  int64_t n = static_cast<int64_t>(text.size());
+  broadcast(&n, 1, DType::I64, root);
+  std::string out(static_cast<size_t>(n), '\0');
+  if (rank() == root) out = text;
+  broadcast(out.data(), out.size(), DType::U8, root);
+  return out;
+}
+
 double Comm::all_reduce_host_scalar(double x, ReduceOp op) {
   all_reduce(&x, 1, DType::F64, op);
   synchronize();

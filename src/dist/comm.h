@@ -77,6 +77,8 @@ class Comm {
 
   // Typed conveniences for host-side scalars (MPI) — e.g. loss and norm reductions.
   double all_reduce_scalar(double x, ReduceOp op = ReduceOp::SUM);
+  // `root`'s text on every rank (its length, then its bytes; host buffers, MPI). Collective.
+  std::string broadcast_string(const std::string& text, int root);
 
  protected:
   // all_reduce_scalar's transport. The default reduces the host double in place, which is right

@@ -122,7 +122,16 @@ rc=0
 [ "$rc" -eq 1 ] && [ "$(grep -c "rewinding to step-0000020.h5" again.err)" -eq 2 ] &&
   grep -q "^error: loss diverged at step 27: .* after 2 rewinds (train.max_rewinds)" again.err ||
   { cat again.err; fail "max_rewinds"; }
-# Rewinding needs every rank in lockstep on a flushing schedule.
+# train.spike_norm_factor (off by default) takes effect: the corrupt batch's gradient norm (5.8x the
+# median) stops the run at factor 4 with the loss rules off.
+rc=0
+BATON_FAULT_BAD_BATCH=24 "$BATON" train tiny.toml --set train.steps=30 --set train.spike_factor=0 \
+  --set train.spike_ceiling=0 --set train.spike_norm_factor=4 --set run.dir=norm > norm.log 2> norm.err || rc=$?
+[ "$rc" -eq 1 ] && grep -q "^error: gradient norm spike at step 25: [0-9.]* is [0-9.]*x the median" norm.err ||
+  { cat norm.err; fail "spike_norm_factor"; }
+# Rewinding needs every rank in lockstep on a flushing schedule (not virtual workers either).
+expect_error 'train.on_spike = "rewind" needs a job that steps in lockstep with a flushing schedule .this run: virtual workers.' \
+  "${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set hetero.sync='"wsp"' --set train.on_spike='"rewind"' --set run.dir=vwrewind
 expect_error 'train.on_spike = "rewind" needs a job that steps in lockstep with a flushing schedule .this run: schedule pipedream.' \
   "${MPIRUN[@]}" 2 "$BATON" train tiny.toml --set parallel.pp=2 --set parallel.schedule='"pipedream"' \
   --set train.on_spike='"rewind"' --set run.dir=async

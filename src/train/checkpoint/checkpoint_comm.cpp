@@ -1,10 +1,8 @@
 #include "train/checkpoint/checkpoint_comm.h"
 
-#include <fmt/format.h>
-
-#include <climits>
-
 #include "core/error.h"
+#include "dist/agree.h"
+#include "dist/mpi_comm.h"
 
 namespace baton {
 namespace {
@@ -39,15 +37,8 @@ void checkpoint_agree(MPI_Comm comm, const std::string& mine, const std::string&
     if (!mine.empty()) throw AgreedError(mine, hint);
     return;
   }
-  int first = mine.empty() ? INT_MAX : checkpoint_comm_rank(comm);
-  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm);
-  if (first == INT_MAX) return;
-  int n = static_cast<int>(mine.size());
-  MPI_Bcast(&n, 1, MPI_INT, first, comm);
-  std::string what(static_cast<size_t>(n), '\0');
-  if (checkpoint_comm_rank(comm) == first) what = mine;
-  MPI_Bcast(what.data(), n, MPI_CHAR, first, comm);
-  throw AgreedError(first == 0 ? what : fmt::format("rank {}: {}", first, what), hint);
+  dist::MpiComm view(comm, /*owned=*/false);
+  dist::agree_on_problems(view, mine, hint);
 }
 
 }  // namespace baton

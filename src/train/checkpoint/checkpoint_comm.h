@@ -14,7 +14,8 @@ void checkpoint_barrier(MPI_Comm comm);   // no-op for one rank
 // A save's step whose outcome may differ between ranks (a write that failed on one): every rank
 // passes its finding (empty = none); when any rank found one, every rank throws the same
 // AgreedError with the lowest such rank's finding, so no rank goes on into a collective the others
-// left. Plain MPI collectives only: nothing here can wait on a file system.
+// left (dist::agree_on_problems over `comm`). Plain MPI collectives only: nothing here can wait on
+// a file system.
 void checkpoint_agree(MPI_Comm comm, const std::string& mine, const std::string& hint);
 
 }  // namespace baton

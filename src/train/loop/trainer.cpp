@@ -171,19 +171,14 @@ std::string set_aside(TrainSession& session, int64_t spike_step) {
     }
   }
   dist::agree_on_problems(world, problem, "check checkpoint.dir's permissions and free space");
-  int64_t n = static_cast<int64_t>(good.size());
-  world.broadcast(&n, 1, DType::I64, 0);
-  good.resize(static_cast<size_t>(n));
-  world.broadcast(good.data(), good.size(), DType::U8, 0);
-  return good;
+  return world.broadcast_string(good, 0);
 }
 
 // A step the divergence guard flagged (`what`): stops the job, or (train.on_spike = "rewind")
 // reloads the last good checkpoint, skips the data batches since it and returns the step to go on
 // from. Nothing after the spike is ever saved.
-int64_t on_spike(const Config& cfg, TrainSession& session, CrossGroupSync& sync,
-                                DivergenceGuard& guard, int64_t spike_step, const std::string& what,
-                                int& rewinds) {
+int64_t on_spike(const Config& cfg, TrainSession& session, CrossGroupSync& sync, DivergenceGuard& guard,
+                 int64_t spike_step, const std::string& what, int& rewinds) {
   const std::string lower = "lower optim.lr or raise optim.warmup_steps, or raise train.spike_factor, "
                             "spike_ceiling or spike_norm_factor (0 turns a rule off)";
   if (!sync.can_rewind()) sync.spike(what, fmt::format("checkpoint.resume = \"auto\" restarts from the newest "

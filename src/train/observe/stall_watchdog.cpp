@@ -34,6 +34,26 @@ std::string doing(int64_t step, const std::string& phase, const dist::WaitState&
   return s;
 }
 
+// Writes `text` to `path` through a .tmp renamed over it, so a reader never sees a torn file; a
+// failed write (a full disk) removes the .tmp and keeps the last good file. Best effort: false then.
+bool replace_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  bool written = false;
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    f.flush();
+    written = f.good();
+  }
+  std::error_code ec;
+  if (!written) {
+    fs::remove(tmp, ec);
+    return false;
+  }
+  fs::rename(tmp, path, ec);
+  return !ec;
+}
+
 // Heartbeats are written every second: one older than this missed three, its process is stopped.
 constexpr double kStale = 3.0;
 
@@ -82,14 +102,8 @@ void StallWatchdog::step_done(int64_t step, double seconds) {
   last_progress_ = dist::now_seconds();
   step_seconds_.push_back(seconds);
   if (!phase_.empty()) measured_[phase_] = last_progress_ - phase_start_;
-  if (phase_ == "starting" && rank_ == 0 && timeout_ > 0) {  // for the next run's bound; best effort
-    const std::string tmp = startup_file_ + ".tmp";
-    std::error_code ec;
-    if (std::ofstream f(tmp, std::ios::trunc); f << fmt::format("{:.3f}\n", measured_[phase_]) && f.flush())
-      fs::rename(tmp, startup_file_, ec);
-    else
-      fs::remove(tmp, ec);
-  }
+  if (phase_ == "starting" && rank_ == 0 && timeout_ > 0)  // for the next run's bound
+    replace_file(startup_file_, fmt::format("{:.3f}\n", measured_[phase_]));
   phase_.clear();
 }
 
@@ -132,20 +146,8 @@ void StallWatchdog::write_heartbeat(double now_unix) {
     std::lock_guard<std::mutex> lock(mu_);
     line = doing(step_, phase_, w, dist::now_seconds());
   }
-  const std::string path = fmt::format("{}/rank-{}", dir_, rank_), tmp = path + ".tmp";
-  bool written = false;
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << fmt::format("{:.3f} {}\n{}\n", now_unix, ::getpid(), line);
-    f.flush();
-    written = f.good();
-  }
-  std::error_code ec;
-  if (!written) {  // a full disk: keep the last good heartbeat rather than rename an empty one over it
-    fs::remove(tmp, ec);
-    return;
-  }
-  fs::rename(tmp, path, ec);
+  // A full disk keeps the last good heartbeat (an empty one renamed over it looked like a dead rank).
+  replace_file(fmt::format("{}/rank-{}", dir_, rank_), fmt::format("{:.3f} {}\n{}\n", now_unix, ::getpid(), line));
 }
 
 void StallWatchdog::run() {
