@@ -161,8 +161,8 @@ struct HeteroConfig {
   // GiB per rank its backend may allocate (0 = unlimited). Empty = the named device's memory, none
   // named = unlimited.
   std::vector<double> memory_limit;
-  // WSP's deterministic mode (issue 13 item 7, train/hetero/wsp_turns.h): the VWs take turns in a seeded
-  // order (wsp::interleave), one minibatch at a time, so the run is reproducible bit for bit.
+  // WSP's deterministic mode (issues 13 and 23, train/hetero/wsp_turns.h): the server accesses of the VWs'
+  // first stages take turns in a seeded order, so a run is reproducible bit for bit.
   bool deterministic = false;
   // WSP: pushes and pulls on a communication thread that overlaps compute (dist/server_client.h;
   // needs MPI_THREAD_MULTIPLE); false, or in deterministic mode, on the training thread.

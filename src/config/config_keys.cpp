@@ -164,8 +164,9 @@ std::vector<KeyDesc> make_table() {
                 .range = at_least(1)),
       BATON_KEY(hetero, memory_limit, "per rank: GiB its backend may allocate (0 = unlimited; empty = the "
                 "memory of the device named in virtual_workers, none named = unlimited)", .range = at_least(0)),
-      BATON_KEY(hetero, deterministic, "WSP test mode: the virtual workers take turns in a seeded order (one "
-                "minibatch each, serialized), so the run is reproducible bit for bit (virtual workers of one rank)"),
+      BATON_KEY(hetero, deterministic, "WSP test mode: the server accesses of the virtual workers' first stages "
+                "(pulls before a forward, pushes after an update) take turns in a seeded order, so the run is "
+                "reproducible bit for bit (any stage counts; hetero.placement = \"default\")"),
       BATON_KEY(hetero, overlap, "WSP: push and pull on a communication thread that overlaps compute (MPI is "
                 "then initialised with MPI_THREAD_MULTIPLE); false: on the training thread, between minibatches "
                 "(deterministic mode always is)"),

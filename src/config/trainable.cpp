@@ -63,11 +63,12 @@ void check_hetero_trainable(const Config& cfg) {
                 "leave hetero.placement at \"default\" (tensors round robin over the shards), or give the virtual "
                 "workers several stages (e.g. hetero.virtual_workers = [\"0, 1\", \"2, 3\"])");
   if (pipelined) {
-    BATON_REQUIRE(!h.deterministic,
-                  "hetero.deterministic = true is built for virtual workers of one rank only (each VW takes its "
-                  "turns as one rank); virtual workers of several stages are not replayed yet",
-                  "give each virtual worker one rank (e.g. hetero.virtual_workers = [\"0\", \"1\", \"2\"]), or "
-                  "drop hetero.deterministic");
+    // Deterministic mode serializes the hooks of each VW's first stage, the only stage that talks
+    // to the server with the default placement (train/hetero/wsp_turns.h).
+    BATON_REQUIRE(!h.deterministic || h.placement == Placement::DEFAULT,
+                  "hetero.deterministic = true orders the server accesses of each virtual worker's first stage; "
+                  "with hetero.placement = \"local\" every stage is a client of its own",
+                  "leave hetero.placement at \"default\" for a deterministic run, or drop hetero.deterministic");
     BATON_REQUIRE(h.sync == SyncMode::WSP,
                   "virtual workers of several stages under hetero.sync = \"allreduce\" are not built yet",
                   "use hetero.sync = \"wsp\" (staleness = 0 is the closest synchronous setting) or give each "

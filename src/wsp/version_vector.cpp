@@ -82,6 +82,30 @@ bool VersionVector::includes(const VersionVector& other) const {
   return true;
 }
 
+VersionVector VersionVector::without(const VersionVector& other) const {
+  BATON_ASSERT(includes(other), "version vector: removing {} from {}, which lacks some of it", other.to_string(),
+               to_string());
+  VersionVector out(num_vw());
+  for (int v = 0; v < num_vw(); ++v)
+    for (const auto& [a, b] : sets_[v]) {
+      // [a, b) less other's intervals inside it (other's intervals are sorted and disjoint).
+      int from = a;
+      for (const auto& [c, d] : other.sets_[v]) {
+        if (d <= from || c >= b) continue;
+        out.add_range(v, from, c - 1);
+        from = d;
+      }
+      out.add_range(v, from, b - 1);
+    }
+  return out;
+}
+
+std::vector<std::pair<int, int>> VersionVector::ranges(int vw) const {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& [a, b] : at(vw)) out.emplace_back(a, b - 1);
+  return out;
+}
+
 std::string VersionVector::to_string() const {
   std::string out;
   for (int v = 0; v < num_vw(); ++v) {

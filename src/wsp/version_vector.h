@@ -36,6 +36,11 @@ class VersionVector {
   void merge(const VersionVector& other);
   // Every update of `other` is in this one.
   bool includes(const VersionVector& other) const;
+  // This one less the updates of `other`, which it must include (the WSP runtime's tags: a wave's ũ
+  // is the latest weights' updates less the wave start's).
+  VersionVector without(const VersionVector& other) const;
+  // `vw`'s updates as inclusive ranges [first, last], ascending (for traces).
+  std::vector<std::pair<int, int>> ranges(int vw) const;
 
   bool operator==(const VersionVector&) const = default;
   // "vw0:1-7 vw1:1-4" (empty VWs omitted; "{}" when nothing).

@@ -46,5 +46,25 @@ TEST(WspVersionVector, MergeIsADisjointUnion) {
   EXPECT_THROW(w.add(2, 1), Error);  // no VW 2
 }
 
+// The runtime's tags (train/hetero/wsp_stage.cpp): a pushed wave's ũ is the latest weights' updates
+// less the wave start's; a merge keeps what each version holds beyond the wave start.
+TEST(WspVersionVector, WithoutIsTheDifferenceOfAnIncludedSet) {
+  VersionVector latest(2), start(2);
+  latest.add_range(0, 1, 9);
+  latest.add_range(1, 1, 4);
+  start.add_range(0, 1, 2);
+  start.add_range(0, 5, 6);
+  start.add_range(1, 1, 4);
+  const VersionVector u = latest.without(start);
+  EXPECT_EQ(u.to_string(), "vw0:3-4,7-9");
+  EXPECT_EQ(u.ranges(0), (std::vector<std::pair<int, int>>{{3, 4}, {7, 9}}));
+  EXPECT_TRUE(u.ranges(1).empty());
+  VersionVector back = u;
+  back.merge(start);
+  EXPECT_EQ(back, latest);
+  EXPECT_EQ(latest.without(latest), VersionVector(2));
+  EXPECT_THROW(start.without(latest), Error);  // start lacks some of latest
+}
+
 }  // namespace
 }  // namespace baton::wsp

@@ -70,9 +70,24 @@ void WspStage::start_at(int first_wave) {
   first_wave_ = pushed_ = first_wave;
   c_global_ = first_wave;
   clock_ = wsp::WorkerClock(s_.vw, s_.params, static_cast<int>(s_.minibatches), nullptr, first_wave);
-  merges_.clear();
   // A resumed run's weights hold every VW's waves before the first (the checkpoint's w_global).
-  if (first_wave > 0) merges_.emplace_back(first_wave * s_.params.nm, first_wave);
+  const int64_t start = int64_t{first_wave} * s_.params.nm;
+  anchor_tag_ = pulled_version(s_.num_vw, first_wave, s_.vw, first_wave, s_.params.nm);
+  tags_.clear();
+  tags_[start] = anchor_tag_;
+}
+
+void WspStage::set_trace(std::unique_ptr<WspTraceFile> trace, bool deterministic) {
+  trace_ = std::move(trace);
+  this->trace({{"e", "run"}, {"vw", s_.vw}, {"stage", s_.vw_comm->rank()}, {"stages", s_.vw_comm->size()},
+               {"num_vw", s_.num_vw}, {"nm", s_.params.nm}, {"D", s_.params.staleness},
+               {"first_step", int64_t{first_wave_} * s_.params.nm}, {"deterministic", deterministic}});
+}
+
+void WspStage::trace(nlohmann::json event) const {
+  if (!trace_) return;
+  if (s_.turns && s_.turns->in_turn()) event["turn"] = s_.turns->turn();
+  trace_->write(event);
 }
 
 WspStage::~WspStage() = default;
@@ -193,13 +208,14 @@ void WspStage::read_board() {
 }
 
 void WspStage::before_forward(int64_t minibatch, int64_t reads, WeightVersions* versions, int64_t base) {
-  if (s_.turns) s_.turns->begin();
+  if (s_.turns) s_.turns->begin(Turn::FORWARD, minibatch);
   if (const std::optional<int> needs = clock_.waiting_for()) {
     request(*needs);
     // A pull that has returned (the client tries it beside the compute) is merged now (fresher
     // weights); the one that gates this minibatch is waited for, sleeping (dist/server_client.h).
     std::optional<Pulled> got;
-    if (clock_.startable()) {
+    const bool gated = !clock_.startable();
+    if (!gated) {
       got = take();
     } else {
       const double start = pipeline::Timeline::now();
@@ -210,6 +226,8 @@ void WspStage::before_forward(int64_t minibatch, int64_t reads, WeightVersions* 
       const double start = pipeline::Timeline::now();
       merge(*got, versions, base, reads);
       span(pipeline::Activity::WSP_PULL, start);
+      trace({{"e", "merge"}, {"x", got->x}, {"b", int64_t{pushed_} * s_.params.nm}, {"mb", minibatch},
+             {"gated", gated}, {"meeting", false}, {"w", to_json(anchor_tag_)}});
     }
   }
   read_board();  // after the gate, right before the minibatch starts (see the file comment)
@@ -217,23 +235,31 @@ void WspStage::before_forward(int64_t minibatch, int64_t reads, WeightVersions* 
                minibatch, *stop_at_);
   const int p = clock_.start();
   BATON_ASSERT(p == minibatch, "VW {}: forward of minibatch {} while the clock starts {}", s_.vw, minibatch, p);
-  // Minibatch p reads version `reads`: own updates 1 … reads and every VW's waves before the X of
-  // the last merge at or below it.
-  const int nm = s_.params.nm;
-  int64_t x = 0;
-  for (const auto& [b, mx] : merges_)
-    if (b <= reads) x = mx;
-  wsp::VersionVector w(s_.num_vw);
-  for (int k = 0; k < s_.num_vw; ++k) w.add_range(k, 1, static_cast<int>(x) * nm);
-  w.add_range(s_.vw, static_cast<int>(x) * nm + 1, static_cast<int>(reads));
+  // Minibatch p reads version `reads`: the updates its tag says it holds. Versions below it are
+  // never read again (minibatches start in order).
+  const auto held = tags_.find(reads);
+  BATON_ASSERT(held != tags_.end(), "VW {}: minibatch {} reads version {}, which has no tag", s_.vw, p, reads);
+  const wsp::VersionVector& w = held->second;
   staleness_ = observed_staleness(w, p, s_.num_vw);
-  BATON_ASSERT(staleness_ <= wsp::s_global(s_.params.staleness, nm), "VW {}: minibatch {} staleness {} > s_global",
-               s_.vw, p, staleness_);
+  trace({{"e", "start"}, {"mb", p}, {"reads", reads}, {"c_local", clock_.c_local()}, {"c_global", c_global_},
+         {"staleness", staleness_}, {"w", to_json(w)}});
+  BATON_ASSERT(staleness_ <= wsp::s_global(s_.params.staleness, s_.params.nm),
+               "VW {}: minibatch {} staleness {} > s_global", s_.vw, p, staleness_);
+  tags_.erase(tags_.begin(), held);
+  if (s_.turns) s_.turns->end();
 }
 
 void WspStage::after_update(int64_t update, WeightVersions* versions, int64_t base) {
+  if (s_.turns) s_.turns->begin(Turn::UPDATE, update);
   const std::optional<wsp::WorkerClock::Push> wave = clock_.finish();
   BATON_ASSERT(clock_.finished() == update, "VW {}: update {} finished minibatch {}", s_.vw, update, clock_.finished());
+  // Version `update` = version update − 1 plus minibatch `update`'s step (StepRunner::on_update).
+  const auto before = tags_.find(update - 1);
+  BATON_ASSERT(before != tags_.end(), "VW {}: update {} applies to version {}, which has no tag", s_.vw, update,
+               update - 1);
+  wsp::VersionVector& now = tags_[update] = before->second;
+  now.add(s_.vw, static_cast<int>(update));
+  trace({{"e", "update"}, {"mb", update}});
   if (wave) {
     const double start = pipeline::Timeline::now();
     Timer timer;
@@ -249,12 +275,16 @@ void WspStage::after_update(int64_t update, WeightVersions* versions, int64_t ba
       }
     ++pushed_;
     push(wave->wave, u);
-    own_.emplace_back(wave->wave, std::move(u));
+    wsp::VersionVector u_tag = now.without(anchor_tag_);
+    anchor_tag_ = now;
+    trace({{"e", "push"}, {"wave", wave->wave}, {"mb", update}, {"u", to_json(u_tag)}});
+    own_.push_back({wave->wave, std::move(u), std::move(u_tag)});
     push_ += timer.seconds();
     span(pipeline::Activity::WSP_PUSH, start);
     if (const std::optional<int> needs = clock_.waiting_for()) {  // the end of clock c requests its pull
       requested_.reset();
       request(*needs);
+      trace({{"e", "pull"}, {"clock", wave->wave}, {"needs", *needs}, {"mb", update}});
     }
   }
   if (s_.turns) s_.turns->end();
@@ -266,7 +296,7 @@ void WspStage::after_compute(int64_t minibatch, WorkTime t) {
 
 void WspStage::merge(const Pulled& pulled, WeightVersions* versions, int64_t base, int64_t latest) {
   const int b = pushed_ * s_.params.nm;  // the end of the last pushed wave: minibatch b + Nm reads b
-  while (!own_.empty() && own_.front().first < pulled.x) own_.pop_front();
+  while (!own_.empty() && own_.front().wave < pulled.x) own_.pop_front();
   // Version b becomes the target exactly and later versions move by the same Δ, keeping the own
   // updates they hold on top. The anchor is version b (set at its push; no merge since), so Δ
   // needs no copy of version b, which a one-stage VW no longer keeps.
@@ -276,7 +306,7 @@ void WspStage::merge(const Pulled& pulled, WeightVersions* versions, int64_t bas
   for (int i : held_)
     for (size_t j = t.offset(i), e = j + t.numel(i); j < e; ++j) {
       target[j] = pulled.part[j];
-      for (const auto& [wave, u] : own_) target[j] += u[j];
+      for (const OwnWave& own : own_) target[j] += own.u[j];
       delta_[j] = target[j] - anchor_[j];
       anchor_[j] = target[j];
     }
@@ -297,8 +327,19 @@ void WspStage::merge(const Pulled& pulled, WeightVersions* versions, int64_t bas
     rebase(latest, model_->params());
     model_->refresh_compute_params();
   }
+  // The same on the tags: the target holds w_global's (every VW's waves before X: the server's
+  // word) and the own pushed waves' updates; each version ≥ b keeps what it held beyond version b.
+  wsp::VersionVector target_tag = pulled_version(s_.num_vw, pulled.x, s_.vw, static_cast<int>(pulled.x), s_.params.nm);
+  for (const OwnWave& own : own_) target_tag.merge(own.tag);
+  const auto at_b = tags_.find(b);
+  BATON_ASSERT(at_b == tags_.end() || at_b->second == anchor_tag_, "VW {}: version {} is not the wave start", s_.vw, b);
+  for (auto it = tags_.lower_bound(b); it != tags_.end(); ++it) {
+    wsp::VersionVector moved = target_tag;
+    moved.merge(it->second.without(anchor_tag_));
+    it->second = std::move(moved);
+  }
+  anchor_tag_ = std::move(target_tag);
   clock_.complete_pull(pulled_version(s_.num_vw, pulled.x, s_.vw, pushed_, s_.params.nm));
-  merges_.emplace_back(b, pulled.x);
   c_global_ = pulled.x;
 }
 
@@ -306,6 +347,8 @@ bool WspStage::merge_at_meeting() {
   if (!clock_.waiting_for()) return false;
   const Pulled pulled = meeting_pull();
   merge(pulled, nullptr, 0, clock_.finished());  // a drained pipeline: the parameters are the latest version
+  trace({{"e", "merge"}, {"x", pulled.x}, {"b", int64_t{pushed_} * s_.params.nm}, {"mb", clock_.finished() + 1},
+         {"gated", false}, {"meeting", true}, {"w", to_json(anchor_tag_)}});
   return true;
 }
 

@@ -46,6 +46,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -60,6 +61,7 @@
 #include "model/sequential_model.h"
 #include "pipeline/timeline.h"
 #include "train/hetero/compute_stretch.h"
+#include "train/hetero/wsp_trace_file.h"
 #include "train/loop/step_runner.h"
 #include "wsp/worker_clock.h"
 
@@ -97,7 +99,7 @@ struct WspStageSetup {
   const ComputeStretch* stretch = nullptr;  // this rank's emulated device (null: none)
   bool local_client = false;  // hetero.placement = "local": every stage its own server client
   bool background = false;    // the clients' pushes and pulls on a thread (dist/server_client.h)
-  WspTurns* turns = nullptr;  // deterministic mode (VWs of one stage): its serialized turns
+  WspTurns* turns = nullptr;  // deterministic mode, on a VW's first stage: its turns (wsp_turns.h)
   dist::StopBoard* board = nullptr;        // where stops are posted (null: stops only at meetings)
   pipeline::Timeline* timeline = nullptr;  // run.trace: push, pull and server-wait spans
 };
@@ -121,6 +123,8 @@ class WspStage : public UpdateHooks {
   // every VW's waves before it in the weights; the server counts from it). Before bind().
   void start_at(int first_wave);
   void set_timeline(pipeline::Timeline* timeline) { s_.timeline = timeline; }
+  // run.trace: this stage's events and the version vectors its weights carry (wsp_trace_file.h).
+  void set_trace(std::unique_ptr<WspTraceFile> trace, bool deterministic);
 
   // Once the stage's model exists (collective over the VW): maps its tensors into the global
   // layout and opens this stage's client of `server` (a leader's for the whole model, a local
@@ -212,11 +216,23 @@ class WspStage : public UpdateHooks {
   // the model's parameters, which hold version `latest`.
   void merge(const Pulled& pulled, WeightVersions* versions, int64_t base, int64_t latest);
   void read_board();
+  void trace(nlohmann::json event) const;
+
+  // A pushed wave not in w_global yet: its ũ (local flat) and the updates it holds.
+  struct OwnWave {
+    int wave;
+    std::vector<float> u;
+    wsp::VersionVector tag;
+  };
 
   wsp::WorkerClock clock_;
   std::vector<float> anchor_, host_, delta_;
-  std::deque<std::pair<int, std::vector<float>>> own_;  // pushed waves not in w_global yet (local flat)
-  std::vector<std::pair<int, int64_t>> merges_;  // (boundary version b, X), in order
+  std::deque<OwnWave> own_;
+  // The updates each weight version this stage still holds contains, and the anchor's (the
+  // wave start's): tags that follow the tensors through every update, push and merge.
+  std::map<int64_t, wsp::VersionVector> tags_;
+  wsp::VersionVector anchor_tag_;
+  std::unique_ptr<WspTraceFile> trace_;
   int64_t c_global_ = 0;
   int staleness_ = 0;
   double push_ = 0, stretched_ = 0;

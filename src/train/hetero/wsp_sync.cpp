@@ -4,6 +4,7 @@
 // checkpoints are meetings of every VW at a wave's end (train/hetero/wsp_checkpoint.h). Stops: a stage
 // asked to stop posts it on the job's StopBoard; all VWs stop at the agreed wave end and meet
 // there as at a checkpoint (wsp_stage.h "Stopping"), or at the next checkpoint if it comes first.
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -54,7 +55,8 @@ class WspSync final : public VirtualWorkerSync {
                                   .vw_comm = vw_comm_.get(), .stretch = &stretch_,
                                   .local_client = cfg.hetero.placement == Placement::LOCAL,
                                   .background = server_thread(cfg, world),
-                                  .turns = turns_.on() ? &turns_ : nullptr, .board = board_.get()});
+                                  .turns = turns_.on() && stage_ == 0 ? &turns_ : nullptr,
+                                  .board = board_.get()});
   }
 
   UpdateHooks* hooks() override { return stage_sync_.get(); }
@@ -82,6 +84,12 @@ class WspSync final : public VirtualWorkerSync {
   void start_sync(TrainSession& session, int64_t first_step) override {
     turns_.start_at(first_step);
     stage_sync_->start_at(static_cast<int>(first_step / params_.nm));
+    if (cfg_.run.trace) {
+      std::filesystem::create_directories(cfg_.run.dir);
+      stage_sync_->set_trace(std::make_unique<WspTraceFile>(
+          fmt::format("{}/wsp-trace-vw{}-stage{}.jsonl", cfg_.run.dir, vw_, stage_), first_step > 0),
+                              cfg_.hetero.deterministic);
+    }
     global_ = global_params(session.builder(), session.backend());
     std::vector<int> placement;  // empty: round robin
     if (cfg_.hetero.placement == Placement::LOCAL) placement = local_placement(global_, layout_);
@@ -133,7 +141,7 @@ class WspSync final : public VirtualWorkerSync {
  private:
   wsp::WspParams params_;
   std::unique_ptr<dist::Comm> vw_comm_;
-  WspTurns turns_;  // hetero.deterministic: minibatches in a seeded global order
+  WspTurns turns_;  // hetero.deterministic: the leaders' hooks in a seeded global order
   std::unique_ptr<dist::StopBoard> board_;
   std::unique_ptr<WspStage> stage_sync_;
   GlobalParams global_;
