@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # launch/plan-paper-table.sh: the planner's paper check on PTD-P Table 1 as the two markdown tables
-# of README's "Planner" section and docs/planner.md (they are this script's output, pasted; the e2e
+# of docs/planner.md, "Paper check" (they are this script's output, pasted; the e2e
 # test tests/e2e/test_plan_cli.sh fails when they differ). For each of the ten A100 rows
 # (configs/ptdp/gpt-*.toml on configs/clusters/selene.toml, arXiv 2104.04473 Table 1):
 #   1. `--evaluate`: the paper's layout (the config's: its tp x pp, vp and micro-batch 1 being our

@@ -47,7 +47,7 @@ if [ "$(id -u)" -eq 0 ] && id nobody > /dev/null 2>&1 && command -v setpriv > /d
   fi
 fi
 # SIGTERM to launch/mpirun.sh (as a batch system sends it): the ranks stop after their step,
-# checkpoint, and the script exits 130 as the README says (mpirun signalled itself exits 1).
+# checkpoint, and the script exits 130 as docs/commands.md says (mpirun signalled itself exits 1).
 make_tiny_dataset
 write_tiny_config
 OVERSUBSCRIBE=1 OMP_NUM_THREADS=1 BATON="$BATON" bash "$SRC/launch/mpirun.sh" 2 tiny.toml --set run.dir=sig \

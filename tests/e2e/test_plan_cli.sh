@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `baton plan`: the JSON fields the issue names, the table, the best layout as a TOML snippet that
 # round-trips through --evaluate, the search's space (--schedules, --recompute; synchronous kinds
-# by default), the paper check on PTD-P Table 1 through the CLI (README's and docs/planner.md's
-# tables being launch/plan-paper-table.sh's output), and errors.
+# by default), the paper check on PTD-P Table 1 through the CLI (docs/planner.md's tables being
+# launch/plan-paper-table.sh's output), and errors.
 source "$(dirname "$0")/lib.sh"
 SEL="$SRC/configs/clusters/selene.toml"
 
@@ -86,14 +86,14 @@ EOF
   --recompute full --top 2 > restricted.txt
 grep -q "^searched: schedules 1f1b | recompute full" restricted.txt || fail "table names the space"
 
-# README's and docs/planner.md's paper-check tables are launch/plan-paper-table.sh's output.
+# docs/planner.md's paper-check tables are launch/plan-paper-table.sh's output.
 BATON="$BATON" bash "$SRC/launch/plan-paper-table.sh" > paper-table.md
-python3 - "$SRC" <<'EOF' || fail "README / docs/planner.md tables differ from launch/plan-paper-table.sh: rerun it and paste"
+python3 - "$SRC" <<'EOF' || fail "docs/planner.md tables differ from launch/plan-paper-table.sh: rerun it and paste"
 import sys
 src = sys.argv[1]
 blocks = open("paper-table.md").read().strip().split("\n\n")  # table, summary, table, summary
 assert len(blocks) == 4 and all(b.startswith("| model") for b in blocks[::2]), blocks
-for doc in ("README.md", "docs/planner.md"):
+for doc in ("docs/planner.md",):
     text = open(f"{src}/{doc}").read()
     for b in blocks:
         assert b in text, (doc, b)

@@ -101,7 +101,7 @@ Layout layout_of(const Config& c) {
 
 // PTD-P Table 1 (shared/papers/README.md; configs/ptdp/): the published TFLOP/s per GPU (Eq. 4.2
 // count: full recomputation), and whether the search within the paper's space agrees with the
-// paper's layout, as README's "Planner" section and docs/planner.md claim (the tables there are
+// paper's layout, as docs/planner.md's "Paper check" claims (the tables there are
 // launch/plan-paper-table.sh's output).
 struct Table1Row {
   const char* name;
@@ -125,7 +125,7 @@ Prediction paper_layout(const Table1Row& r) {
 }
 
 // Paper check: the ten A100 configurations predicted from one set of assumptions each land within
-// ±7% of the published TFLOP/s per GPU (what the README claims; measured: −6.9% … +5.3%).
+// ±7% of the published TFLOP/s per GPU (what docs/planner.md claims; measured: −6.9% … +5.3%).
 TEST(PlanPtdp, PaperCheckTable1) {
   for (const Table1Row& r : kTable1) {
     const Prediction p = paper_layout(r);
@@ -141,7 +141,7 @@ TEST(PlanPtdp, PaperCheckTable1) {
 // The search within the paper's space — PTD-P's schedules (1f1b, interleaved; synchronous), full
 // recomputation only (the paper's, 2021), micro-batch free (Table 1 does not fix it) — against the
 // paper's layout. A row agrees when the search picks the paper's tp × pp, or predicts the paper's
-// layout within 3% of its pick. The test holds each row to what the README claims: a cost-model
+// layout within 3% of its pick. The test holds each row to what docs/planner.md claims: a cost-model
 // change that flips a row, either way, fails here until the docs say so. The rows that disagree
 // are a disagreement of the model with the paper's heuristic choice (tensor parallelism up to a
 // node first, §4.3 takeaway #1), not a tolerance question: docs/planner.md. The paper's layout is
@@ -166,7 +166,7 @@ TEST(PlanPtdp, PaperSpaceSearchTable1) {
         << r.name << ": search picks tp " << pick.layout.tp << " x pp " << pick.layout.pp << " vp "
         << pick.layout.vp << " mb " << pick.layout.micro_batch << ", the paper's tp "
         << paper.layout.tp << " x pp " << paper.layout.pp << " is predicted " << 100 * gap
-        << "% slower; README / docs/planner.md say it " << (r.search_agrees ? "agrees" : "does not");
+        << "% slower; docs/planner.md says it " << (r.search_agrees ? "agrees" : "does not");
     std::printf("%-7s paper %d x %d  pick %d x %d vp %d mb %d  paper's layout %+.1f%%  %s\n", r.name,
                 paper.layout.tp, paper.layout.pp, pick.layout.tp, pick.layout.pp, pick.layout.vp,
                 pick.layout.micro_batch, 100 * gap, agrees ? "agrees" : "disagrees");
