@@ -66,6 +66,8 @@ ParamServer::ParamServer(MPI_Comm comm, std::vector<TensorSpan> tensors, int num
   staging_.resize(size_);
   for (int s = 0; s < size_; ++s) staging_[s].resize(shard_floats_[s]);
   fold_.resize(*std::max_element(shard_floats_.begin(), shard_floats_.end()));
+  traffic_.push.assign(static_cast<size_t>(size_), 0);
+  traffic_.pull.assign(static_cast<size_t>(size_), 0);
   // Counters, w_global, then D + 1 wave slots (MPI_Win_allocate zero-fills nothing: init() does).
   const MPI_Aint bytes = slot_disp(rank_, slots_);
   BlockedTimer blocked;
@@ -139,9 +141,11 @@ void ParamServer::push(int vw, int64_t wave, const float* delta, const Selection
     if (mine == 0) continue;
     const MPI_Aint slot = slot_disp(s, static_cast<int>(wave % slots_));
     check_mpi(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, s, 0, win_), "MPI_Win_lock (parameter server push)");
-    for (const Selection::Run& run : sel.runs[s])
+    for (const Selection::Run& run : sel.runs[s]) {
       accumulate_floats(staging_[s].data() + run.shard_offset, run.count, s,
                         slot + MPI_Aint(run.shard_offset * sizeof(float)), win_);
+      traffic_.push[static_cast<size_t>(s)] += run.count * sizeof(float);
+    }
     check_mpi(MPI_Accumulate(&mine, 1, MPI_INT64_T, s, MPI_Aint(vw * sizeof(int64_t)), 1, MPI_INT64_T, MPI_SUM, win_),
               "MPI_Accumulate (parameter server counter)");
     check_mpi(MPI_Get_accumulate(nullptr, 0, MPI_INT64_T, counters.data(), num_vw_, MPI_INT64_T, s, 0, num_vw_,
@@ -165,6 +169,7 @@ void ParamServer::push(int vw, int64_t wave, const float* delta, const Selection
     // "as of c_global".
     if (violation.empty() && after > before) {
       const size_t floats = shard_floats_[s];
+      traffic_.push[static_cast<size_t>(s)] += 3 * floats * sizeof(float);  // read, add, clear
       get_floats(fold_.data(), floats, s, slot, win_);
       check_mpi(MPI_Win_flush(s, win_), "MPI_Win_flush (parameter server fold)");
       accumulate_floats(fold_.data(), floats, s, data_disp(), win_);
@@ -192,9 +197,11 @@ std::vector<int64_t> ParamServer::read_shards(const Selection& sel, bool data) {
                                  MPI_INT64_T, MPI_NO_OP, win_),
               "MPI_Get_accumulate (parameter server counters)");
     if (data)
-      for (const Selection::Run& run : sel.runs[s])
+      for (const Selection::Run& run : sel.runs[s]) {
         get_floats(staging_[s].data() + run.shard_offset, run.count, s,
                    data_disp() + MPI_Aint(run.shard_offset * sizeof(float)), win_);
+        traffic_.pull[static_cast<size_t>(s)] += run.count * sizeof(float);
+      }
     check_mpi(MPI_Win_unlock(s, win_), "MPI_Win_unlock (parameter server pull)");
     c_global[s] = complete_waves(counters, shard_tensors_[s]);
   }

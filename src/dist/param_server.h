@@ -99,6 +99,15 @@ class ParamServer {
   // What a pull of c_global >= `needs` waits for, in words (the stall watchdog's report).
   static std::string waiting_for(int64_t needs);
 
+  // The bytes of tensors this rank moved to (push: the ũ, and a completing push's fold of the
+  // wave slot, read, added and cleared) and from (pull, re-reads included) each shard — one-sided,
+  // so the origin counts both ways. What the placement of the shards costs the network
+  // (docs/hetpipe.md "Measured in HetPipe's regime").
+  struct Traffic {
+    std::vector<uint64_t> push, pull;  // per shard (= rank)
+  };
+  const Traffic& traffic() const { return traffic_; }
+
   int shards() const { return size_; }
   int shard_of(int tensor) const { return shard_of_[static_cast<size_t>(tensor)]; }
   int num_vw() const { return num_vw_; }
@@ -123,6 +132,7 @@ class ParamServer {
   std::vector<size_t> shard_floats_;  // floats per shard
   std::vector<std::vector<float>> staging_;  // per shard: the packed ũ / pulled data
   std::vector<float> fold_;                   // a completed wave's slot on its way into w_global
+  Traffic traffic_;
   MPI_Win win_ = MPI_WIN_NULL;
   void* base_ = nullptr;
 };

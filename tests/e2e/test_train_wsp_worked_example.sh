@@ -9,7 +9,8 @@
 # - minibatch 8 is gated by the pull of clock 0, which merges c_global 1: every VW's wave 0 (and
 #   in the run's order of hooks, VW v's forward of 8 comes after both VWs' update 4);
 # - minibatch 11 reads global 1–4 plus its own 5–7, staleness 6 = s_global.
-# Then the paper's properties on every minibatch of this run and of a non-deterministic one (the
+# The traffic records at the end: the default placement's leaders talk to the shards, followers to
+# their leaders only. Then the paper's properties on every minibatch of this run and of a non-deterministic one (the
 # same config without hetero.deterministic, 3 VWs, D = 1): own updates 1 … p − Nm and every VW's
 # 1 … p − (s_global + 1) present; staleness ≤ s_global (reached in the example); and, in the deterministic run's
 # order, no VW starts clock c before every VW pushed wave c − D − 1 (c_local ≤ c_global + D).
@@ -63,6 +64,23 @@ for vw in (0, 1):
 for vw in (0, 1):
     assert turn[(vw, "start", 8)] > max(turn[(0, "update", 4)], turn[(1, "update", 4)]), turn
 print("in the run's order: each VW's forward of 8 after every VW's update 4 (the pull waited for every VW's wave 0)")
+
+# The traffic records (the run's end): with the default placement a leader pushes and pulls the
+# whole model for its VW and sends each follower its part; a follower talks only to its leader.
+for (vw, stage), ev in t.items():
+    tr = [e for e in ev if e["e"] == "traffic"]
+    assert len(tr) == 1 and tr[0]["waves"] == 3, (vw, stage, tr)
+    tr = tr[0]
+    if stage == 0:
+        assert min(tr["server_push"]) > 0 and min(tr["server_pull"]) > 0 and tr["vw_sent"][1] > 0, tr
+    else:
+        assert sum(tr["server_push"]) == sum(tr["server_pull"]) == 0 and tr["vw_sent"][0] > 0, tr
+    other = t[(vw, 1 - stage)][-1]
+    assert other["e"] == "traffic"
+lead, follow = t[(0, 0)][-1], t[(0, 1)][-1]
+assert sum(lead["server_push"]) > follow["vw_sent"][0], "a leader pushes the whole model, a follower sends its part"
+print(f"traffic: VW 0's leader moved {sum(lead['server_push']) / 3e6:.2f} MB of pushes and folds per wave to the shards, "
+      f"its follower {follow['vw_sent'][0] / 3e6:.2f} MB of wave parts to the leader")
 
 def properties(d, num_vw, nm, D, ordered, reach):
     s_global = (D + 1) * nm + (nm - 1) - 1

@@ -91,7 +91,7 @@ TEST(PlanCnn, PapersModels) {
     EXPECT_DOUBLE_EQ(m8.layers[3].out_bytes, 8 * m.layers[3].out_bytes);
     EXPECT_DOUBLE_EQ(m8.total_params, m.total_params);
   }
-  // HetPipe §A.8: VGG-19 "548MB" and ResNet-152 "230MB" of fp32 parameters (MiB).
+  // HetPipe §8.3 (notes-hetpipe-madpipe §A.8): VGG-19 "548MB" and ResNet-152 "230MB" of fp32 parameters (MiB).
   EXPECT_NEAR(cnn_model_desc(CnnBuilder(dims(ModelKind::VGG, 19, 224, 1.0, 3, 1000, false)), 1, DType::F32).total_params *
                   4 / (1 << 20), 548, 3);
   EXPECT_NEAR(cnn_model_desc(CnnBuilder(dims(ModelKind::RESNET, 152)), 1, DType::F32).total_params * 4 / (1 << 20), 230, 2);

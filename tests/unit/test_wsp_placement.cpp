@@ -1,4 +1,4 @@
-// hetero.placement = "local" (HetPipe §6's ED-local; train/hetero/wsp_stage.h local_placement): every
+// hetero.placement = "local" (HetPipe §8.1's ED-local; train/hetero/wsp_stage.h local_placement): every
 // tensor of the global layout lands on the rank of a stage that owns it in one of the virtual
 // workers (the stage holding the tensor's lowest layer: a tied embedding goes with the embedding),
 // the VWs taking turns; with ED's identical VWs each stage's tensors go only to the ranks of that

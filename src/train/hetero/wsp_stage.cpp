@@ -356,6 +356,13 @@ void WspStage::drain() { drain_client(); }
 
 void WspStage::finish() { close(); }
 
+void WspStage::trace_traffic(const dist::ParamServer& server) {
+  const dist::ParamServer::Traffic& t = server.traffic();
+  vw_sent_.resize(static_cast<size_t>(s_.vw_comm->size()), 0);
+  trace({{"e", "traffic"}, {"waves", pushed_ - first_wave_}, {"server_push", t.push}, {"server_pull", t.pull},
+         {"vw_sent", vw_sent_}});
+}
+
 // ---- the roles ----
 namespace {
 
@@ -420,6 +427,7 @@ class Leader final : public WspStage {
       for (int g : stage_held_[s])
         sendbufs_.back().insert(sendbufs_.back().end(), gt.at(full_.data(), g), gt.at(full_.data(), g) + gt.numel(g));
       sends_.push_back(comm.send(msg_, 3, DType::I64, s, kTagPullClock));
+      count_sent(s, sendbufs_.back().size());
       sends_.push_back(comm.send(sendbufs_.back().data(), sendbufs_.back().size(), DType::F32, s, kTagPullData));
     }
     return {x, local_part(full_)};
@@ -447,6 +455,7 @@ class Follower final : public WspStage {
     if (send_) send_->wait();
     pack(u, owned_, sendbuf_);
     send_ = s_.vw_comm->send(sendbuf_.data(), sendbuf_.size(), DType::F32, 0, kTagPush);
+    count_sent(0, sendbuf_.size());
   }
   void request(int64_t) override {}
   std::optional<Pulled> take() override { return std::nullopt; }  // the leader's pulls come when they gate

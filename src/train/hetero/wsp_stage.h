@@ -8,7 +8,7 @@
 //
 // Roles (WspStage::make): by default (hetero.placement = "default") the VW's first stage is its
 // client of the parameter server (the leader) and the other stages (followers) talk to it over the
-// VW's communicator; with hetero.placement = "local" (HetPipe §6's ED-local) every stage is a
+// VW's communicator; with hetero.placement = "local" (HetPipe §8.1's ED-local) every stage is a
 // client of its own (a local client) for the tensors it holds.
 // - push (end of wave c, on every stage as its update of minibatch (c+1)·Nm finishes): the
 //   stage's wave update ũ_s = its latest weights − its weights at the wave's start (every update
@@ -79,7 +79,7 @@ struct GlobalParams {
 };
 GlobalParams global_params(const ModelBuilder& builder, const Backend& be);
 
-// hetero.placement = "local" (HetPipe §6's ED-local): each tensor's shard is the rank of a stage
+// hetero.placement = "local" (HetPipe §8.1's ED-local): each tensor's shard is the rank of a stage
 // that owns it — the stage holding its (lowest) layer — taking the VWs in turn (tensor i in VW
 // i mod N), so with ED's identical VWs, whose stage s all sit on node s, every stage pushes and
 // pulls its layers on its own node.
@@ -146,6 +146,9 @@ class WspStage : public UpdateHooks {
   void drain();
   // Completes the messages still in flight and closes the client (end of the run).
   void finish();
+  // run.trace: the bytes this stage moved for WSP over the run — to and from each shard of
+  // `server` and to each stage of its VW (a follower's ũ parts, a leader's pull parts).
+  void trace_traffic(const dist::ParamServer& server);
 
   // This process was asked to stop (SIGINT/SIGTERM): posts its completed waves on the board (the
   // first post counts). Without a board (deterministic mode) a no-op: the next meeting stops.
@@ -192,6 +195,10 @@ class WspStage : public UpdateHooks {
   void gather_owned(const std::vector<float>& mine, std::vector<float>& full);
   // A pull returned: the wait since its request (the end of the clock).
   void note_wait();
+  void count_sent(int stage, size_t floats) {
+    vw_sent_.resize(static_cast<size_t>(s_.vw_comm->size()), 0);
+    vw_sent_[static_cast<size_t>(stage)] += floats * sizeof(float);
+  }
   void span(pipeline::Activity what, double start) const;
 
   WspStageSetup s_;
@@ -206,6 +213,7 @@ class WspStage : public UpdateHooks {
   std::vector<std::vector<int>> stage_owned_, stage_held_;
   std::vector<float> full_, packed_;
   int pushed_ = 0;
+  std::vector<uint64_t> vw_sent_;  // bytes sent to each stage of the VW (pushes' parts, pulls' parts)
   double wait_ = 0, idle_ = 0;
   double wait_total_ = 0, idle_total_ = 0;  // the VW's first stage's (followers: as of its last pull)
   Timer requested_;  // since the outstanding pull's request (the end of a clock)

@@ -133,6 +133,7 @@ class WspSync final : public VirtualWorkerSync {
   // Every VW has pushed all its waves before anyone frees the windows.
   void close() override {
     stage_sync_->finish();
+    stage_sync_->trace_traffic(*server_);
     world_.barrier();
     server_.reset();
     board_.reset();
