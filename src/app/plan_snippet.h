@@ -40,8 +40,8 @@ struct RunLayout {
 RunLayout pipedream_layout(const plan::PdPlan& p);
 // MadPipe §C.3: stages in layer order and the GPU of each (madpipe_check's gpu_of_stage).
 RunLayout madpipe_layout(const std::vector<plan::MpStage>& stages, const std::vector<int>& gpu_of_stage);
-// HetPipe §7 and §8.1 (notes-hetpipe-madpipe §A.5–A.6) under WSP ([hetero], docs/hetpipe.md): virtual workers of several stages,
-// each stage one rank that stands for one GPU. Ranks are numbered 0.. in VW order, stage order.
+// HetPipe §7 and §8.1 (notes-hetpipe-madpipe §A.5–A.6) under WSP ([hetero], docs/hetpipe.md):
+// virtual workers of several stages, each stage one rank that stands for one GPU. Ranks are numbered 0.. in VW order, stage order.
 struct VwPartition {
   std::string label;                 // "VRGQ"
   std::vector<std::string> devices;  // per GPU, the device table's name (plan/device.h find_device)
