@@ -7,8 +7,11 @@
 #   1. the policies (Table 3) on the 16 GPUs (configs/clusters/hetpipe.toml): NP, ED, HD with the
 #      default Nm (the smallest Max_m) — the paper gives no numbers for Figure 4, only its prose;
 #   2. "adding whimpy GPUs" (Table 4, ED, 4 VWs; one VW of the 4 V for the first column) on
-#      configs/clusters/hetpipe-vrqg.toml (nodes in the order V, R, Q, G) with --gpus 4, 8, 12, 16,
-#      at the default Nm and at the paper's Nm (its concurrent minibatches / 4 VWs, or 5 for 4[V]).
+#      configs/clusters/hetpipe-vrqg.toml (nodes in the order V, R, Q, G) with --gpus 4, 8, 12, 16:
+#      the planner's own Nm (the smallest Max_m, no --nm: Max_m is the largest Nm whose partition
+#      fits the trainer's memory on every GPU, pipeline/stage_memory.h) next to the paper's Nm (its
+#      concurrent minibatches / 4 VWs, or 5 for 4[V]), and the predictions at the planner's Nm, at
+#      the best Nm ≤ it and at the paper's Nm ("does not fit" where the trainer's memory does not).
 # Predicted images/s = 32 × Σ over the VWs of min(1 / slowest partition, Nm / round trip)
 # (plan/hetpipe.h hetpipe_minibatches_per_s): no parameter-server traffic, no WSP waiting.
 # Usage: launch/hetpipe-paper-table.sh   Environment: BATON (default build/baton).
@@ -67,19 +70,20 @@ print()
 paper = {"vgg19": {"horovod": [164, 205, 265, 339], "hetpipe": [(300, 5), (530, 16), (572, 20), (606, 20)]},
          "resnet152": {"horovod": [233, 353, 415, None], "hetpipe": [(256, 5), (516, 20), (538, 24), (580, 28)]}}
 cols = [(4, "4[V]"), (8, "4[VR]"), (12, "4[VRQ]"), (16, "4[VRQG]")]
-print("| model | GPUs | paper Horovod | paper HetPipe (concurrent) | predicted at the paper's Nm (concurrent) | "
-      "paper ÷ 4 GPUs | predicted ÷ 4 GPUs | predicted, Nm = smallest Max_m | predicted, best Nm |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| model | GPUs | paper Horovod | paper HetPipe (concurrent) | paper Nm | planner Nm (smallest Max_m) | "
+      "predicted at the planner's Nm | predicted, best Nm | predicted at the paper's Nm | paper ÷ 4 GPUs | "
+      "predicted (best Nm) ÷ 4 GPUs |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for m in names:
     base_paper = paper[m]["hetpipe"][0][0]
-    base_pred = load(f"{m}.t4.4.paper-nm").get("samples_per_s")
+    base_pred = load(f"{m}.t4.4")["best_samples_per_s"]
     for i, (g, label) in enumerate(cols):
         j, jp = load(f"{m}.t4.{g}"), load(f"{m}.t4.{g}.paper-nm")
         hv = paper[m]["horovod"][i]
         ph, pc = paper[m]["hetpipe"][i]
         nvw = len(j["virtual_workers"])
-        at_paper = f"{jp['samples_per_s']:.0f} ({jp['nm'] * nvw})" if jp else "does not fit"
-        ratio = f"{jp['samples_per_s'] / base_pred:.2f}" if jp and base_pred else "–"
-        print(f"| {names[m]} | {g} {label} | {hv if hv else 'X'} | {ph} ({pc}) | {at_paper} | {ph / base_paper:.2f} | "
-              f"{ratio} | {j['samples_per_s']:.0f} (Nm {j['nm']}) | {j['best_samples_per_s']:.0f} (Nm {j['best_nm']}) |")
+        at_paper = f"{jp['samples_per_s']:.0f}" if jp else "does not fit"
+        print(f"| {names[m]} | {g} {label} | {hv if hv else 'X'} | {ph} ({pc}) | {pc // nvw} | {j['nm']} | "
+              f"{j['samples_per_s']:.0f} | {j['best_samples_per_s']:.0f} (Nm {j['best_nm']}) | {at_paper} | "
+              f"{ph / base_paper:.2f} | {j['best_samples_per_s'] / base_pred:.2f} |")
 PY

@@ -116,7 +116,12 @@ int main(int argc, char** argv) {
   plan_cmd->add_option("--algorithm", plan.algorithm, "ptdp (layout search, default), pipedream, hetpipe or madpipe (partitioners)");
   plan_cmd->add_option("--profile", plan.profile, "measured profile from `baton profile` instead of the analytical one");
   plan_cmd->add_option("--policy", plan.policy, "hetpipe: virtual workers by np, ed or hd (default hd)");
-  plan_cmd->add_option("--nm", plan.nm, "hetpipe: concurrent minibatches per virtual worker (default: its GPUs)");
+  plan_cmd->add_option("--nm", plan.nm,
+                       "hetpipe: concurrent minibatches per virtual worker (default: the smallest Max_m, or the "
+                       "best predicted throughput when memory does not bound it)");
+  plan_cmd->add_option("--gpu-memory-gb", plan.gpu_memory_gb,
+                       "hetpipe: every GPU's memory for the partition, GB (default: the device's less the cost "
+                       "model's 3 GB overhead)");
   plan_cmd->add_option("--vw-size", plan.vw_size, "hetpipe: GPUs per virtual worker (default: GPUs of the first node)");
   plan_cmd->add_option("--schedules", plan.schedules,
                        "ptdp search: schedule kinds to consider, comma-separated, or all (default: the "

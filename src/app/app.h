@@ -105,7 +105,9 @@ struct PlanOptions {
   std::string algorithm = "ptdp";      // ptdp | pipedream | hetpipe | madpipe
   std::string profile;                 // measured profile (`baton profile --out`), "" = analytical
   std::string policy;                  // hetpipe: np | ed | hd ("" = hd)
-  int nm = 0;                          // hetpipe: concurrent minibatches (0 = GPUs per VW)
+  int nm = 0;                          // hetpipe: concurrent minibatches (0 = the smallest Max_m)
+  double gpu_memory_gb = 0;            // hetpipe: every GPU's memory for the partition (0 = the device's
+                                       // less the cost model's overhead)
   int vw_size = 0;                     // hetpipe: GPUs per virtual worker (0 = GPUs of node 0)
   std::string schedules;               // ptdp search: kinds, comma-separated ("" = the synchronous ones)
   std::string recompute;               // ptdp search: subset of none,selective,full ("" = all)

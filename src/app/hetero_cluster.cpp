@@ -35,11 +35,11 @@ Derived derive(const Config& cfg, int world_size) {
   const Chain ch = make_chain(cfg, "", cl, "hetero.cluster");
   Derived d;
   try {
-    d.plan = plan_hetpipe(ch, cl, policy, 0, nm_set ? h.nm : 0);
+    d.plan = plan_hetpipe(ch, cl, policy, 0, nm_set ? h.nm : 0, {.nm_bound = nm_search_bound(cfg.train.steps)});
   } catch (const Error& e) {
     throw Error(fmt::format("hetero.policy = \"{}\" on hetero.cluster = \"{}\": {}", policy, h.cluster, e.what()),
                 fmt::format("{}; np needs every node to have the GPUs of the first, ed one GPU per node in each "
-                            "virtual worker, hd an even number of nodes in pairs (HetPipe §A.6)",
+                            "virtual worker, hd an even number of nodes in pairs (HetPipe §8.1, Table 3)",
                             e.hint().empty() ? "choose another hetero.policy" : e.hint()));
   }
   for (size_t v = 0; v < d.plan.vws.size(); ++v) {

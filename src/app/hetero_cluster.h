@@ -21,7 +21,8 @@ std::vector<std::string> derive_virtual_workers(const Config& cfg, int world_siz
 
 // Nm for a run whose VWs come from hetero.cluster: hetero.nm when the config sets it (Config::origins
 // has "hetero.nm"), else the smallest Max_m over the VWs (the largest Nm whose partitions fit every
-// GPU's memory, HetPipe §4; searched up to twice the GPUs per VW). Same errors as above.
+// GPU's memory as the trainer allocates it, HetPipe §4; searched up to min(train.steps, 1024)).
+// Same errors as above.
 int derive_nm(const Config& cfg, int world_size);
 
 }  // namespace baton::app

@@ -33,6 +33,7 @@
 #include "backend/device.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "pipeline/stage_memory.h"
 #include "plan/cluster.h"
 #include "plan/cost_model.h"
 #include "plan/hetpipe.h"
@@ -163,14 +164,24 @@ int run_pipedream(const PlanOptions& o, const Config& cfg, const Chain& ch, cons
 int run_hetpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const plan::Cluster& cl, int mb) {
   const std::string policy = o.policy.empty() ? "hd" : o.policy;
   BATON_REQUIRE(policy == "np" || policy == "ed" || policy == "hd",
-                fmt::format("unknown --policy '{}'", policy), "use np, ed or hd (HetPipe §A.6)");
-  const HetpipePlan hp = plan_hetpipe(ch, cl, policy, o.vw_size, o.nm);
+                fmt::format("unknown --policy '{}'", policy), "use np, ed or hd (HetPipe §8.1, Table 3)");
+  const HetpipePlan hp = plan_hetpipe(ch, cl, policy, o.vw_size, o.nm,
+                                      {.nm_bound = nm_search_bound(cfg.train.steps),
+                                       .gpu_memory_bytes = o.gpu_memory_gb * 1e9});
   const int k = hp.k, nm = hp.nm;
   json jv = json::array();
   std::string out = fmt::format(
       "plan (hetpipe, policy {}): {} on {} GPUs ({}) | {} virtual workers of {} GPUs, Nm = {} ({})\n", policy,
       ch.label, cl.total_gpus(), cl.name, hp.vws.size(), k, nm,
-      hp.nm_given ? "--nm" : fmt::format("the smallest Max_m, searched up to {}", hp.nm_cap));
+      hp.nm_given       ? "--nm"
+      : hp.memory_binds ? fmt::format("the smallest Max_m, searched up to {}", hp.nm_bound)
+                        : fmt::format("memory allows the search bound {}: the best predicted throughput", hp.nm_bound));
+  out += fmt::format("memory: what the trainer allocates on each GPU at Nm = {} (weights, gradients, {} optimizer "
+                     "state{}, the weight versions stashed, the activation slots; pipeline/stage_memory.h), "
+                     "against {}\n",
+                     nm, ch.optimizer_states, ch.optimizer_states == 1 ? "" : "s",
+                     o.gpu_memory_gb > 0 ? fmt::format("--gpu-memory-gb {:g}", o.gpu_memory_gb)
+                                         : fmt::format("each device's memory less {:g} GB", ch.A.overhead_gb));
   // HD pairs the nodes by a speed ranking (plan/hetpipe.h hetpipe_node_speed): say which.
   const std::string speed_source = cl.measured_speeds() ? "relative_speed" : "peak_fp32";
   if (policy == "hd") {
@@ -201,20 +212,25 @@ int run_hetpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const 
     out += fmt::format(
         "VW {} {}: Max_m {} | slowest partition {:.3f} ms per minibatch -> {:.2f} minibatches/s, {:.1f} samples/s\n",
         v, w.label, w.max_m, p.slowest * 1e3, w.minibatches_per_s, mb * w.minibatches_per_s);
-    out += fmt::format("  {:>3} {:<6} {:<14} {:>12} {:<14} {:<14} {:>10} {:>10}\n", "gpu", "node",
-                       "device", "layers", "first", "last", "time ms", "mem GB");
+    out += fmt::format("  {:>3} {:<6} {:<14} {:>12} {:<14} {:<14} {:>10} {:>10} {:>5} {:>8}\n", "gpu", "node",
+                       "device", "layers", "first", "last", "time ms", "mem GB", "slots", "versions");
     for (size_t q = 0; q < w.vw.node.size(); ++q) {
       const int first = p.first_layer[q];
       const int last = (q + 1 < w.vw.node.size() ? p.first_layer[q + 1] : ch.md.size()) - 1;
       const auto& node = cl.nodes[w.vw.node[q]];
+      const pipeline::StageMemory& m = p.stage_memory[q];
+      const pipeline::StageCounts counts = pipeline::hetpipe_stage_counts(k, nm, static_cast<int>(q));
       parts.push_back({{"gpu", q}, {"node", node.name}, {"device", node.device.name},
                        {"first", first}, {"last", last}, {"first_name", ch.name(first)},
                        {"last_name", ch.name(last)}, {"time_s", p.stage_time[q]},
-                       {"memory_gb", p.stage_memory[q] / 1e9},
+                       {"memory_gb", double(m.total()) / 1e9}, {"memory_bytes", m.total()},
+                       {"memory", {{"weights", m.weights}, {"gradients", m.gradients}, {"optimizer", m.optimizer},
+                                   {"weight_versions", m.versions}, {"activations", m.activations}}},
+                       {"slots", counts.slots}, {"weight_versions", counts.weight_versions},
                        {"capacity_gb", w.problem.gpus[q].memory_bytes / 1e9}});
-      out += fmt::format("  {:>3} {:<6} {:<14} {:>5}..{:<5} {:<14} {:<14} {:>10.3f} {:>10.2f}\n", q,
+      out += fmt::format("  {:>3} {:<6} {:<14} {:>5}..{:<5} {:<14} {:<14} {:>10.3f} {:>10.3f} {:>5} {:>8}\n", q,
                          node.name, node.device.name, first, last, ch.name(first), ch.name(last),
-                         p.stage_time[q] * 1e3, p.stage_memory[q] / 1e9);
+                         p.stage_time[q] * 1e3, double(m.total()) / 1e9, counts.slots, counts.weight_versions);
     }
     jv.push_back({{"label", w.label}, {"feasible", true}, {"max_m", w.max_m}, {"slowest_s", p.slowest},
                   {"minibatches_per_s", w.minibatches_per_s}, {"samples_per_s", mb * w.minibatches_per_s},
@@ -234,7 +250,7 @@ int run_hetpipe(const PlanOptions& o, const Config& cfg, const Chain& ch, const 
                        mb * hp.best_minibatches_per_s, hp.best_nm, hp.best_nm);
   json j = {{"algorithm", "hetpipe"}, {"cluster", cl.name}, {"policy", policy}, {"speed_ranking", speed_source},
             {"vw_size", k},
-            {"nm", nm}, {"nm_cap", hp.nm_cap}, {"best_nm", hp.best_nm},
+            {"nm", nm}, {"nm_bound", hp.nm_bound}, {"memory_binds", hp.memory_binds}, {"best_nm", hp.best_nm},
             {"best_samples_per_s", mb * hp.best_minibatches_per_s}, {"virtual_workers", jv},
             {"minibatches_per_s", total}, {"samples_per_s", mb * total},
             {"unsynchronised_samples_per_s", mb * sum}};
@@ -334,9 +350,11 @@ int run_plan(const PlanOptions& o) {
   const std::string& alg = o.algorithm;
   if (alg != "ptdp" && alg != "pipedream" && alg != "hetpipe" && alg != "madpipe")
     throw Error(fmt::format("unknown --algorithm '{}'", alg), "use ptdp, pipedream, hetpipe or madpipe");
-  if (alg != "hetpipe" && (!o.policy.empty() || o.nm > 0 || o.vw_size > 0))
-    throw Error(fmt::format("--policy, --nm and --vw-size are HetPipe options, not {}'s", alg),
+  if (alg != "hetpipe" && (!o.policy.empty() || o.nm > 0 || o.vw_size > 0 || o.gpu_memory_gb != 0))
+    throw Error(fmt::format("--policy, --nm, --vw-size and --gpu-memory-gb are HetPipe options, not {}'s", alg),
                 "add --algorithm hetpipe, or drop them");
+  if (o.gpu_memory_gb < 0)
+    throw Error(fmt::format("--gpu-memory-gb {} is negative", o.gpu_memory_gb), "give the GB each GPU has, e.g. 8");
   if (alg != "ptdp" && o.evaluate)
     throw Error(fmt::format("--evaluate predicts the config's own PTD-P layout; it does not apply to {} partitions",
                             alg),

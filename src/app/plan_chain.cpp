@@ -7,8 +7,10 @@
 #include <optional>
 
 #include "app/plan_model.h"
+#include "backend/backend.h"
 #include "backend/device.h"
 #include "core/error.h"
+#include "optim/optimizer.h"
 #include "plan/profile.h"
 
 namespace baton::app {
@@ -27,6 +29,13 @@ Chain make_chain(const Config& cfg, const std::string& profile, const plan::Clus
   Chain c;
   c.dtype = cfg.precision.compute;
   c.weight_bytes_per_param = c.dtype == "fp32" ? 4 : 2;
+  c.act_size = static_cast<int>(dtype_size(parse_compute_dtype(c.dtype)));
+  {
+    // The state tensors the config's optimizer allocates: count them on the runtime's own optimizer
+    // (AdamW m and v; SGD's momentum buffer only with momentum), over one float of parameters.
+    const std::unique_ptr<Backend> be = make_cpu_backend(DType::F32);
+    c.optimizer_states = static_cast<int>(make_optimizer(*be, {}, 1, cfg.optim)->state().size());
+  }
   const int mb = cfg.train.micro_batch;
   std::optional<plan::MeasuredProfile> prof;
   if (!profile.empty()) {

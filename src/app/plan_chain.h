@@ -22,6 +22,11 @@ struct Chain {
   double weight_bytes_per_param = 4;
   std::vector<plan::LayerTime> measured;  // from a profile (empty: analytical)
   plan::Assumptions A;
+  // What the trainer's memory depends on besides the layers (pipeline/stage_memory.h): the state
+  // tensors of the config's optimizer (as the runtime's optimizer allocates them) and the bytes of
+  // an activation in the compute dtype.
+  int optimizer_states = 0;
+  int act_size = 4;
 
   plan::LayerTime time(int l, const plan::DeviceType& dev) const;
   double fb(int l, const plan::DeviceType& dev) const;  // forward + backward seconds of a minibatch

@@ -18,6 +18,9 @@ plan::ModelDesc cnn_model_desc(const CnnBuilder& b, int micro_batch, DType act) 
   m.micro_batch = micro_batch;
   m.tokens_per_sample = 1;
   m.input_bytes = double(b.input_elements(micro_batch, 1)) * sizeof(float);
+  m.target_bytes = double(b.target_elements(micro_batch, 1)) * sizeof(int32_t);
+  m.metrics = static_cast<int>(b.metric_names().size());
+  auto align16 = [](size_t floats) { return double((floats + 15) / 16 * 16); };  // ParamTable's alignment
   for (int g = 0; g < b.num_layers(); ++g) {
     const std::unique_ptr<Layer> layer = b.make_layer(g, TensorParallel{}, *be, Recompute::NONE);
     ParamTable table;
@@ -30,6 +33,9 @@ plan::ModelDesc cnn_model_desc(const CnnBuilder& b, int micro_batch, DType act) 
     l.out_bytes = double(layer->output_bytes(micro_batch, 1));
     l.stash_bytes = double(layer->saved_bytes(micro_batch, 1));
     l.work_bytes = double(layer->workspace_bytes(micro_batch, 1));
+    l.in_bytes = double(layer->input_bytes(micro_batch, 1));
+    l.param_floats = align16(table.total());
+    l.buffer_floats = align16(table.buffers_total());
     l.fwd_mem_bytes = 2 * l.stash_bytes;
     l.bwd_mem_bytes = 2 * l.fwd_mem_bytes;
     m.total_params += l.params;

@@ -1,8 +1,10 @@
 // The runtime's CNNs as the planner's chains of layers (plan/model_desc.h). The description is
 // derived from CnnBuilder itself — one entry per global layer, in its order and with its name, the
-// builder's forward FLOPs (backward twice that), the runtime layers' own parameter counts and their
-// activation sizes (Layer::output_bytes, saved_bytes, workspace_bytes on the CPU backend in the
-// config's dtype) — so a planner's layer index is a runtime global layer index
+// builder's forward FLOPs (backward twice that), the runtime layers' own parameter counts, their
+// ParamTable sizes (the flat buffer's floats, buffers) and their activation sizes
+// (Layer::input_bytes, output_bytes, saved_bytes, workspace_bytes on the CPU backend in the
+// config's dtype: what pipeline/stage_memory.h sizes a stage with) — so a planner's layer index is a
+// runtime global layer index
 // (parallel.stages) for every depth, width, image size, channel and class count the runtime
 // accepts. plan/ holds no model code (its CMakeLists.txt), so this bridge lives with the
 // subcommands that need it: `baton plan` and `baton profile`.

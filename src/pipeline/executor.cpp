@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "pipeline/schedules.h"
 #include "pipeline/simulate.h"
+#include "pipeline/stage_memory.h"
 #include "pipeline/validate.h"
 
 namespace baton::pipeline {
@@ -49,17 +50,9 @@ Executor::Executor(Program program, int rank, dist::Comm& comm, ExecOptions opti
   check_valid(program_);
   slots_ = std::max(1, memory_peaks(program_).activations[rank_]);
   plan_posts();
-  const std::vector<Instr>& list = instructions();
-  // Weight versions alive together: at OPT_STEP n the new version n and every older version a
-  // later compute op still reads (stashed for an in-flight microbatch). A ring of that many
-  // buffers indexed by n mod size never overwrites a version that is still needed.
-  int oldest_later = INT_MAX;
-  for (size_t i = list.size(); i-- > 0;) {
-    const Instr& in = list[i];
-    if (is_compute(in.op)) oldest_later = std::min(oldest_later, in.weight_version);
-    if (in.op == Op::OPT_STEP && oldest_later != INT_MAX)
-      versions_ = std::max(versions_, in.weight_version - oldest_later + 1);
-  }
+  // Weight versions alive together (the ring a Stage keeps): the one count the planner's memory
+  // formula uses too (pipeline/stage_memory.h).
+  versions_ = weight_ring_size(instructions());
 }
 
 void Executor::plan_posts() {

@@ -114,6 +114,17 @@ ModelDesc gpt_desc(const GptShape& g, const GptOptions& o) {
   head.tp_bwd_bytes = tp_ar;
   m.layers.push_back(head);
 
+  // What the trainer allocates (pipeline/stage_memory.h), from the sizes above: each layer's
+  // parameters as one 16-float aligned run (the runtime aligns every tensor: a few floats more),
+  // its input the previous layer's output; no non-trainable buffers, no metrics besides the loss.
+  m.target_bytes = s * b * 4;  // the next token of every position
+  double in = m.input_bytes;
+  for (LayerDesc& l : m.layers) {
+    l.param_floats = std::ceil(l.params / 16) * 16;
+    l.in_bytes = in;
+    in = l.out_bytes;
+  }
+
   // Whole-model counts per sample (notes-dissertation §2.6 and Eq. 4.2).
   const double per_layer = 24 * s * h * h + 4 * s * s * h;
   m.model_flops_per_sample = 3 * (g.n_layer * per_layer + 2 * s * h * V);

@@ -26,11 +26,26 @@ double hetpipe_stage_time(const HpProblem& pb, int q, int i, int j) {
   return t;
 }
 
-double hetpipe_stage_memory(const HpProblem& pb, int q, int i, int j) {
-  const int n_q = std::max(1, pb.nm - q);
-  double w = 0, a = 0;
-  for (int l = i; l <= j; ++l) w += pb.layers[l].weight_bytes, a += pb.layers[l].stash_bytes;
-  return 3 * w + n_q * a;
+namespace {
+
+std::vector<pipeline::LayerBytes> layer_bytes(const HpProblem& pb) {
+  std::vector<pipeline::LayerBytes> b;
+  for (const HpLayer& l : pb.layers) b.push_back(l.bytes);
+  return b;
+}
+
+// Partition q of K holding layers [i, j] at the counts of its position.
+pipeline::StageMemory stage_memory(const HpProblem& pb, const std::vector<pipeline::LayerBytes>& bytes,
+                                   const pipeline::StageCounts& counts, int i, int j) {
+  return pipeline::stage_memory(std::span(bytes).subspan(i, j - i + 1), i == 0,
+                                j == static_cast<int>(bytes.size()) - 1, pb.memory, counts);
+}
+
+}  // namespace
+
+pipeline::StageMemory hetpipe_stage_memory(const HpProblem& pb, int q, int i, int j) {
+  const int K = static_cast<int>(pb.gpus.size());
+  return stage_memory(pb, layer_bytes(pb), pipeline::hetpipe_stage_counts(K, pb.nm, q), i, j);
 }
 
 HpPlan hetpipe_partition(const HpProblem& pb) {
@@ -39,6 +54,10 @@ HpPlan hetpipe_partition(const HpProblem& pb) {
                 "use fewer GPUs per virtual worker");
   for (const auto& l : pb.layers)
     BATON_ASSERT(static_cast<int>(l.time.size()) == K, "layer times per GPU: {} != {}", l.time.size(), K);
+  const std::vector<pipeline::LayerBytes> bytes = layer_bytes(pb);
+  // Per position: the activation slots and weight versions of the hetpipe program at Nm.
+  const std::vector<pipeline::StageCounts> counts = pipeline::hetpipe_stage_counts(K, pb.nm);
+  auto memory = [&](int q, int i, int j) { return stage_memory(pb, bytes, counts[q], i, j); };
   // D[q][j]: best slowest-partition time placing layers 0..j on GPUs 0..q (GPU q ends at j).
   std::vector<std::vector<double>> D(K, std::vector<double>(L, kInf));
   std::vector<std::vector<int>> from(K, std::vector<int>(L, -1));
@@ -48,7 +67,7 @@ HpPlan hetpipe_partition(const HpProblem& pb) {
         if (q == 0 && i != 0) break;
         const double prev = q == 0 ? 0 : D[q - 1][i - 1];
         if (prev == kInf) continue;
-        if (hetpipe_stage_memory(pb, q, i, j) > pb.gpus[q].memory_bytes) continue;
+        if (double(memory(q, i, j).total()) > pb.gpus[q].memory_bytes) continue;
         const double v = std::max(prev, hetpipe_stage_time(pb, q, i, j));
         if (v < D[q][j]) D[q][j] = v, from[q][j] = i;
       }
@@ -63,22 +82,26 @@ HpPlan hetpipe_partition(const HpProblem& pb) {
   }
   for (int q = 0; q < K; ++q) {
     plan.stage_time.push_back(hetpipe_stage_time(pb, q, plan.first_layer[q], plan.first_layer[q + 1] - 1));
-    plan.stage_memory.push_back(
-        hetpipe_stage_memory(pb, q, plan.first_layer[q], plan.first_layer[q + 1] - 1));
+    plan.stage_memory.push_back(memory(q, plan.first_layer[q], plan.first_layer[q + 1] - 1));
   }
   return plan;
 }
 
-int hetpipe_max_m(HpProblem pb, int cap) {
+int hetpipe_max_m(HpProblem pb, int bound) {
   pb.nm = 1;
-  if (cap < 1 || !hetpipe_partition(pb).feasible) return 0;
-  int lo = 1, hi = cap;  // feasible at lo; find the largest feasible in [lo, hi]
-  while (lo < hi) {
-    pb.nm = lo + (hi - lo + 1) / 2;
-    if (hetpipe_partition(pb).feasible)
-      lo = pb.nm;
-    else
-      hi = pb.nm - 1;
+  if (bound < 1 || !hetpipe_partition(pb).feasible) return 0;
+  if (pb.gpus.size() == 1) return 1;
+  auto fits = [&](int nm) {
+    pb.nm = nm;
+    return hetpipe_partition(pb).feasible;
+  };
+  // Doubling: lo fits, hi does not (or hi = bound + 1: everything up to the bound fits).
+  int lo = 1, hi = 2;
+  while (hi <= bound && fits(hi)) lo = hi, hi *= 2;
+  hi = std::min(hi, bound + 1);
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
   }
   return lo;
 }

@@ -7,11 +7,15 @@
 // GPU's memory at Nm concurrent minibatches. The paper solves this with CPLEX and does not give the
 // formulation; here it is solved exactly by a dynamic program over (GPU position, layer prefix),
 // which is optimal because the objective is a max over stages and the constraints are per stage.
-// Memory model (our reading of §A.2/§A.5, stated in docs/planner.md): partition q of k holds
-// n_q = max(1, Nm − q) minibatches (the last GPU runs forward and backward of a minibatch as one
-// task, the first holds every in-flight one), and
-//   mem_q = 3 · W_q + n_q · Σ_{l∈q} stash_l
-// (weights, the stashed version a minibatch keeps until its backward, and gradients).
+// Memory: what the trainer allocates on that GPU running the stage at Nm — the paper's "memory
+// requirement of each partition to process Nm minibatches", which depends on the position ("GPU1
+// needs to hold on to the results of the forward pass for all stages", §4) — taken from the one
+// formula the runtime is tested against byte for byte (pipeline/stage_memory.h): the weights, their
+// gradients, the optimizer's state, the Nm weight versions the hetpipe schedule stashes on every
+// stage (minibatch p keeps w_p until its backward, §4), and the activation slots of the stage's
+// in-flight minibatches (max(Nm − q, 1) on partition q < k − 1, 1 on the last, which runs a
+// minibatch's forward and backward as one task; plus one for evaluation) with their boundary
+// buffers, workspace and output buffers (docs/planner.md "HetPipe memory").
 //
 // Policies (§A.6, Table 3) for k GPUs per VW: NP, one node per VW; ED, one GPU of every node per VW;
 // HD, pair the fastest node type with the slowest, the second fastest with the second slowest, ...
@@ -20,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/stage_memory.h"
 #include "plan/cluster.h"
 
 namespace baton::plan {
@@ -27,8 +32,7 @@ namespace baton::plan {
 struct HpLayer {
   std::vector<double> time;  // forward + backward seconds of one minibatch, per GPU of the VW
   double out_bytes = 0;      // activation (= gradient) at the cut after this layer
-  double weight_bytes = 0;
-  double stash_bytes = 0;    // kept per in-flight minibatch
+  pipeline::LayerBytes bytes;  // what the trainer allocates for the layer (per minibatch)
 };
 
 struct HpGpu {
@@ -41,26 +45,32 @@ struct HpProblem {
   std::vector<HpGpu> gpus;   // pipeline order
   int nm = 1;                // concurrent minibatches (Nm)
   double intra_bw = 1, inter_bw = 1;  // bytes per second
+  pipeline::StageContext memory;      // dtype, optimizer, a minibatch's inputs and targets
 };
 
 struct HpPlan {
   bool feasible = false;
   double slowest = 0;              // seconds per minibatch of the slowest partition
   std::vector<int> first_layer;    // partition q runs layers first_layer[q] .. first_layer[q+1]−1
-  std::vector<double> stage_time, stage_memory;
+  std::vector<double> stage_time;
+  std::vector<pipeline::StageMemory> stage_memory;  // bytes on each GPU (.total())
 };
 
 // Exact (DP); every GPU gets at least one layer.
 HpPlan hetpipe_partition(const HpProblem& pb);
-// Time and memory of partition q holding layers [i, j] (what the DP and tests use); memory
-// +infinity never: the caller compares with the GPU's memory.
+// Time and memory (bytes, pipeline::stage_memory at pb.nm) of partition q holding layers [i, j]:
+// what the DP and tests use; the caller compares the memory with the GPU's.
 double hetpipe_stage_time(const HpProblem& pb, int q, int i, int j);
-double hetpipe_stage_memory(const HpProblem& pb, int q, int i, int j);
+pipeline::StageMemory hetpipe_stage_memory(const HpProblem& pb, int q, int i, int j);
 
-// Max_m (§A.2: "the maximum number of minibatches that can run at once in a VW", set by memory):
-// the largest Nm <= cap at which some partition fits every GPU (the partition re-solved per Nm;
-// feasibility only shrinks as Nm grows, so a bisection); 0 when none fits even at Nm = 1.
-int hetpipe_max_m(HpProblem pb, int cap);
+// Max_m (§4: "the maximum number of minibatches executed concurrently in the virtual worker ...
+// determined by the memory requirement"): the largest Nm ≤ `bound` at which some partition fits
+// every GPU (the partition re-solved per Nm; feasibility only shrinks as Nm grows: a doubling
+// search, then a bisection); 0 when none fits even at Nm = 1. Memory is the only limit — no
+// multiple of k (Table 4 runs Nm = 5 on k = 2). `bound` is a search bound, not a model: the caller
+// passes the run's length (a wave of Nm minibatches longer than the run means nothing). A VW of
+// one GPU runs one minibatch at a time (no pipeline; its memory does not grow with Nm): Max_m = 1.
+int hetpipe_max_m(HpProblem pb, int bound);
 // Minibatches per second of a VW running `plan` with pb.nm minibatches in flight: at most one per
 // slowest partition (the pipeline's steady state) and at most Nm per round trip, the sum of the
 // partition times (a minibatch's forward and backward through every GPU with its transfers;

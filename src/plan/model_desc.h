@@ -29,6 +29,11 @@ struct LayerDesc {
   double tp_fwd_bytes = 0;   // payload all-reduced over the tensor-parallel group, forward
   double tp_bwd_bytes = 0;   // ... backward (including recomputation)
   int tied_to = -1;          // a layer sharing these weights (counted once when on one device)
+  // What the trainer allocates for the layer (pipeline/stage_memory.h; exact for CNNs, which are
+  // described from the runtime's layers; GPT: from the analytical sizes above).
+  double param_floats = 0;   // its parameters in the flat buffer, 16-float aligned
+  double buffer_floats = 0;  // non-trainable buffers (batch-norm statistics), 16-float aligned
+  double in_bytes = 0;       // its input activation per micro-batch (= the previous out_bytes)
 };
 
 struct ModelDesc {
@@ -36,6 +41,8 @@ struct ModelDesc {
   int micro_batch = 1;
   double tokens_per_sample = 1;   // seq_len for GPT, 1 for images
   double input_bytes = 0;         // input of layer 0 per micro-batch (tokens, images)
+  double target_bytes = 0;        // targets per micro-batch (int32 labels or next tokens)
+  int metrics = 0;                // metrics the model accumulates besides the loss (top-1, top-5)
   std::vector<LayerDesc> layers;
   double model_flops_per_sample = 0;     // whole model (all tp shards), fwd + bwd, no recompute
   double hardware_flops_per_sample = 0;  // what actually runs, recomputation included

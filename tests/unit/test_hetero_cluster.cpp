@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "app/hetero_cluster.h"
 #include "app/hetpipe_plan.h"
@@ -70,7 +71,7 @@ TEST_F(HeteroCluster, PlannedSnippetLoadsAndCoversTheModel) {
   const Chain ch = make_chain(cfg, "", cl, "test");
   ASSERT_EQ(ch.md.size(), 10);
   for (const std::string policy : {"np", "ed", "hd"}) {
-    const HetpipePlan p = plan_hetpipe(ch, cl, policy, 0, 0);
+    const HetpipePlan p = plan_hetpipe(ch, cl, policy, 0, 0, {.nm_bound = nm_search_bound(cfg.train.steps)});
     ASSERT_EQ(p.feasible(), 4) << policy;
     const HeteroSnippet sn = make_hetero_snippet(config_, {}, cfg, 10, hetero_layout(p, ch, cl), "test");
     EXPECT_EQ(sn.ranks, 16);
@@ -93,28 +94,39 @@ TEST_F(HeteroCluster, NmIsTheSmallestMaxM) {
   const Config cfg = with({}, 1);
   const plan::Cluster cl = plan::load_cluster(kCluster);
   const Chain ch = make_chain(cfg, "", cl, "test");
+  // Max_m is the largest Nm at which some partition fits every GPU's memory, and Nm the smallest
+  // Max_m. Memory alone decides: ResNet-18 at 32 × 32 fits dozens of minibatches deep, far beyond
+  // 2k = 8 (no cap), below the search bound.
   const HetpipePlan p = plan_hetpipe(ch, cl, "np", 0, 0);
+  EXPECT_EQ(p.nm_bound, kMaxNmSearch);
   int smallest = 1 << 30;
   for (const HetpipeVw& w : p.vws) {
     smallest = std::min(smallest, w.max_m);
-    // Max_m is the largest Nm (up to the cap) at which the VW's partition fits.
+    ASSERT_GT(w.max_m, 2 * p.k) << w.label;
+    ASSERT_LT(w.max_m, p.nm_bound) << w.label;
     plan::HpProblem pb = w.problem;
     pb.nm = w.max_m;
-    EXPECT_TRUE(plan::hetpipe_partition(pb).feasible);
-    if (w.max_m < p.nm_cap) {
-      pb.nm = w.max_m + 1;
-      EXPECT_FALSE(plan::hetpipe_partition(pb).feasible);
-    }
+    EXPECT_TRUE(plan::hetpipe_partition(pb).feasible) << w.label;
+    pb.nm = w.max_m + 1;
+    EXPECT_FALSE(plan::hetpipe_partition(pb).feasible) << w.label;
   }
   EXPECT_EQ(p.nm, smallest);
-  EXPECT_EQ(p.nm_cap, 8);
-  // A tight memory: on the 6 GB RTX 2060s (3 GB usable) ResNet-18 at 1024 images a minibatch fits
-  // fewer minibatches than the cap.
-  const Config big = with({"train.micro_batch=1024", "train.global_batch=1024"}, 1);
-  const Chain bch = make_chain(big, "", cl, "test");
-  const HetpipePlan bp = plan_hetpipe(bch, cl, "np", 0, 0);
-  EXPECT_LT(bp.nm, bp.nm_cap);
-  EXPECT_GE(bp.nm, 1);
+  EXPECT_TRUE(p.memory_binds);
+  // The search bound is the run's length (a wave longer than the run means nothing): train.steps = 10.
+  // Memory allows all 10, so Nm is the best predicted throughput instead of one wave of the whole run.
+  const HetpipePlan run10 = plan_hetpipe(ch, cl, "np", 0, 0, {.nm_bound = nm_search_bound(cfg.train.steps)});
+  for (const HetpipeVw& w : run10.vws) EXPECT_EQ(w.max_m, 10) << w.label;
+  EXPECT_FALSE(run10.memory_binds);
+  EXPECT_EQ(run10.nm, run10.best_nm);
+  EXPECT_LT(run10.nm, 10);
+  EXPECT_EQ(nm_search_bound(0), kMaxNmSearch);
+  EXPECT_EQ(nm_search_bound(int64_t{1} << 40), kMaxNmSearch);
+  // --gpu-memory-gb: every GPU's memory replaced; less of it, a smaller Max_m.
+  const HetpipePlan tight = plan_hetpipe(ch, cl, "np", 0, 0, {.gpu_memory_bytes = 0.5e9});
+  EXPECT_LT(tight.nm, p.nm);
+  EXPECT_GE(tight.nm, 1);
+  for (const HetpipeVw& w : tight.vws)
+    for (const pipeline::StageMemory& m : w.plan.stage_memory) EXPECT_LE(double(m.total()), 0.5e9) << w.label;
 }
 
 TEST_F(HeteroCluster, DerivedVirtualWorkersAreThePlans) {
@@ -123,7 +135,7 @@ TEST_F(HeteroCluster, DerivedVirtualWorkersAreThePlans) {
   ASSERT_EQ(vws.size(), 4u);
   const plan::Cluster cl = plan::load_cluster(kCluster);
   const Chain ch = make_chain(cfg, "", cl, "test");
-  const HetpipePlan p = plan_hetpipe(ch, cl, "ed", 0, 0);
+  const HetpipePlan p = plan_hetpipe(ch, cl, "ed", 0, 0, {.nm_bound = nm_search_bound(cfg.train.steps)});
   EXPECT_EQ(vws, hetero_layout(p, ch, cl).virtual_workers);
   EXPECT_EQ(derive_nm(cfg, 16), p.nm);
   HeteroConfig h;
@@ -134,7 +146,8 @@ TEST_F(HeteroCluster, DerivedVirtualWorkersAreThePlans) {
   EXPECT_EQ(derive_nm(nm2, 16), 2);
   // No policy: HD, as `baton plan --algorithm hetpipe`.
   const Config hd = with({"hetero.cluster=\"" + kCluster + "\""}, 16);
-  EXPECT_EQ(derive_virtual_workers(hd, 16), hetero_layout(plan_hetpipe(ch, cl, "hd", 0, 0), ch, cl).virtual_workers);
+  EXPECT_EQ(derive_virtual_workers(hd, 16),
+            hetero_layout(plan_hetpipe(ch, cl, "hd", 0, 0, {.nm_bound = 10}), ch, cl).virtual_workers);
 }
 
 void expect_error(const std::function<void()>& f, const std::string& what, const std::string& hint) {
@@ -181,48 +194,86 @@ TEST_F(HeteroCluster, Errors) {
   expect_error([&] { derive_virtual_workers(with({none}, 16), 16); }, "none.toml", "");
 }
 
-// HetPipe's trends on its cluster (notes-hetpipe-madpipe §A.8; launch/hetpipe-paper-table.sh prints
-// the numbers, docs/hetpipe.md): VGG-19 and ResNet-152, minibatches of 32 images.
-// - "NP performs poorly for both models" (Figure 4, where "Nm was chosen to maximise performance"):
-//   at each policy's best Nm ≤ the smallest Max_m, predicted ED and HD ≥ 1.2 × NP (measured
-//   1.99–2.19×). At the default Nm (the smallest Max_m) ResNet-152's HD, VVQQ/RRGG as Table 3, is
-//   below NP: at Nm = 6 the VVQQ VWs' TITAN Vs hold too few layers (docs/hetpipe.md).
-// - Table 4, "adding whimpy GPUs" (ED, the paper's Nm): throughput grows with every node added
-//   (measured steps +7% to +48%) and 16 GPUs give 1.5–3.5× the 4 V GPUs (paper 2.02× and 2.27×,
-//   predicted 2.56× and 2.08×).
-TEST(HetPipePaper, PolicyAndWhimpyGpuTrends) {
-  struct Model {
-    std::string config;
-    std::vector<std::string> sets;
-    std::vector<int> paper_nm;  // Table 4's concurrent minibatches / VWs: 4[V], 4[VR], 4[VRQ], 4[VRQG]
-  };
+// HetPipe's cluster (notes-hetpipe-madpipe §A.6–A.8; launch/hetpipe-paper-table.sh prints the
+// numbers, docs/hetpipe.md "The planner against the paper"): VGG-19 and ResNet-152, minibatches of 32
+// images, fp32, the configs' SGD with momentum.
+struct PaperModel {
+  std::string label, config;
+  std::vector<std::string> sets;
+};
+std::vector<PaperModel> paper_models() {
   const std::vector<std::string> mb{"train.micro_batch=32", "train.global_batch=32"};
-  const std::vector<Model> models{
-      {kSrc + "/configs/vgg16.toml", {"model.n_layer=19", "model.batch_norm=false"}, {5, 4, 5, 5}},
-      {kSrc + "/configs/resnet50.toml", {"model.n_layer=152"}, {5, 5, 6, 7}}};
+  std::vector<PaperModel> m{{"VGG-19", kSrc + "/configs/vgg16.toml", {"model.n_layer=19", "model.batch_norm=false"}},
+                            {"ResNet-152", kSrc + "/configs/resnet50.toml", {"model.n_layer=152"}}};
+  for (PaperModel& x : m) x.sets.insert(x.sets.end(), mb.begin(), mb.end());
+  return m;
+}
+// Table 4's columns: the first 4, 8, 12, 16 GPUs of hetpipe-vrqg.toml (nodes V, R, Q, G), one VW of
+// the 4 V for 4[V], else ED (one GPU of every node per VW).
+HetpipePlan table4_plan(const Chain& ch, const plan::Cluster& vrqg, int nodes, int nm = 0) {
+  return plan_hetpipe(ch, vrqg.first_gpus(4 * nodes), nodes == 1 ? "np" : "ed", nodes == 1 ? 4 : nodes, nm,
+                      {.nm_bound = nm_search_bound(100)});  // the configs' train.steps
+}
+
+// Table 4's Nm (its concurrent minibatches over 4 VWs) out of the planner: Nm = the smallest Max_m,
+// nothing forced (no --nm). Max_m is memory's alone — the trainer's memory (pipeline/stage_memory.h),
+// no cap at 2k — so ResNet-152 on 4[VR] (k = 2) gets Nm = 24, and the paper's Nm = 5 there is within
+// it (the 2k cap made it 4 and the old test forced 5). The other columns differ from the paper's by
+// one or two: its Nm are TensorFlow 1.12's memory (ours keeps fp32 masters, gradients, momentum, Nm
+// weight versions and every layer's saved tensors in fp32, and plans 3 GB per GPU of overhead), and
+// on 4[VR], where memory is plentiful, a throughput choice below Max_m (§4: "Nm ≤ Max_m ... determined
+// by considering the throughput"). Planner against paper: VGG-19 4 4 4 4 against 5 4 5 5; ResNet-152
+// 6 24 5 5 against 5 5 6 7.
+TEST(HetPipePaper, Table4NmFromThePlanner) {
+  const plan::Cluster vrqg = plan::load_cluster(kSrc + "/configs/clusters/hetpipe-vrqg.toml");
+  const std::map<std::string, std::vector<int>> planner{{"VGG-19", {4, 4, 4, 4}}, {"ResNet-152", {6, 24, 5, 5}}};
+  const std::map<std::string, std::vector<int>> paper{{"VGG-19", {5, 4, 5, 5}}, {"ResNet-152", {5, 5, 6, 7}}};
+  for (const PaperModel& m : paper_models()) {
+    const Chain ch = make_chain(load_config(m.config, m.sets, 1), "", vrqg, "test");
+    for (int nodes = 1; nodes <= 4; ++nodes) {
+      const HetpipePlan p = table4_plan(ch, vrqg, nodes);
+      ASSERT_FALSE(p.nm_given);
+      ASSERT_EQ(p.feasible(), nodes == 1 ? 1 : 4) << m.label << " " << nodes;
+      EXPECT_EQ(p.nm, planner.at(m.label)[nodes - 1]) << m.label << " on " << 4 * nodes << " GPUs";
+      // Where the paper's Nm is within our Max_m, the planner runs it (the memory allows it).
+      const int theirs = paper.at(m.label)[nodes - 1];
+      EXPECT_EQ(table4_plan(ch, vrqg, nodes, theirs).feasible() > 0, theirs <= p.nm) << m.label << " " << nodes;
+    }
+  }
+  // The column the 2k cap contradicted: ResNet-152 on 4[VR], k = 2, the paper's Nm = 5 fits.
+  const Chain r152 = make_chain(load_config(paper_models()[1].config, paper_models()[1].sets, 1), "", vrqg, "test");
+  EXPECT_GT(table4_plan(r152, vrqg, 2).nm, 2 * 2);
+  EXPECT_EQ(table4_plan(r152, vrqg, 2, 5).feasible(), 4);
+}
+
+// The trends the paper states, at the Nm the planner picks "to maximise performance" (Figure 4's
+// rule: the best predicted Nm ≤ the smallest Max_m):
+// - "NP performs poorly for both models": ED and HD ≥ 1.2 × NP (measured 3.4–8×: NP is held to its
+//   weakest VW's pace, and its GGGG VW fits neither model at all).
+// - Table 4, "adding whimpy GPUs" (ED): 16 GPUs give 1.5–3.5× the 4 V GPUs (paper 2.02× and 2.27×;
+//   predicted 2.55× and 2.52×); ResNet-152 gains with every node added; VGG-19 gains from R and then
+//   stays flat within 2% (its first stage, on the V, holds the large early activations and bounds
+//   both Nm ≤ 4 and the pipeline's pace, so Q and G add nothing; the paper measured +8%, +6%).
+TEST(HetPipePaper, PolicyAndWhimpyGpuTrends) {
   const plan::Cluster paper = plan::load_cluster(kCluster);
   const plan::Cluster vrqg = plan::load_cluster(kSrc + "/configs/clusters/hetpipe-vrqg.toml");
-  for (const Model& m : models) {
-    std::vector<std::string> sets = m.sets;
-    sets.insert(sets.end(), mb.begin(), mb.end());
-    const Config cfg = load_config(m.config, sets, 1);
-    const Chain ch = make_chain(cfg, "", paper, "test");
+  for (const PaperModel& m : paper_models()) {
+    const Chain ch = make_chain(load_config(m.config, m.sets, 1), "", paper, "test");
     const double np = plan_hetpipe(ch, paper, "np", 0, 0).best_minibatches_per_s;
-    EXPECT_GT(plan_hetpipe(ch, paper, "ed", 0, 0).best_minibatches_per_s, 1.2 * np) << ch.label;
-    EXPECT_GT(plan_hetpipe(ch, paper, "hd", 0, 0).best_minibatches_per_s, 1.2 * np) << ch.label;
+    EXPECT_GT(plan_hetpipe(ch, paper, "ed", 0, 0).best_minibatches_per_s, 1.2 * np) << m.label;
+    EXPECT_GT(plan_hetpipe(ch, paper, "hd", 0, 0).best_minibatches_per_s, 1.2 * np) << m.label;
     std::vector<double> t;
-    for (int nodes = 1; nodes <= 4; ++nodes) {
-      const plan::Cluster c = vrqg.first_gpus(4 * nodes);
-      const HetpipePlan p =
-          plan_hetpipe(ch, c, nodes == 1 ? "np" : "ed", nodes == 1 ? 4 : nodes, m.paper_nm[nodes - 1]);
-      ASSERT_EQ(p.feasible(), nodes == 1 ? 1 : 4) << ch.label << " " << nodes;
-      t.push_back(p.minibatches_per_s());
-      if (nodes > 1) {
-        EXPECT_GT(t[nodes - 1], t[nodes - 2]) << ch.label << ": adding node " << nodes;
+    for (int nodes = 1; nodes <= 4; ++nodes) t.push_back(table4_plan(ch, vrqg, nodes).best_minibatches_per_s);
+    EXPECT_GT(t[3] / t[0], 1.5) << m.label;
+    EXPECT_LT(t[3] / t[0], 3.5) << m.label;
+    EXPECT_GT(t[1], 1.5 * t[0]) << m.label << ": adding R";
+    for (int n = 2; n < 4; ++n) {
+      if (m.label == "ResNet-152") {
+        EXPECT_GT(t[n], t[n - 1]) << m.label << ": adding node " << n + 1;
+      } else {
+        EXPECT_NEAR(t[n] / t[n - 1], 1.0, 0.02) << m.label << ": adding node " << n + 1;
       }
     }
-    EXPECT_GT(t[3] / t[0], 1.5) << ch.label;
-    EXPECT_LT(t[3] / t[0], 3.5) << ch.label;
   }
 }
 

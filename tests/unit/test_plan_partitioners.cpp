@@ -146,7 +146,7 @@ double brute_force_hetpipe(const HpProblem& pb) {
     if (q == K) {
       double worst = 0;
       for (int g = 0; g < K; ++g) {
-        if (hetpipe_stage_memory(pb, g, first[g], first[g + 1] - 1) > pb.gpus[g].memory_bytes) return;
+        if (double(hetpipe_stage_memory(pb, g, first[g], first[g + 1] - 1).total()) > pb.gpus[g].memory_bytes) return;
         worst = std::max(worst, hetpipe_stage_time(pb, g, first[g], first[g + 1] - 1));
       }
       best = std::min(best, worst);
@@ -176,17 +176,19 @@ TEST(PlanHetPipe, PartitionEqualsBruteForce) {
     std::vector<double> speed(K);
     for (int q = 0; q < K; ++q) {
       speed[q] = 0.3 + 2 * u(rng);  // mixed devices
-      pb.gpus.push_back({2 + 6 * u(rng), q / 2});
+      pb.gpus.push_back({(2 + 6 * u(rng)) * 1e6, q / 2});
     }
+    auto bytes = [&](double scale) { return static_cast<size_t>(scale * u(rng)); };
     for (int l = 0; l < L; ++l) {
       HpLayer layer;
       const double work = u(rng);
       for (int q = 0; q < K; ++q) layer.time.push_back(work / speed[q]);
       layer.out_bytes = u(rng);
-      layer.weight_bytes = 0.5 * u(rng);
-      layer.stash_bytes = 0.5 * u(rng);
+      layer.bytes = {.param_floats = bytes(1e5) / 16 * 16, .saved = bytes(5e5), .in = bytes(1e5),
+                     .out = bytes(1e5), .work = bytes(1e5)};
       pb.layers.push_back(layer);
     }
+    pb.memory.optimizer_states = 1;
     pb.nm = 1 + trial % 4;
     pb.intra_bw = 4;
     pb.inter_bw = 1;
@@ -199,23 +201,66 @@ TEST(PlanHetPipe, PartitionEqualsBruteForce) {
     }
     ASSERT_TRUE(plan.feasible) << trial;
     EXPECT_NEAR(plan.slowest, bf, 1e-12) << trial;
-    for (int q = 0; q < K; ++q) EXPECT_LE(plan.stage_memory[q], pb.gpus[q].memory_bytes);
+    for (int q = 0; q < K; ++q) EXPECT_LE(double(plan.stage_memory[q].total()), pb.gpus[q].memory_bytes);
   }
   EXPECT_GT(infeasible, 0);   // the memory constraint binds in some instances
   EXPECT_LT(infeasible, 150);
 }
 
-// Memory grows with Nm on the first partitions only (the last holds one minibatch).
+// A partition's memory is the trainer's (pipeline/stage_memory.h) at the counts of its position
+// (test_stage_memory.cpp holds both to the runtime): at Nm = 4 of 3 GPUs the first holds 4 + 1
+// activation slots, the second 3 + 1, the last 1 + 1 (forward and backward as one task), each 4
+// weight versions; Nm = 1 leaves one slot and one version on the first (plus evaluation's slot).
 TEST(PlanHetPipe, MemoryAtNm) {
   HpProblem pb;
-  pb.gpus = {{100, 0}, {100, 0}, {100, 0}};
-  for (int l = 0; l < 3; ++l) pb.layers.push_back({{1, 1, 1}, 1, 1, 2});
+  pb.gpus = {{1e9, 0}, {1e9, 0}, {1e9, 0}};
+  for (int l = 0; l < 3; ++l) {
+    HpLayer layer{.time = {1, 1, 1}, .out_bytes = 256};
+    layer.bytes = {.param_floats = 16, .saved = 1024, .in = 256, .out = 256};
+    pb.layers.push_back(layer);
+  }
+  pb.memory.optimizer_states = 1;
+  auto expect = [&](int q, int slots, int versions) {
+    const std::vector<pipeline::LayerBytes> one{pb.layers[q].bytes};
+    EXPECT_EQ(hetpipe_stage_memory(pb, q, q, q).total(),
+              pipeline::stage_memory(one, q == 0, q == 2, pb.memory, {slots, versions}).total())
+        << "Nm " << pb.nm << " GPU " << q;
+  };
   pb.nm = 4;
-  EXPECT_DOUBLE_EQ(hetpipe_stage_memory(pb, 0, 0, 0), 3 + 4 * 2);
-  EXPECT_DOUBLE_EQ(hetpipe_stage_memory(pb, 1, 1, 1), 3 + 3 * 2);
-  EXPECT_DOUBLE_EQ(hetpipe_stage_memory(pb, 2, 2, 2), 3 + 2 * 2);
+  expect(0, 5, 4);
+  expect(1, 4, 4);
+  expect(2, 2, 4);
   pb.nm = 1;
-  EXPECT_DOUBLE_EQ(hetpipe_stage_memory(pb, 2, 2, 2), 3 + 2);
+  expect(0, 2, 1);
+  expect(2, 2, 1);
+  // Each extra minibatch in flight costs the first GPU a slot (1024 saved + 3 × 256 boundary) and a
+  // weight version (64 bytes); the last GPU the version only.
+  pb.nm = 2;
+  const size_t m2 = hetpipe_stage_memory(pb, 0, 0, 0).total(), l2 = hetpipe_stage_memory(pb, 2, 2, 2).total();
+  pb.nm = 3;
+  EXPECT_EQ(hetpipe_stage_memory(pb, 0, 0, 0).total() - m2, 1024 + 3 * 256 + 64u);
+  EXPECT_EQ(hetpipe_stage_memory(pb, 2, 2, 2).total() - l2, 64u);
+}
+
+// Max_m is whatever memory allows — no multiple of k: on two GPUs whose memory holds exactly the
+// stages at Nm = 7 (about 3.5 k), Max_m is 7; a byte less on the first GPU makes it 6; the search
+// bound caps it.
+TEST(PlanHetPipe, MaxMIsTheMemorysNotTwiceK) {
+  HpProblem pb;
+  pb.gpus = {{0, 0}, {0, 0}};
+  for (int l = 0; l < 2; ++l) {
+    HpLayer layer{.time = {1, 1}, .out_bytes = 256};
+    layer.bytes = {.param_floats = 64, .saved = 4096, .in = 256, .out = 256};
+    pb.layers.push_back(layer);
+  }
+  pb.nm = 7;
+  for (int q = 0; q < 2; ++q) pb.gpus[q].memory_bytes = double(hetpipe_stage_memory(pb, q, q, q).total());
+  EXPECT_EQ(hetpipe_max_m(pb, 1024), 7);
+  EXPECT_EQ(hetpipe_max_m(pb, 5), 5);
+  pb.gpus[0].memory_bytes -= 1;
+  EXPECT_EQ(hetpipe_max_m(pb, 1024), 6);
+  pb.gpus[0].memory_bytes = 1;
+  EXPECT_EQ(hetpipe_max_m(pb, 1024), 0);
 }
 
 std::vector<std::string> vw_labels(const Cluster& c, const std::string& policy, int k,

@@ -8,6 +8,7 @@
 #include "model/conv_unit.h"
 #include "pipeline/lower.h"
 #include "pipeline/schedules.h"
+#include "pipeline/stage_memory.h"
 
 namespace baton {
 
@@ -83,7 +84,7 @@ StepRunner::StepRunner(const StepRunnerSetup& setup) : s_(setup) {
   // (hetpipe admits Nm minibatches on its first stage: the probe covers them too.)
   const int probe_steps = static_cast<int>(std::min<int64_t>(s_.total_steps, pipe_->ranks() + 1 + s_.nm));
   pipeline::Executor probe(program(probe_steps), place_->pipe_rank, *g.pp, exec_options());
-  model.reserve(s_.micro_batch, s_.T, probe.slots() + 1, traits_->split_backward);
+  model.reserve(s_.micro_batch, s_.T, probe.slots() + pipeline::kEvaluationSlots, traits_->split_backward);
   if (traits_->update == pipeline::UpdateRule::PER_MICROBATCH) {
     const int r = pipe_->replicas_of(place_->stage);
     BATON_ASSERT(microbatches_ % r == 0, "{} micro-batches over {} replicas", microbatches_, r);
