@@ -10,6 +10,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
+#include "backend/cpu/cpu_batchnorm.h"
 #include "core/error.h"
 
 namespace baton {
@@ -74,12 +75,6 @@ struct ConvEntry {
   size_t stage_bytes = 0;  // the staging arena this entry needs (the largest of its three calls)
 };
 
-struct BnEntry {
-  Prim train, infer, bwd;
-  memory x, y, gamma, beta, mean, var, dx, dy, dgamma, dbeta;
-  Scratch dgamma_tmp, dbeta_tmp;
-};
-
 struct PoolEntry {
   Prim fwd, bwd;
   memory x, y, ws, dx, dy;
@@ -95,7 +90,7 @@ struct CpuCnn::Impl {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   std::map<std::array<int, 9>, ConvEntry> convs;
-  std::map<std::array<int, 4>, BnEntry> bns;
+  CpuBatchNorm bn;  // ours, not oneDNN's: sums in double (cpu_batchnorm.h)
   std::map<std::array<int, 9>, PoolEntry> pools;
 
   Impl() { attr.set_scratchpad_mode(dnnl::scratchpad_mode::user); }
@@ -220,36 +215,6 @@ struct CpuCnn::Impl {
     if (s.bytes) s.to_user.execute(strm, s.inner, s.user);
   }
 
-  BnEntry& bn(int N, int C, int HW, float eps) {
-    int eps_bits;
-    std::memcpy(&eps_bits, &eps, sizeof eps_bits);
-    const std::array<int, 4> key{N, C, HW, eps_bits};
-    auto it = bns.find(key);
-    if (it != bns.end()) return it->second;
-    BnEntry& e = bns[key];
-    const auto dm = md({N, C, HW, 1}, tag::nhwc), cm = md({C}, tag::x);
-    for (memory* m : {&e.x, &e.y, &e.dx, &e.dy}) *m = memory(dm, eng, nullptr);
-    for (memory* m : {&e.gamma, &e.beta, &e.mean, &e.var, &e.dgamma, &e.dbeta}) *m = memory(cm, eng, nullptr);
-    using F = dnnl::normalization_flags;
-    using Fwd = dnnl::batch_normalization_forward;
-    const F ss = F::use_scale | F::use_shift;
-    const std::unordered_map<int, memory> fwd_args{{DNNL_ARG_SRC, e.x},     {DNNL_ARG_DST, e.y},
-                                                   {DNNL_ARG_SCALE, e.gamma}, {DNNL_ARG_SHIFT, e.beta},
-                                                   {DNNL_ARG_MEAN, e.mean},   {DNNL_ARG_VARIANCE, e.var}};
-    const Fwd::primitive_desc train_pd(Fwd::desc(dnnl::prop_kind::forward_training, dm, eps, ss), attr, eng);
-    e.train = make<Fwd>(train_pd, fwd_args);
-    e.infer = make<Fwd>(
-        Fwd::primitive_desc(Fwd::desc(dnnl::prop_kind::forward_inference, dm, eps, ss | F::use_global_stats), attr,
-                            eng),
-        fwd_args);
-    using Bwd = dnnl::batch_normalization_backward;
-    e.bwd = make<Bwd>(Bwd::primitive_desc(Bwd::desc(dnnl::prop_kind::backward, dm, dm, eps, ss), attr, eng, train_pd),
-                      {{DNNL_ARG_SRC, e.x},          {DNNL_ARG_MEAN, e.mean},       {DNNL_ARG_VARIANCE, e.var},
-                       {DNNL_ARG_DIFF_DST, e.dy},    {DNNL_ARG_SCALE, e.gamma},     {DNNL_ARG_SHIFT, e.beta},     {DNNL_ARG_DIFF_SRC, e.dx},
-                       {DNNL_ARG_DIFF_SCALE, e.dgamma}, {DNNL_ARG_DIFF_SHIFT, e.dbeta}});
-    return e;
-  }
-
   PoolEntry& pool(const Pool2d& p) {
     const std::array<int, 9> key{p.N, p.C, p.H, p.W, p.R, p.S, p.stride, p.pad, p.max ? 1 : 0};
     auto it = pools.find(key);
@@ -334,28 +299,15 @@ void CpuCnn::conv2d_backward(float* dx, float* dw, float* db, const float* dy, c
 
 void CpuCnn::batchnorm_forward(float* y, float* mean, float* var, const float* x, const float* gamma,
                                const float* beta, int N, int C, int HW, float eps, bool training) {
-  guarded("batch normalization forward", [&] {
-    BnEntry& e = impl_->bn(N, C, HW, eps);
-    bind(e.x, x), bind(e.y, y), bind(e.gamma, gamma), bind(e.beta, beta), bind(e.mean, mean), bind(e.var, var);
-    impl_->run(training ? e.train : e.infer);
-  });
+  guarded("batch normalization forward",
+          [&] { impl_->bn.forward(y, mean, var, x, gamma, beta, N, C, HW, eps, training); });
 }
 
 void CpuCnn::batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                                 const float* mean, const float* var, const float* gamma, int N, int C, int HW,
                                 float eps) {
-  guarded("batch normalization backward", [&] {
-    BnEntry& e = impl_->bn(N, C, HW, eps);
-    float* tg = e.dgamma_tmp.get(size_t(C));
-    float* tb = e.dbeta_tmp.get(size_t(C));
-    bind(e.x, x), bind(e.mean, mean), bind(e.var, var), bind(e.dy, dy), bind(e.gamma, gamma), bind(e.dx, dx);
-    // oneDNN 2.x wants a shift argument in backward though the gradient does not read it.
-    bind(e.beta, gamma);
-    bind(e.dgamma, tg), bind(e.dbeta, tb);
-    impl_->run(e.bwd);
-    if (dgamma) add_into(dgamma, tg, size_t(C));
-    if (dbeta) add_into(dbeta, tb, size_t(C));
-  });
+  guarded("batch normalization backward",
+          [&] { impl_->bn.backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, N, C, HW, eps); });
 }
 
 size_t CpuCnn::pool2d_workspace_bytes(const Pool2d& p) {

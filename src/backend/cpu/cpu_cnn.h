@@ -1,8 +1,9 @@
 // The CPU's CNN ops (backend.h "convolutional networks") through oneDNN (Debian's libdnnl, OpenMP
-// runtime, so it shares baton's threads): convolution forward / backward-data / backward-weights,
-// batch normalization and pooling as oneDNN primitives; ReLU and axpby as plain OpenMP loops
+// runtime, so it shares baton's threads): convolution forward / backward-data / backward-weights and
+// pooling as oneDNN primitives; batch normalization our own (cpu_batchnorm.h: its sums in double,
+// where oneDNN 2.6 sums in fp32 one value at a time); ReLU and axpby as plain OpenMP loops
 // (memory-bound, nothing to gain from a primitive). fp32 tensors; activations NHWC (the CPU
-// backend's image layout: oneDNN's direct convolution, batch-norm and pooling kernels read it without
+// backend's image layout: oneDNN's direct convolution and pooling kernels read it without
 // reorders), weights OIHW (reordered, per call, into the convolution kernel's blocked layout).
 //
 // Every primitive is built once per shape and cached with its memory objects (rebound to the
