@@ -1,7 +1,8 @@
 // Batch normalization on the CPU (backend.h batchnorm_forward / batchnorm_backward; issue 25 item
-// 1), NHWC: M = N·HW rows of C channels. Every per-channel sum — the mean, the variance (two-pass:
-// the squared deviations from the mean) and the backward's Σ dy and Σ dy·(x − mean) — accumulates
-// in double over fixed blocks of rows, and the blocks' partial sums are added in block order. So
+// 1), NHWC: M = N·HW rows of C channels. Every per-channel sum — Σx and Σx² (one pass; in double
+// the variance E[x²] − mean² loses nothing that matters) and the backward's Σ dy and Σ dy·(x − mean)
+// — accumulates in double over fixed blocks of rows, and the blocks' partial sums are added in
+// block order. So
 // the statistics are as accurate as the fp32 inputs allow (oneDNN 2.6's kernel summed the M values
 // one at a time in fp32: batch means 3.3e-4 from fp64 at the fashion ResNet's shapes, gradients
 // 2–5% off), and the result does not depend on the number of threads. Forward in training returns
