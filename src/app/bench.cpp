@@ -49,7 +49,7 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   cfg.checkpoint.every = 0;
   int tokenizer_vocab = 0;
   if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
-    tokenizer_vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
+    tokenizer_vocab = load_tokenizer(cfg.data)->vocab_size();
   // The model first: a config without a vocabulary fails before any collective.
   std::shared_ptr<const ModelBuilder> builder = model_builder(cfg, tokenizer_vocab);
   const bool images = builder->input_kind() == InputKind::IMAGES;

@@ -1,3 +1,4 @@
+// `baton ckpt export PATH --format hf OUT`: a GPT checkpoint as a Hugging Face GPT-2 directory.
 // `baton ckpt inspect PATH`: a checkpoint's metadata and every tensor (name, shape, dtype,
 // checksum). `baton ckpt verify PATH`: recomputes every checksum; a mismatch is an error.
 // Hidden `baton ckpt bench`: save/load throughput of a GPT's full training state (numbers quoted in
@@ -10,11 +11,13 @@
 #include "backend/device.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "train/checkpoint/checkpoint_checksum.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/checkpoint_state.h"
+#include "train/checkpoint/hf_gpt2.h"
 
 namespace baton::app {
 namespace {
@@ -68,6 +71,61 @@ int run_ckpt_verify(const CkptOptions& opts) {
                 "the file is damaged; resume from an older checkpoint");
   std::printf("ok: %s: %zu tensors, checksums match (%.1f MB in %.2f s)\n", path.c_str(),
               r.tensors().size(), mb(static_cast<double>(r.file_bytes())), t.seconds());
+  return 0;
+}
+
+int run_ckpt_export(const CkptExportOptions& opts) {
+  BATON_REQUIRE(opts.format == "hf", fmt::format("unknown export format '{}'", opts.format), "use --format hf");
+  const std::string path = resolve_checkpoint(opts.path);
+  Timer t;
+  CheckpointReader r(path);
+  // Validated for the world that wrote it (a pp = 2 run's config needs 2 ranks).
+  const Config cfg = load_config_string(r.meta().config_toml, path + " (stored config)", {},
+                                  static_cast<int>(r.meta().layout.world));
+  BATON_REQUIRE(cfg.model.kind == ModelKind::GPT,
+                fmt::format("checkpoint '{}' holds a {} model; only GPTs export to the Hugging Face format", path,
+                            to_string(cfg.model.kind)),
+                "export a checkpoint of a model.kind = \"gpt\" run");
+  // The vocabulary (wte holds it padded to a multiple of 128): model.vocab_size, else the
+  // tokenizer's; the tokenizer's end-of-text id becomes config.json's bos/eos_token_id.
+  int tokenizer_vocab = 0, eos = -1;
+  std::unique_ptr<Tokenizer> tok;
+  if (!opts.tokenizer.empty()) {
+    tok = Tokenizer::load(opts.tokenizer == cfg.data.tokenizer
+                              ? TokenizerSpec{cfg.data.tokenizer, cfg.data.vocab_file, cfg.data.merge_file}
+                              : TokenizerSpec{opts.tokenizer, {}, {}});
+  } else if (!cfg.data.tokenizer.empty()) {
+    try {
+      tok = load_tokenizer(cfg.data);
+    } catch (const Error& e) {
+      // With model.vocab_size the tokenizer only gives the eos id: go on without it.
+      if (cfg.model.vocab_size == 0)
+        throw Error(e.what(), "pass --tokenizer MODEL (the tokenizer the run trained with: its size is the vocabulary)");
+    }
+  }
+  if (tok) {
+    tokenizer_vocab = tok->vocab_size();
+    eos = tok->eos_id();
+  }
+  BATON_REQUIRE(cfg.model.vocab_size > 0 || tokenizer_vocab > 0,
+                fmt::format("checkpoint '{}' takes its vocabulary size from a tokenizer, and its config names none",
+                            path),
+                "pass --tokenizer MODEL (the SentencePiece .model the run trained with)");
+  const GptDims d = gpt_dims(cfg.model, tokenizer_vocab);
+  const TensorInfo* wte = r.find(std::string(kParamsGroup) + "wte");
+  BATON_REQUIRE(wte && wte->shape.size() == 2 && wte->shape[0] == d.vocab_padded,
+                fmt::format("checkpoint '{}': params/wte is {}, the vocabulary {} pads to {} rows", path,
+                            wte ? shape_string(wte->shape) : std::string("missing"), d.vocab, d.vocab_padded),
+                "pass the --tokenizer the run trained with");
+  const HfExportResult x = export_hf_gpt2(r, d, eos, opts.out);
+  std::printf("exported %s (step %lld) to %s/: model.safetensors (%d tensors, %.1f MB, GPT2LMHeadModel names, "
+              "lm_head tied to wte) + config.json | GPT-2 %d layers, n_embd %d, %d heads, n_positions %d, vocab %d"
+              "%s | %.2f s\n",
+              path.c_str(), static_cast<long long>(r.meta().step), opts.out.c_str(), x.tensors, mb(double(x.bytes)),
+              d.n_layer, d.d_model, d.n_head, d.seq_len, d.vocab,
+              d.vocab_padded > d.vocab ? fmt::format(" ({} padding rows of wte dropped)", d.vocab_padded - d.vocab).c_str()
+                                       : "",
+              t.seconds());
   return 0;
 }
 

@@ -4,6 +4,7 @@
 // after every document. Nothing is written under a final name until everything succeeded: the
 // dataset goes through temporary names, a newly trained tokenizer is trained under a temporary
 // prefix and renamed to PREFIX.model / PREFIX.vocab last.
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -142,7 +143,7 @@ int run_data_build(const DataBuildOptions& opts) {
     tok = Tokenizer::load(Tokenizer::train(opts.inputs, tmp_prefix, opts.train_tokenizer));
     log::info("tokenizer trained in {:.1f} s", t.seconds());
   } else {
-    tok = Tokenizer::load(opts.tokenizer);
+    tok = Tokenizer::load(TokenizerSpec{opts.tokenizer, opts.vocab_file, opts.merge_file});
   }
   auto discard_tmp_tokenizer = [&] {
     std::error_code ec;
@@ -153,9 +154,10 @@ int run_data_build(const DataBuildOptions& opts) {
   try {
     const int32_t eos = tok->eos_id();
     if (eos < 0)
-      throw Error(fmt::format("tokenizer {} has no end-of-text piece (eos_id)", opts.tokenizer),
+      throw Error(fmt::format("tokenizer {} has no end-of-text piece (eos_id; GPT-2: `<|endoftext|>`)",
+                              tok->path()),
                   "train one with `baton data build --train-tokenizer VOCAB` or use a "
-                  "SentencePiece model trained with --eos_id");
+                  "SentencePiece model trained with --eos_id (a GPT-2 vocabulary with `<|endoftext|>`)");
     const TokenDType dtype = token_dtype_for_vocab(tok->vocab_size());
     IndexedDatasetWriter writer(opts.output, dtype);
 
@@ -193,9 +195,11 @@ int run_data_build(const DataBuildOptions& opts) {
       model_note = fmt::format(", {0}.model, {0}.vocab", opts.output);
     }
     log::info("wrote {0}.bin, {0}.idx{1}", opts.output, model_note);
-    log::info("{} documents, {} tokens ({}, vocabulary {}), {:.1f} MB of text in {:.1f} s",
+    log::info("{} documents, {} tokens ({}, vocabulary {}), {:.1f} MB of text in {:.1f} s ({:.1f} MB/s, "
+              "{} threads)",
               documents, tokens, dtype == TokenDType::U16 ? "uint16" : "int32", tok->vocab_size(),
-              total_bytes / 1e6, progress.seconds());
+              total_bytes / 1e6, progress.seconds(), total_bytes / 1e6 / std::max(progress.seconds(), 1e-9),
+              omp_get_max_threads());
   } catch (...) {
     if (opts.train_tokenizer > 0) discard_tmp_tokenizer();
     throw;

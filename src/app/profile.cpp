@@ -68,7 +68,7 @@ int run_profile(const ProfileOptions& opts) {
   if (gpt) {
     int tokenizer_vocab = 0;
     if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
-      tokenizer_vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
+      tokenizer_vocab = load_tokenizer(cfg.data)->vocab_size();
     const GptDims dims = gpt_dims(cfg.model, tokenizer_vocab);
     vocab = dims.vocab;
     builder = make_gpt(dims);

@@ -36,14 +36,22 @@ struct ModelConfig {
   int classes = 1000;    // CNNs: output classes
   double width = 1.0;    // CNNs: channel width multiplier (small CPU runs: e.g. 0.25)
   bool batch_norm = true;  // VGG: with batch norm (torchvision's vgg*_bn); ResNets always have it
+  // GPT: the weights a run starts from when it resumes no checkpoint; "hf:DIR" = a Hugging Face
+  // GPT-2 directory (model.safetensors + config.json; docs/checkpoints.md). "" = random init.
+  std::string init_from;
 
   bool operator==(const ModelConfig&) const = default;
 };
 
+// data.tokenizer (and `--tokenizer`) naming GPT-2's byte-level BPE instead of a SentencePiece model.
+inline constexpr std::string_view kGpt2BpeTokenizer = "gpt2-bpe";
+
 struct DataConfig {
   std::string train;      // dataset prefix (PREFIX.bin / PREFIX.idx)
   std::string valid;      // dataset prefix, optional
-  std::string tokenizer;  // SentencePiece .model
+  std::string tokenizer;   // SentencePiece .model, or kGpt2BpeTokenizer
+  std::string vocab_file;  // gpt2-bpe: GPT-2's encoder.json (Megatron's --vocab-file, vocab.json)
+  std::string merge_file;  // gpt2-bpe: GPT-2's vocab.bpe (Megatron's --merge-file, merges.txt)
   // Image datasets (IDX, MNIST's format): data.train / data.valid name the image files, these their
   // labels.
   std::string train_labels;
@@ -139,6 +147,7 @@ struct RunConfig {
   double stall_timeout_s = 1800;  // end a job with no progress for this long (train/observe/stall_watchdog.h); 0 = off
   bool trace = false;       // <dir>/trace.json: the measured timeline of every rank + the prediction
   int64_t trace_steps = 20;  // steps recorded from the run's first (0 = every step)
+  bool tensorboard = false;  // events.out.tfevents.* beside the metrics file (train/observe/tensorboard.h)
 
   bool operator==(const RunConfig&) const = default;
 };

@@ -54,17 +54,22 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(model, classes, "CNN output classes", .range = at_least(2)),
       BATON_KEY(model, width, "CNN channel width multiplier", .range = above(0)),
       BATON_KEY(model, batch_norm, "VGG with batch normalization (ResNets always have it)"),
+      BATON_KEY(model, init_from, "GPT: start (when no checkpoint is resumed) from these weights: "
+                "\"hf:DIR\" = a Hugging Face GPT-2 directory (model.safetensors + config.json)"),
 
       BATON_KEY(data, train, "training dataset prefix (PREFIX.bin + PREFIX.idx)"),
       BATON_KEY(data, valid, "validation dataset prefix (optional)"),
-      BATON_KEY(data, tokenizer, "SentencePiece .model file"),
+      BATON_KEY(data, tokenizer, "SentencePiece .model file, or \"gpt2-bpe\" (GPT-2's BPE: vocab_file, merge_file)"),
+      BATON_KEY(data, vocab_file, "tokenizer = \"gpt2-bpe\": GPT-2's encoder.json (Megatron's vocab.json)"),
+      BATON_KEY(data, merge_file, "tokenizer = \"gpt2-bpe\": GPT-2's vocab.bpe (Megatron's merges.txt)"),
       BATON_KEY(data, train_labels, "image datasets: the training labels (IDX file)"),
       BATON_KEY(data, valid_labels, "image datasets: the validation labels (IDX file)"),
       BATON_KEY(data, synthetic, "CNNs: synthetic ImageNet-shaped images (no dataset)"),
       BATON_KEY(data, augment, "image augmentation", .allowed = {"none", "crop_flip"}),
       BATON_KEY(data, normalize, "per-channel normalisation from the training images"),
 
-      BATON_KEY(train, steps, "optimizer steps", .range = at_least(1)),
+      BATON_KEY(train, steps, "optimizer steps (0: no step, the starting weights are saved as checkpoint step 0)",
+                .range = at_least(0)),
       BATON_KEY(train, global_batch, "sequences per optimizer step over all data-parallel ranks",
                 .range = at_least(1)),
       BATON_KEY(train, micro_batch, "sequences per forward/backward", .range = at_least(1)),
@@ -141,6 +146,8 @@ std::vector<KeyDesc> make_table() {
                 "times beside the simulator's prediction (Chrome trace; open in ui.perfetto.dev)"),
       BATON_KEY(run, trace_steps, "steps run.trace records, from the run's first (0 = every step)",
                 .range = at_least(0)),
+      BATON_KEY(run, tensorboard, "also write metrics.jsonl's records as TensorBoard scalars: "
+                "<run.dir>/events.out.tfevents.* (virtual workers: <run.dir>/vw<k>/); tensorboard --logdir <run.dir>"),
 
       BATON_KEY(hetero, sync, "synchronization between virtual workers (allreduce trains virtual workers "
                 "only when virtual_workers or nm > 1 is set; else it is the plain homogeneous layout)",
@@ -148,7 +155,7 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(hetero, staleness, "WSP clock distance bound D", .range = at_least(0)),
       BATON_KEY(hetero, cluster, "cluster description file"),
       BATON_KEY(hetero, policy, "how hetero.cluster's devices are grouped into virtual workers "
-                "(HetPipe §6: np, ed, hd; empty = the virtual workers are given)", .allowed = {"", "np", "ed", "hd"}),
+                "(HetPipe §8.1, Table 3: np, ed, hd; empty = the virtual workers are given)", .allowed = {"", "np", "ed", "hd"}),
       BATON_KEY(hetero, placement, "parameter-server placement: default (tensors round robin over the "
                 "shards) or local (on the rank of the stage that owns them, ED-local)",
                 .allowed = {"default", "local"}),

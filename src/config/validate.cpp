@@ -136,11 +136,27 @@ void check_model_kind_keys(const Config& cfg) {
                  "data.train_labels / valid_labels / synthetic / augment / normalize are for image "
                  "datasets, but model.kind = \"gpt\"",
                  "drop them (a GPT reads token datasets: data.train, data.valid, data.tokenizer)");
+  if (cfg.train.steps == 0 && (trains_virtual_workers(cfg.hetero) ||
+                                !pipeline::schedule_traits(cfg.parallel.schedule).synchronous()))
+    inconsistent(latest(cfg, {"train.steps", "parallel.schedule"}),
+                 "train.steps = 0 (save the starting weights) needs a job without virtual workers and a flushing schedule",
+                 "save step 0 with parallel.schedule = \"1f1b\" and no hetero.virtual_workers / hetero.sync (any "
+                 "layout loads it), then resume from it");
+  if (!m.init_from.empty() && (m.init_from.rfind("hf:", 0) != 0 || m.init_from.size() == 3))
+    inconsistent(where(cfg, "model.init_from"),
+                 fmt::format("model.init_from = \"{}\" is not \"hf:DIR\"", m.init_from),
+                 "name a Hugging Face GPT-2 directory (model.safetensors + config.json, e.g. written by "
+                 "`baton ckpt export CKPT --format hf DIR`) as \"hf:DIR\", or drop the key");
+  if (!m.init_from.empty() && m.kind != ModelKind::GPT)
+    inconsistent(latest(cfg, {"model.init_from", "model.kind"}),
+                 fmt::format("model.init_from loads GPT-2 weights, but model.kind = \"{}\"", to_string(m.kind)),
+                 "drop model.init_from (a CNN starts from its random initialisation or a baton checkpoint)");
   if (m.kind != ModelKind::GPT) {
     if (m.n_head != defaults_m.n_head || m.d_model != defaults_m.d_model || m.seq_len != defaults_m.seq_len ||
-        m.vocab_size != defaults_m.vocab_size || !cfg.data.tokenizer.empty())
+        m.vocab_size != defaults_m.vocab_size || !cfg.data.tokenizer.empty() || !cfg.data.vocab_file.empty() ||
+        !cfg.data.merge_file.empty())
       inconsistent(latest(cfg, {"model.n_head", "model.d_model", "model.seq_len", "model.vocab_size",
-                                "data.tokenizer"}),
+                                "data.tokenizer", "data.vocab_file", "data.merge_file"}),
                    fmt::format("model.n_head / d_model / seq_len / vocab_size and data.tokenizer describe a "
                                "GPT, but model.kind = \"{}\"", to_string(m.kind)),
                    "drop them (a CNN is model.n_layer (its depth), image_size, in_channels, classes, width)");
@@ -170,6 +186,23 @@ void check_model_kind_keys(const Config& cfg) {
                                "layers keep their activations", cfg.parallel.recompute),
                    "set parallel.recompute = \"none\" (or lower train.micro_batch to save memory)");
   }
+}
+
+// GPT-2's BPE reads two files, named by data.vocab_file and data.merge_file; a SentencePiece model
+// reads neither, so they are errors with it (they would be ignored).
+void check_tokenizer(const Config& cfg) {
+  const DataConfig& d = cfg.data;
+  if (d.tokenizer == kGpt2BpeTokenizer && (d.vocab_file.empty() || d.merge_file.empty()))
+    inconsistent(latest(cfg, {"data.tokenizer", "data.vocab_file", "data.merge_file"}),
+                 fmt::format("data.tokenizer = \"{}\" needs data.vocab_file and data.merge_file", kGpt2BpeTokenizer),
+                 "set data.vocab_file = \"encoder.json\" and data.merge_file = \"vocab.bpe\" (GPT-2's files, "
+                 "Megatron's vocab.json / merges.txt; data/fetch-gpt2-bpe.sh DIR fetches them)");
+  if (d.tokenizer != kGpt2BpeTokenizer && (!d.vocab_file.empty() || !d.merge_file.empty()))
+    inconsistent(latest(cfg, {"data.vocab_file", "data.merge_file", "data.tokenizer"}),
+                 fmt::format("data.vocab_file / data.merge_file are GPT-2 BPE's files, but data.tokenizer = \"{}\"",
+                             d.tokenizer),
+                 fmt::format("set data.tokenizer = \"{}\", or drop data.vocab_file and data.merge_file",
+                             kGpt2BpeTokenizer));
 }
 
 // The schedule kind's options (from the pipeline registry's traits: one list of kinds for config,
@@ -366,6 +399,7 @@ void validate(Config& cfg, int world_size) {
   check_model(cfg);
   check_optimizer(cfg);
   check_model_kind_keys(cfg);
+  check_tokenizer(cfg);
   check_schedule_options(cfg);
   check_stages(cfg);
   set_data_parallel(cfg, world_size, pipeline_ranks(cfg, world_size));

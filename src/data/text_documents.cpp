@@ -81,6 +81,11 @@ int64_t first_non_text_byte(std::string_view b) {
     if (i + len > n) return -1;  // cut by the end of the probe
     for (size_t k = 1; k < len; ++k)
       if ((static_cast<unsigned char>(b[i + k]) & 0xC0) != 0x80) return int64_t(i);
+    // RFC 3629's second-byte ranges: no overlong 3- and 4-byte forms, no UTF-16 surrogates
+    // (U+D800..U+DFFF, which GPT-2 BPE's PCRE2 check refuses too), nothing above U+10FFFF.
+    const auto c1 = static_cast<unsigned char>(b[i + 1]);
+    if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F))
+      return int64_t(i);
     i += len;
   }
   return -1;

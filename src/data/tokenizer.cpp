@@ -1,4 +1,5 @@
-// SentencePiece BPE tokenizer: training and encode/decode.
+// SentencePiece BPE tokenizer: training and encode/decode; Tokenizer::load picks it or GPT-2's BPE
+// (data/gpt2_bpe.cpp) from a TokenizerSpec.
 // Choices and why:
 // - identity normalisation and no whitespace collapsing: decode(encode(text)) == text, newlines and
 //   runs of spaces included, so a model trained on the dataset can reproduce layout;
@@ -18,7 +19,9 @@
 #include <fstream>
 #include <unordered_map>
 
+#include "config/config.h"
 #include "core/error.h"
+#include "data/gpt2_bpe.h"
 #include "data/text_documents.h"
 
 namespace baton {
@@ -126,28 +129,78 @@ Error training_error(const std::string& status, const std::string& model_prefix,
                "check the input files and the output directory");
 }
 
-}  // namespace
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(const std::string& model_path) : Tokenizer(model_path) {
+    const auto status = sp_.Load(model_path);
+    if (!status.ok())
+      throw Error(fmt::format("cannot load tokenizer model {}: {}", model_path, status.ToString()),
+                  "it must be a SentencePiece .model file; retrain it with `baton data build "
+                  "--train-tokenizer VOCAB`");
+  }
 
-struct Tokenizer::Impl {
-  sentencepiece::SentencePieceProcessor sp;
+  int vocab_size() const override { return sp_.GetPieceSize(); }
+  int eos_id() const override { return sp_.eos_id(); }
+
+  std::vector<int32_t> encode(const std::string& text) const override {
+    std::vector<int> ids;
+    const auto status = sp_.Encode(text, &ids);
+    if (!status.ok())
+      throw Error(fmt::format("tokenizer {} cannot encode text: {}", path(), status.ToString()),
+                  "check that the input is UTF-8 text");
+    return std::vector<int32_t>(ids.begin(), ids.end());
+  }
+
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    const int n = vocab_size();
+    for (int32_t id : ids)
+      if (id < 0 || id >= n)
+        throw Error(fmt::format("token id {} is outside tokenizer {} ({} tokens)", id, path(), n),
+                    "the ids come from a different tokenizer or model");
+    std::string text;
+    const auto status = sp_.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+    if (!status.ok())
+      throw Error(fmt::format("tokenizer {} cannot decode: {}", path(), status.ToString()),
+                  "the ids come from a different tokenizer or model");
+    return text;
+  }
+
+ private:
+  sentencepiece::SentencePieceProcessor sp_;
 };
 
-Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
-Tokenizer::~Tokenizer() = default;
+}  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& model_path) {
+  if (model_path == kGpt2BpeTokenizer)
+    throw Error(fmt::format("tokenizer \"{}\" needs its vocabulary and merges files", kGpt2BpeTokenizer),
+                "pass --vocab-file encoder.json --merge-file vocab.bpe (data.vocab_file / data.merge_file "
+                "in a config); data/fetch-gpt2-bpe.sh DIR fetches them");
   if (!std::filesystem::is_regular_file(model_path))
     throw Error(fmt::format("tokenizer model {} not found", model_path),
                 "check data.tokenizer / --tokenizer, or train one with `baton data build "
                 "--train-tokenizer 8192 ...` (it writes PREFIX.model beside the dataset)");
-  std::unique_ptr<Tokenizer> t(new Tokenizer());
-  const auto status = t->impl_->sp.Load(model_path);
-  if (!status.ok())
-    throw Error(fmt::format("cannot load tokenizer model {}: {}", model_path, status.ToString()),
-                "it must be a SentencePiece .model file; retrain it with `baton data build "
-                "--train-tokenizer VOCAB`");
-  t->path_ = model_path;
-  return t;
+  return std::make_unique<SentencePieceTokenizer>(model_path);
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::load(const TokenizerSpec& spec) {
+  const bool has_files = !spec.vocab_file.empty() || !spec.merge_file.empty();
+  if (spec.tokenizer != kGpt2BpeTokenizer) {
+    if (has_files)
+      throw Error(fmt::format("a vocabulary / merges file is GPT-2 BPE's, but the tokenizer is '{}'",
+                              spec.tokenizer),
+                  fmt::format("use --tokenizer {0} (data.tokenizer = \"{0}\") with --vocab-file and "
+                              "--merge-file, or drop them",
+                              kGpt2BpeTokenizer));
+    return load(spec.tokenizer);
+  }
+  if (spec.vocab_file.empty() || spec.merge_file.empty())
+    return load(spec.tokenizer);  // the error naming both files
+  return std::make_unique<Gpt2BpeTokenizer>(spec.vocab_file, spec.merge_file);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const DataConfig& data) {
+  return Tokenizer::load(TokenizerSpec{data.tokenizer, data.vocab_file, data.merge_file});
 }
 
 std::string Tokenizer::train(const std::vector<std::string>& input_files,
@@ -195,33 +248,6 @@ std::string Tokenizer::train(const std::vector<std::string>& input_files,
                 kVocabHint);
   }
   return model_path;
-}
-
-int Tokenizer::vocab_size() const { return impl_->sp.GetPieceSize(); }
-
-int Tokenizer::eos_id() const { return impl_->sp.eos_id(); }
-
-std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
-  std::vector<int> ids;
-  const auto status = impl_->sp.Encode(text, &ids);
-  if (!status.ok())
-    throw Error(fmt::format("tokenizer {} cannot encode text: {}", path_, status.ToString()),
-                "check that the input is UTF-8 text");
-  return std::vector<int32_t>(ids.begin(), ids.end());
-}
-
-std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
-  const int n = vocab_size();
-  for (int32_t id : ids)
-    if (id < 0 || id >= n)
-      throw Error(fmt::format("token id {} is outside tokenizer {} ({} tokens)", id, path_, n),
-                  "the ids come from a different tokenizer or model");
-  std::string text;
-  const auto status = impl_->sp.Decode(std::vector<int>(ids.begin(), ids.end()), &text);
-  if (!status.ok())
-    throw Error(fmt::format("tokenizer {} cannot decode: {}", path_, status.ToString()),
-                "the ids come from a different tokenizer or model");
-  return text;
 }
 
 }  // namespace baton

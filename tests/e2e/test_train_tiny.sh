@@ -11,6 +11,7 @@ TINY=(--set train.steps=60 --set train.log_every=10 --set train.eval_every=20 --
 "$BATON" train tiny.toml "${TINY[@]}" > train.log
 cat train.log
 [ -f run/config.toml ] || fail "resolved config not written"
+[ -z "$(find run -name 'events.out.tfevents.*')" ] || fail "run.tensorboard is off by default, yet events were written"
 [ "$(cat run/ckpt/latest)" = "step-0000060.h5" ] || fail "final checkpoint not written"
 [ -f run/ckpt/step-0000060.h5 ] || fail "latest names a missing file"
 grep -q "^sample: " train.log || fail "no sample printed"

@@ -111,6 +111,7 @@ d_model = 768
 seq_len = 1024
 vocab_size = 50304
 dropout = 0.1
+init_from = "hf:models/gpt2"
 
 [data]
 train = "data/owt/train"
@@ -221,18 +222,22 @@ bucket_mb = 4.5
 [run]
 trace = true
 trace_steps = 5
+tensorboard = true
 )";
 
 // The keys neither file can set: replicated stages exclude vertical sync and tensor parallelism;
 // synthetic images exclude image datasets.
 const char* kReplicasConfig = "[parallel]\npp = 2\nschedule = \"pipedream\"\nreplicas = [2, 2]\n";
 const char* kSyntheticConfig = "[model]\nkind = \"resnet\"\nn_layer = 50\n[data]\nsynthetic = true\n";
+const char* kGpt2BpeConfig =
+    "[data]\ntokenizer = \"gpt2-bpe\"\nvocab_file = \"gpt2/encoder.json\"\nmerge_file = \"gpt2/vocab.bpe\"\n";
 
 TEST(Config, TheFullFilesSetEveryKeyAwayFromItsDefault) {
   // A key at its default proves nothing: each key must be set to another value in some file.
   const Config def;
   std::set<std::string> away;
-  for (auto [text, world] : {std::pair{kFullConfig, 8}, {kFullImageConfig, 2}, {kReplicasConfig, 4}, {kSyntheticConfig, 1}}) {
+  for (auto [text, world] : {std::pair{kFullConfig, 8}, {kFullImageConfig, 2}, {kReplicasConfig, 4}, {kSyntheticConfig, 1},
+                             {kGpt2BpeConfig, 1}}) {
     const Config c = load_config_string(text, "full.toml", {}, world);
     for (const config_detail::KeyDesc& k : config_detail::config_keys())
       if (config_detail::format_field(k, c) != config_detail::format_field(k, def)) away.insert(k.full_name());
@@ -289,6 +294,7 @@ TEST(Config, FullImageFileParses) {
   EXPECT_DOUBLE_EQ(c.parallel.bucket_mb, 4.5);
   EXPECT_TRUE(c.run.trace);
   EXPECT_EQ(c.run.trace_steps, 5);
+  EXPECT_TRUE(c.run.tensorboard);
   const Config back = load_config_string(c.to_toml(), "resolved.toml", {}, 2);
   EXPECT_EQ(back, c);
 }
@@ -706,7 +712,8 @@ TEST(ConfigOverrides, ErrorsNameSet) {
   EXPECT_CONFIG_ERROR(load_fails("", {"trian.steps=10"}), "--set", "trian");
   EXPECT_CONFIG_ERROR(load_fails("", {"train.steps=abc"}), "--set",
                       "train.steps must be an integer, got string");
-  EXPECT_CONFIG_ERROR(load_fails("", {"train.steps=0"}), "--set", "train.steps must be >= 1");
+  EXPECT_CONFIG_ERROR(load_fails("", {"train.steps=-1"}), "--set", "train.steps must be >= 0");
+  EXPECT_CONFIG_ERROR(load_fails("", {"model.init_from=hf1"}), "--set", "model.init_from = \"hf1\" is not \"hf:DIR\"");
   // A number TOML cannot hold is reported as that (it used to read "got string").
   EXPECT_CONFIG_ERROR(load_fails("", {"train.steps=99999999999999999999"}), "--set",
                       "train.steps = 99999999999999999999 is not a number TOML can hold");

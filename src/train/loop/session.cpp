@@ -21,6 +21,7 @@
 #include "pipeline/schedules.h"
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/checkpoint_resume.h"
+#include "train/checkpoint/hf_gpt2.h"
 #include "train/observe/run_trace.h"
 
 namespace baton {
@@ -124,7 +125,7 @@ void training_preflight(const Config& cfg, int world_size) {
   check_trainable(cfg);
   int vocab = 0;
   if (cfg.model.vocab_size == 0 && !cfg.data.tokenizer.empty())
-    vocab = Tokenizer::load(cfg.data.tokenizer)->vocab_size();
+    vocab = load_tokenizer(cfg.data)->vocab_size();
   layout_from_config(cfg, world_size, *model_builder(cfg, vocab));  // virtual workers: every rank in one
   if (trains_virtual_workers(cfg.hetero))
     rank_emulation(cfg, world_size);  // slowdown / memory_limit: one per rank, devices known
@@ -297,7 +298,7 @@ HostTrainState& TrainSession::host() {
 void TrainSession::refuse_model_changes(const std::string& saved, const std::string& now, const std::string& path) {
   std::string changed;
   for (const ConfigChange& c : config_changes(saved, now))
-    if (c.key.rfind("model.", 0) == 0 && c.key != "model.dropout")
+    if (c.key.rfind("model.", 0) == 0 && c.key != "model.dropout" && c.key != "model.init_from")
       changed += fmt::format("{}{} {} -> {}", changed.empty() ? "" : ", ", c.key, c.before, c.after);
   BATON_REQUIRE(changed.empty(),
                 fmt::format("checkpoint '{}' holds another model than the config: {}", path, changed),
@@ -367,6 +368,47 @@ std::optional<EvalResult> TrainSession::evaluate(int batches) {
   return r;
 }
 
+bool TrainSession::init_from_pretrained() {
+  const std::string& from = cfg_.model.init_from;
+  if (from.empty()) return false;
+  BATON_ASSERT(from.rfind("hf:", 0) == 0, "model.init_from = '{}' passed validation", from);
+  const std::string dir = from.substr(3);
+  const GptDims& d = gpt_dims_of(*builder_);
+  const std::string vocab_source = cfg_.model.vocab_size > 0 ? std::string("model.vocab_size")
+                                                              : fmt::format("the tokenizer '{}'", cfg_.data.tokenizer);
+  Timer timer;
+  SequentialModel& model = *model_;
+  Backend& be = *choice_.backend;
+  HostTrainState& h = host();
+  std::string what, hint, described;
+  try {
+    HfGpt2Source src(dir);
+    src.check(d, vocab_source);
+    // This rank's boxes over its current parameters (the flat buffer's alignment padding stays).
+    be.to_host(h.params.data(), model.params(), model.table().total() * sizeof(float));
+    src.read(table_shards(model.table(), h.params.data(), kParamsGroup, shard_layout_), d);
+    described = src.describe();
+  } catch (const Error& e) {
+    what = e.what();
+    hint = e.hint();
+  }
+  // Ranks read different tensors: the lowest rank that failed speaks for the job.
+  if (world_.size() > 1) {
+    const double first = world_.all_reduce_scalar(what.empty() ? 1e9 : world_.rank(), dist::ReduceOp::MIN);
+    if (first < 1e9) {
+      const int who = static_cast<int>(first);
+      throw AgreedError(world_.broadcast_string(what, who), world_.broadcast_string(hint, who));
+    }
+  } else if (!what.empty()) {
+    throw Error(what, hint);
+  }
+  be.to_device(model.params(), h.params.data(), model.table().total() * sizeof(float));
+  model.refresh_compute_params();
+  log::info("initialised from hf:{} in {:.2f} s (every rank its shards; wte's {} padding rows zero)", described,
+            timer.seconds(), d.vocab_padded - d.vocab);
+  return true;
+}
+
 CheckpointMeta TrainSession::load(const std::string& path) {
   const CheckpointMeta meta = read_train_state(path, model_->table(), host(), shard_layout_);
   restore_train_state(host(), *model_, *opt_, shard_layout_);
@@ -405,6 +447,7 @@ StepMetrics TrainSession::metrics(int64_t step, double lr, const TimedStep& t) c
   // Per device (DESIGN §6): the job's model FLOPs shared by its ranks.
   m.tflops_per_gpu = flops_ / t.seconds / 1e12 / step_ranks_;
   if (peak_ > 0) m.mfu = m.tflops_per_gpu / peak_;
+  if (step_ranks_ > 1) m.comm_share = t.comm_seconds / t.seconds;
   return m;
 }
 

@@ -110,6 +110,12 @@ class TrainSession {
   std::optional<EvalResult> evaluate(int batches = 0);
   // Distinct validation samples (0: unknown or none); batches hold train.global_batch of them.
   int64_t valid_samples() const { return data_->valid_samples(); }
+  // model.init_from (a run that resumed no checkpoint): loads every rank's shards of the weights
+  // it names ("hf:DIR", a Hugging Face GPT-2 directory: train/checkpoint/hf_gpt2.h) over the
+  // random initialisation, after checking DIR's config.json against the model and the tokenizer's
+  // vocabulary; the optimizer state stays zero. Returns false when the key is empty. Collective:
+  // a problem on any rank is one AgreedError on all.
+  bool init_from_pretrained();
   // Loads the weights (and the rest of the training state) of checkpoint file `path`, whatever
   // else checkpoint.dir holds; returns its metadata. Collective. `baton eval`.
   CheckpointMeta load(const std::string& path);

@@ -18,6 +18,7 @@
 #include "data/tokenizer.h"
 #include "optim/lr_schedule.h"
 #include "train/observe/metrics.h"
+#include "train/observe/tensorboard.h"
 #include "train/loop/sampler.h"
 #include "model/gpt.h"
 #include "train/loop/image_batches.h"
@@ -143,8 +144,7 @@ void log_sample(TrainSession& session, const Tokenizer& tokenizer) {
 // One logged step: loss (mean over the steps since the last line), validation loss and metrics,
 // LR, norm, step time, throughput, MFU when known, communication share with several ranks, ETA,
 // and the cross-group strategy's part.
-void log_step(const CrossGroupSync& sync, const StepMetrics& m, int64_t steps, double mean_loss, const TimedStep& t,
-              int ranks, double eta_s) {
+void log_step(const CrossGroupSync& sync, const StepMetrics& m, int64_t steps, double mean_loss, double eta_s) {
   std::string val;
   if (m.val_loss) val = fmt::format(" | val {:.4f}", *m.val_loss);
   for (const auto& [name, value] : m.val_metrics) val += fmt::format(" {} {:.2f}%", name, 100 * value);
@@ -153,7 +153,7 @@ void log_step(const CrossGroupSync& sync, const StepMetrics& m, int64_t steps, d
             sync.line_prefix(), m.step, steps, mean_loss, val, m.lr, m.grad_norm, m.step_ms,
             human_count(m.tokens_per_s), m.images_per_s ? "img" : "tok", m.tflops_per_gpu,
             m.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *m.mfu) : std::string(),
-            ranks > 1 ? fmt::format(" | comm {:.0f}%", 100 * t.comm_seconds / t.seconds) : std::string(),
+            m.comm_share ? fmt::format(" | comm {:.0f}%", 100 * *m.comm_share) : std::string(),
             sync.line_suffix(m), human_duration(eta_s));
 }
 
@@ -221,7 +221,7 @@ ModelAndData model_and_data(const Config& cfg) {
   BATON_REQUIRE(!gpt || !cfg.data.train.empty(), "data.train is not set",
                 "set data.train to a dataset prefix built with `baton data build`");
   ModelAndData md;
-  if (!cfg.data.tokenizer.empty()) md.tokenizer = Tokenizer::load(cfg.data.tokenizer);
+  if (!cfg.data.tokenizer.empty()) md.tokenizer = load_tokenizer(cfg.data);
   md.builder = model_builder(cfg, md.tokenizer ? md.tokenizer->vocab_size() : 0);
   if (gpt)
     md.data = std::make_unique<DatasetTokens>(cfg, gpt_dims_of(*md.builder));
@@ -248,14 +248,26 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
   // ---- outputs, resume ----
   preflight_outputs(cfg, session);
   const std::optional<int64_t> resumed = sync->resume(session);
+  if (!resumed) session.init_from_pretrained();  // model.init_from: a checkpoint, when there is one, wins
   const int64_t start_step = resumed.value_or(0);
   sync->start(session, start_step);
   const std::string metrics_dir = sync->reports() ? cfg.run.dir : "";
   if (resumed && !metrics_dir.empty()) truncate_metrics_after(metrics_dir + "/" + sync->metrics_file(), start_step);
   const std::string config_path = rank0 ? write_resolved_config(cfg, cfg.run.dir) : "";
   MetricsWriter metrics(metrics_dir, resumed.has_value(), sync->metrics_file());
-  log::info("run dir: {} (config {}, metrics {}, checkpoints {} every {})", cfg.run.dir, config_path,
-            metrics.path(), session.checkpoint_dir(),
+  // run.tensorboard: the same records as scalars, from the rank that writes the metrics file: rank 0's
+  // in run.dir; under virtual workers VW k's in run.dir/vw<k> (one TensorBoard run per VW).
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (cfg.run.tensorboard && !metrics_dir.empty()) {
+    const dist::Layout& layout = session.layout();
+    const std::string dir = layout.virtual_workers()
+                                ? fmt::format("{}/vw{}", metrics_dir, layout.place(session.world().rank()).group)
+                                : metrics_dir;
+    tensorboard = std::make_unique<TensorBoardWriter>(tensorboard_file_path(dir), start_step + 1);
+  }
+  log::info("run dir: {} (config {}, metrics {}{}, checkpoints {} every {})", cfg.run.dir, config_path,
+            metrics.path(), tensorboard ? ", TensorBoard " + tensorboard->path() : std::string(),
+            session.checkpoint_dir(),
             cfg.checkpoint.every > 0 ? fmt::format("{} steps", cfg.checkpoint.every) : "run's end");
 
   // ---- loop ----
@@ -287,6 +299,7 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
       if (const std::optional<std::string> flagged = guard.check(step + 1, t.result.loss, t.result.grad_norm)) {
         const int64_t back = on_spike(cfg, session, *sync, guard, step + 1, *flagged, rewinds);
         metrics.rewind_to(back);
+        if (tensorboard) tensorboard->restart(back + 1);
         saved_step = back;
         loss_window = 0;
         window_steps = 0;
@@ -322,7 +335,8 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
     if (log_now && sync->reports()) {
       metrics.write(m);
       const double eta = run_timer.seconds() / (step + 1 - start_step) * (cfg.train.steps - step - 1);
-      log_step(*sync, m, cfg.train.steps, loss_window / window_steps, t, session.step_ranks(), eta);
+      log_step(*sync, m, cfg.train.steps, loss_window / window_steps, eta);
+      if (tensorboard) tensorboard->write(m);
     }
     if (log_now) {
       loss_window = 0;

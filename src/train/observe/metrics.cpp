@@ -39,6 +39,7 @@ void MetricsWriter::write(const StepMetrics& m) {
                       {"step_ms", m.step_ms},     {"tokens_per_s", m.tokens_per_s},
                       {"tflops_per_gpu", m.tflops_per_gpu}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
+  if (m.comm_share) j["comm_share"] = *m.comm_share;
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (m.images_per_s) j["images_per_s"] = *m.images_per_s;
   for (const auto& [name, value] : m.val_metrics) j["val_" + name] = value;

@@ -38,6 +38,7 @@ struct StepMetrics {
   double tokens_per_s = 0;
   double tflops_per_gpu = 0;
   std::optional<double> mfu;  // absent when the device's peak is unknown
+  std::optional<double> comm_share;  // seconds blocked in communication / step seconds; with several ranks
   std::optional<double> val_loss;
   // Image models: images/s (= tokens_per_s, one "token" per image) and the evaluation metrics as
   // "val_<name>" (val_top1, val_top5: fractions in [0, 1]).
