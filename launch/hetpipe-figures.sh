@@ -52,25 +52,8 @@ mkdir -p "$OUT"
 ROOT=()
 if [ "$(id -u)" -eq 0 ]; then ROOT=(--allow-run-as-root); fi
 
-# job NAME RANKS CONFIG [--set ...]: one training run into $OUT/NAME (its log $OUT/NAME.log); the
-# exact command goes to $OUT/NAME.cmd for the tables.
-job() {
-  local name=$1 n=$2 config=$3
-  shift 3
-  local a
-  { printf 'mpirun --oversubscribe --bind-to none -n %s -x OMP_NUM_THREADS=1 baton train %s' "$n" "$config"
-    for a in "$@"; do
-      if [[ $a =~ ^[A-Za-z0-9_./=:,+-]+$ ]]; then printf ' %s' "$a"; else printf " '%s'" "$a"; fi
-    done; } > "$OUT/$name.cmd"
-  # The CPU seconds of the ranks (mpirun's children) over the wall time: how many of the machine's
-  # cores the run kept busy (the emulated slowdown sleeps, so it does not count).
-  local TIMEFORMAT="%R %U %S" rc=0
-  rm -rf "${OUT:?}/$name"  # a kept run of that name would be resumed from its final checkpoint
-  { time OMP_NUM_THREADS=1 mpirun "${ROOT[@]}" --oversubscribe --bind-to none -n "$n" -x OMP_NUM_THREADS "$BATON" \
-      train "$config" "$@" --set run.dir="\"$OUT/$name\"" > "$OUT/$name.log" 2>&1 || rc=$?; } 2> "$OUT/$name.time"
-  [ "$rc" = 0 ] || { tail -20 "$OUT/$name.log" >&2; echo "error: run $name failed (log: $OUT/$name.log)" >&2; exit 1; }
-  echo "$name: $(cut -d' ' -f1 "$OUT/$name.time") s" >&2
-}
+source launch/lib-hetpipe-runs.sh
+job() { hp_job "$@"; }
 
 # Runs measure the training loop only: no evaluation but one batch at the end, no checkpoints.
 QUIET=(--set train.eval_every=0 --set train.eval_steps=1 --set train.log_every=1 --set checkpoint.every=0)
@@ -79,23 +62,7 @@ if section alloc; then
 # 1. Allocation. The cluster: one node of 2 TITAN RTX, one of 2 RTX 2060 (the table's nearest
 # pair; 2.5x apart in fp32 peak). The planner partitions the quickstart GPT (6 layers: embedding,
 # 4 blocks, head) for them; the runs replace the devices by slowdown 1 (fast) and 2 (slow).
-cat > "$OUT/cluster-2fast-2slow.toml" <<'TOML'
-# 2 fast + 2 slow GPUs (launch/hetpipe-figures.sh)
-name = "2fast-2slow"
-inter_node_gbs = 7
-
-[[nodes]]
-name = "F"
-device = "TITAN-RTX"
-gpus = 2
-intra_node_gbs = 15.75
-
-[[nodes]]
-name = "S"
-device = "RTX-2060"
-gpus = 2
-intra_node_gbs = 15.75
-TOML
+hp_cluster_2fast_2slow "$OUT/cluster-2fast-2slow.toml"
 ALLOC_MB=8    # rows per VW minibatch (global batch 16 over 2 VWs)
 ALLOC_NM=2    # the planner's best predicted Nm (its default, the smallest Max_m, is 4)
 ALLOC_STEPS=16
@@ -103,18 +70,7 @@ for policy in np ed; do
   "$BATON" plan configs/quickstart.toml --set model.vocab_size=8192 --set train.micro_batch=$ALLOC_MB \
     --set train.global_batch=$ALLOC_MB --cluster "$OUT/cluster-2fast-2slow.toml" --algorithm hetpipe \
     --policy $policy --nm $ALLOC_NM --format json > "$OUT/plan-$policy.json"
-  # "0@TITAN-RTX:0-5, 1@RTX-2060:5-6" -> "0:0-5, 1:5-6" and the slowdown of each rank
-  python3 - "$OUT/plan-$policy.json" > "$OUT/plan-$policy.sets" <<'PY'
-import json, re, sys
-vws = json.load(open(sys.argv[1]))["runnable"]["virtual_workers"]
-factor = {"TITAN-RTX": 1, "RTX-2060": 2}
-slow = {}
-for vw in vws:
-    for rank, dev in re.findall(r"(\d+)@([A-Z0-9-]+)", vw):
-        slow[int(rank)] = factor[dev]
-print(json.dumps([re.sub(r"@[A-Z0-9-]+", "", vw) for vw in vws]))
-print(json.dumps([slow[r] for r in range(len(slow))]).replace(" ", ""))
-PY
+  hp_plan_sets "$OUT/plan-$policy.json" 1 2 > "$OUT/plan-$policy.sets"
 done
 # The layers' measured times on one thread (forward + backward) give what the partitions would
 # reach without contention or pipeline bubbles: a VW runs at 1 / its slowest stage (slowdown ×

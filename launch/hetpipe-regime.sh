@@ -16,7 +16,7 @@
 #          VW on "node" s): the bytes each wave moves within and across nodes (from the runs' WSP
 #          traces) and their time on the paper's network (56 Gb/s InfiniBand between nodes, PCIe 3
 #          x16 inside one), beside the measured minibatches/s (shared memory: no network here);
-#   conv   convergence: 48 minibatches of 8 sequences, 2 VWs of 2 stages at lr / 2 with D = 0, 4, 32
+#   conv   convergence: 40 minibatches of 8 sequences, 2 VWs of 2 stages at lr / 2 with D = 0, 4, 32
 #          against data parallelism dp = 2 × pp = 2 (pipedream, vertical sync) at lr; seeds 1, 2, 3.
 # Usage: launch/hetpipe-regime.sh [--report]   (--report: print the tables from the runs in $OUT)
 # Environment: BATON (default build/baton), REPS (default 3), OUT (default runs/hetpipe-regime),
@@ -42,22 +42,12 @@ if [ "$REPORT_ONLY" = 0 ]; then
 mkdir -p "$OUT"
 ROOT=()
 if [ "$(id -u)" -eq 0 ]; then ROOT=(--allow-run-as-root); fi
-# job NAME RANKS [--set ...]: one `baton train configs/quickstart.toml` into $OUT/NAME (log
-# $OUT/NAME.log, command $OUT/NAME.cmd).
+source launch/lib-hetpipe-runs.sh
+# job NAME RANKS [--set ...]: one `baton train configs/quickstart.toml` (lib-hetpipe-runs.sh hp_job).
 job() {
   local name=$1 n=$2
   shift 2
-  local a
-  { printf 'mpirun --oversubscribe --bind-to none -n %s -x OMP_NUM_THREADS=1 baton train configs/quickstart.toml' "$n"
-    for a in "$@"; do
-      if [[ $a =~ ^[A-Za-z0-9_./=:,+-]+$ ]]; then printf ' %s' "$a"; else printf " '%s'" "$a"; fi
-    done; } > "$OUT/$name.cmd"
-  rm -rf "${OUT:?}/$name"
-  local start=$SECONDS rc=0
-  OMP_NUM_THREADS=1 mpirun "${ROOT[@]}" --oversubscribe --bind-to none -n "$n" -x OMP_NUM_THREADS "$BATON" \
-    train configs/quickstart.toml "$@" --set run.dir="\"$OUT/$name\"" > "$OUT/$name.log" 2>&1 || rc=$?
-  [ "$rc" = 0 ] || { tail -20 "$OUT/$name.log" >&2; echo "error: run $name failed (log: $OUT/$name.log)" >&2; exit 1; }
-  echo "$name: $((SECONDS - start)) s" >&2
+  hp_job "$name" "$n" configs/quickstart.toml "$@"
 }
 # Throughput runs measure the training loop only: one evaluation batch at the end, no checkpoints.
 QUIET=(--set train.eval_every=0 --set train.eval_steps=1 --set train.log_every=1 --set checkpoint.every=0
@@ -66,55 +56,32 @@ QUIET=(--set train.eval_every=0 --set train.eval_steps=1 --set train.log_every=1
 if section fig3; then
   rm -rf "$OUT"/fig3-*
   # One VW of 4 stages (balanced by the layers' measured times: the head is the heaviest layer).
-  FIG3=(--set 'hetero.virtual_workers=["0:0-2, 1:2-4, 2:4-5, 3:5-6"]' --set 'hetero.slowdown=[4,4,4,4]'
-        --set train.micro_batch=8 --set train.global_batch=8 --set train.steps=30 --set hetero.staleness=0)
+  FIG3=(--set 'hetero.virtual_workers=["0:0-2, 1:2-4, 2:4-5, 3:5-6"]' --set 'hetero.slowdown=[3,3,3,3]'
+        --set train.micro_batch=4 --set train.global_batch=4 --set hetero.staleness=0)
   for rep in $(seq 1 "$REPS"); do
-    for nm in 1 2 3 4 5 6; do job fig3-nm$nm-$rep 4 "${QUIET[@]}" "${FIG3[@]}" --set hetero.nm=$nm; done
+    # train.steps a whole number of waves: the multiple of Nm from 18 up.
+    for nm in 1 2 3 4 5 6; do
+      job fig3-nm$nm-$rep 4 "${QUIET[@]}" "${FIG3[@]}" --set hetero.nm=$nm --set train.steps=$(((18 + nm - 1) / nm * nm))
+    done
   done
 fi
 
 if section alloc; then
   rm -rf "$OUT"/alloc-* "$OUT"/plan-*
-  cat > "$OUT/cluster-2fast-2slow.toml" <<'TOML'
-# 2 fast + 2 slow GPUs (launch/hetpipe-regime.sh)
-name = "2fast-2slow"
-inter_node_gbs = 7
-
-[[nodes]]
-name = "F"
-device = "TITAN-RTX"
-gpus = 2
-intra_node_gbs = 15.75
-
-[[nodes]]
-name = "S"
-device = "RTX-2060"
-gpus = 2
-intra_node_gbs = 15.75
-TOML
+  hp_cluster_2fast_2slow "$OUT/cluster-2fast-2slow.toml"
   # The planner's VWs; on the CPU the devices become slowdowns 2 (fast) and 4 (slow), the table's
   # fp32 ratio rounded (2.5) and every rank slowed so that the 4 ranks fit the 2 cores.
   for policy in np ed hd; do
-    "$BATON" plan configs/quickstart.toml --set model.vocab_size=8192 --set train.micro_batch=8 \
-      --set train.global_batch=8 --cluster "$OUT/cluster-2fast-2slow.toml" --algorithm hetpipe \
+    "$BATON" plan configs/quickstart.toml --set model.vocab_size=8192 --set train.micro_batch=4 \
+      --set train.global_batch=4 --cluster "$OUT/cluster-2fast-2slow.toml" --algorithm hetpipe \
       --policy $policy --nm 2 --format json > "$OUT/plan-$policy.json"
-    python3 - "$OUT/plan-$policy.json" > "$OUT/plan-$policy.sets" <<'PY'
-import json, re, sys
-vws = json.load(open(sys.argv[1]))["runnable"]["virtual_workers"]
-factor = {"TITAN-RTX": 2, "RTX-2060": 4}
-slow = {}
-for vw in vws:
-    for rank, dev in re.findall(r"(\d+)@([A-Z0-9-]+)", vw):
-        slow[int(rank)] = factor[dev]
-print(json.dumps([re.sub(r"@[A-Z0-9-]+", "", vw) for vw in vws]))
-print(json.dumps([slow[r] for r in range(len(slow))]).replace(" ", ""))
-PY
+    hp_plan_sets "$OUT/plan-$policy.json" 2 4 > "$OUT/plan-$policy.sets"
   done
   for rep in $(seq 1 "$REPS"); do
     for policy in np ed hd; do
       { read -r vws; read -r slowdown; } < "$OUT/plan-$policy.sets"
-      job alloc-$policy-$rep 4 "${QUIET[@]}" --set hetero.staleness=0 --set hetero.nm=2 --set train.micro_batch=8 \
-        --set train.global_batch=16 --set train.steps=24 --set "hetero.virtual_workers=$vws" --set "hetero.slowdown=$slowdown"
+      job alloc-$policy-$rep 4 "${QUIET[@]}" --set hetero.staleness=0 --set hetero.nm=2 --set train.micro_batch=4 \
+        --set train.global_batch=8 --set train.steps=16 --set "hetero.virtual_workers=$vws" --set "hetero.slowdown=$slowdown"
     done
   done
 fi
@@ -122,7 +89,7 @@ fi
 if section jitter; then
   rm -rf "$OUT"/jitter-*
   JIT=(--set 'hetero.virtual_workers=["0,1", "2,3", "4,5", "6,7"]' --set "hetero.slowdown=[6,6,6,6,6,6,6,6]"
-       --set train.micro_batch=4 --set train.global_batch=16 --set train.steps=32 --set hetero.nm=4 --set hetero.jitter=1)
+       --set train.micro_batch=2 --set train.global_batch=8 --set train.steps=24 --set hetero.nm=4 --set hetero.jitter=1)
   for rep in $(seq 1 "$REPS"); do
     for d in 4 0; do job jitter-d$d-$rep 8 "${QUIET[@]}" "${JIT[@]}" --set hetero.staleness=$d; done
   done
@@ -133,7 +100,7 @@ if section place; then
   # ED with stage s of every VW on node s (nodes: ranks 0, 1 and ranks 2, 3): VW 0 = ranks 0 and 2,
   # VW 1 = ranks 1 and 3, both cut after the 4th layer.
   PLACE=(--set 'hetero.virtual_workers=["0:0-4, 2:4-6", "1:0-4, 3:4-6"]' --set 'hetero.slowdown=[3,3,3,3]'
-         --set train.micro_batch=8 --set train.global_batch=16 --set train.steps=24 --set hetero.nm=2
+         --set train.micro_batch=4 --set train.global_batch=8 --set train.steps=16 --set hetero.nm=2
          --set hetero.staleness=0 --set run.trace=true)
   for rep in $(seq 1 "$REPS"); do
     for placement in default local; do
@@ -144,7 +111,7 @@ fi
 
 if section conv; then
   rm -rf "$OUT"/conv-*
-  CONV=(--set train.steps=48 --set train.micro_batch=4 --set train.global_batch=8 --set optim.warmup_steps=8
+  CONV=(--set train.steps=40 --set train.micro_batch=4 --set train.global_batch=8 --set optim.warmup_steps=8
         --set train.log_every=1 --set train.eval_every=0 --set train.eval_steps=8 --set checkpoint.every=0)
   for seed in 1 2 3; do
     job conv-dp-s$seed 4 "${CONV[@]}" --set train.seed=$seed --set parallel.pp=2 --set parallel.schedule='"pipedream"' \
@@ -264,7 +231,7 @@ if "place" in sections and have("place-"):
     print("```\n" + cmd("place-default-1") + "\n" + cmd("place-local-1") + "\n```\n")
 
 if "conv" in sections and have("conv-"):
-    print("### Convergence with pipelined VWs: 48 minibatches of 8 sequences, seeds 1–3\n")
+    print("### Convergence with pipelined VWs: 40 minibatches of 8 sequences, seeds 1–3\n")
     print("| run | lr | training loss, mean of the last 8 minibatches, per seed | median | validation loss at the end, per seed | largest staleness |")
     print("|---|---|---|---|---|---|")
     for key, label in (("dp", "dp 2 × pp 2 (pipedream, vertical sync)"), ("d0", "WSP D = 0"), ("d4", "WSP D = 4"),
