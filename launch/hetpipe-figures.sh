@@ -34,7 +34,6 @@ OUT=${OUT:-runs/hetpipe-figures}
 CNN=1
 REPORT_ONLY=0
 SECTIONS=${SECTIONS:-alloc jitter conv}
-section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 for arg in "$@"; do
   case $arg in
     --no-cnn) CNN=0 ;;
@@ -42,8 +41,8 @@ for arg in "$@"; do
     *) echo "usage: $0 [--no-cnn] [--report]" >&2; exit 2 ;;
   esac
 done
-[ -x "$BATON" ] || { echo "error: no baton binary at $BATON" >&2; echo "hint: build it (cmake --build build --target baton) or set BATON" >&2; exit 1; }
-[ -f data/brown/brown-train.bin ] || { echo "error: data/brown/brown-train.bin is missing" >&2; echo "hint: bash launch/quickstart.sh (or the two \`baton data build\` lines of data/README.md)" >&2; exit 1; }
+source launch/lib-hetpipe-runs.sh
+hp_require
 if [ "$REPORT_ONLY" = 0 ]; then
 # SECTIONS="jitter" (or "alloc", "conv", any subset) re-runs those sections only, keeping the other
 # sections' runs in $OUT for the tables.
@@ -52,7 +51,6 @@ mkdir -p "$OUT"
 ROOT=()
 if [ "$(id -u)" -eq 0 ]; then ROOT=(--allow-run-as-root); fi
 
-source launch/lib-hetpipe-runs.sh
 job() { hp_job "$@"; }
 
 # Runs measure the training loop only: no evaluation but one batch at the end, no checkpoints.

@@ -28,21 +28,19 @@ REPS=${REPS:-3}
 OUT=${OUT:-runs/hetpipe-regime}
 SECTIONS=${SECTIONS:-fig3 alloc jitter place conv}
 REPORT_ONLY=0
-section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 for arg in "$@"; do
   case $arg in
     --report) REPORT_ONLY=1 ;;
     *) echo "usage: $0 [--report]" >&2; exit 2 ;;
   esac
 done
-[ -x "$BATON" ] || { echo "error: no baton binary at $BATON" >&2; echo "hint: build it (cmake --build build --target baton) or set BATON" >&2; exit 1; }
-[ -f data/brown/brown-train.bin ] || { echo "error: data/brown/brown-train.bin is missing" >&2; echo "hint: bash launch/quickstart.sh (or the two \`baton data build\` lines of data/README.md)" >&2; exit 1; }
+source launch/lib-hetpipe-runs.sh
+hp_require
 
 if [ "$REPORT_ONLY" = 0 ]; then
 mkdir -p "$OUT"
 ROOT=()
 if [ "$(id -u)" -eq 0 ]; then ROOT=(--allow-run-as-root); fi
-source launch/lib-hetpipe-runs.sh
 # job NAME RANKS [--set ...]: one `baton train configs/quickstart.toml` (lib-hetpipe-runs.sh hp_job).
 job() {
   local name=$1 n=$2

@@ -1,4 +1,12 @@
 # Shared by launch/hetpipe-figures.sh and launch/hetpipe-regime.sh (sourced; they set OUT, BATON, ROOT).
+
+section() { [[ " $SECTIONS " == *" $1 "* ]]; }
+
+# hp_require: the baton binary and the quickstart's Brown datasets exist, else one error + hint.
+hp_require() {
+  [ -x "$BATON" ] || { echo "error: no baton binary at $BATON" >&2; echo "hint: build it (cmake --build build --target baton) or set BATON" >&2; exit 1; }
+  [ -f data/brown/brown-train.bin ] || { echo "error: data/brown/brown-train.bin is missing" >&2; echo "hint: bash launch/quickstart.sh (or the two \`baton data build\` lines of data/README.md)" >&2; exit 1; }
+}
 #
 # hp_job NAME RANKS CONFIG [--set ...]: one `baton train` under mpirun, one OpenMP thread per rank,
 # into $OUT/NAME (log $OUT/NAME.log); the exact command goes to $OUT/NAME.cmd for the tables and
