@@ -17,12 +17,17 @@ make_tiny_dataset
 write_tiny_config
 
 # ---- a write fails on rank 1 alone, mid-save (needs no root: prlimit on our own process) ----
-BATON_CKPT_PAUSE_AT=mid_write@6 BATON_CKPT_PAUSE_S=3 timeout 120 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml \
+BATON_CKPT_PAUSE_AT=mid_write@6 BATON_CKPT_PAUSE_S=5 timeout 120 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml \
   --set run.dir=lim --set parallel.tp=2 --set checkpoint.every=2 --set train.steps=10 > lim.log 2> lim.err &
 p=$!
 for _ in $(seq 1 300); do grep -q "paused at mid_write" lim.err 2>/dev/null && break; sleep 0.1; done
+# Rank 1: a baton process of this run with OMPI_COMM_WORLD_RANK=1 (no pgrep: procps is not in
+# minimal images). `read` of /proc/*/comm is a builtin, so the scan forks only for baton processes
+# and stays well inside the pause on a loaded machine.
 rank1=""
-for d in /proc/[0-9]*; do  # (no pgrep: procps is not in minimal images)
+for d in /proc/[0-9]*; do
+  { read -r comm < "$d/comm"; } 2>/dev/null || continue
+  [ "$comm" = baton ] || continue
   tr '\0' ' ' < $d/cmdline 2>/dev/null | grep -q "^$BATON train tiny.toml --set run.dir=lim" || continue
   tr '\0' '\n' < $d/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && rank1=${d#/proc/}
 done
@@ -73,7 +78,7 @@ done
 for np in 1 2; do
   start=$(date +%s)
   unshare -m bash -c "mount -t tmpfs -o size=3000k none disk && \
-    (BATON_CKPT_PAUSE_AT=mid_write@6 BATON_CKPT_PAUSE_S=3 timeout 120 ${MPIRUN[*]} $np \"$BATON\" train tiny.toml \
+    (BATON_CKPT_PAUSE_AT=mid_write@6 BATON_CKPT_PAUSE_S=5 timeout 120 ${MPIRUN[*]} $np \"$BATON\" train tiny.toml \
       --set run.dir=disk/r --set checkpoint.every=2 --set train.steps=10 > mid$np.log 2> mid$np.err; \
       echo \$? > midrc$np) & \
     for i in \$(seq 1 300); do grep -q 'paused at mid_write' mid$np.err 2>/dev/null && break; sleep 0.1; done; \
