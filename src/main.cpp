@@ -64,6 +64,17 @@ int main(int argc, char** argv) {
 
   auto* data_cmd = cli.add_subcommand("data", "prepare datasets");
   data_cmd->require_subcommand(1);
+  DataImagesOptions images_opts;
+  auto* images_cmd = data_cmd->add_subcommand(
+      "images", "write one batch of a CNN's images as the trainer gets them (FILE: float32 NCHW, FILE.labels: int32)");
+  images_cmd->add_option("config", images_opts.config, "config file (TOML)")->required();
+  images_cmd->add_option("--set", images_opts.overrides, "override a key: section.key=value (repeatable)");
+  images_cmd->add_option("--out", images_opts.out, "output file")->required();
+  images_cmd->add_option("--split", images_opts.split, "valid (default) or train")->check(CLI::IsMember({"valid", "train"}));
+  images_cmd->add_option("--batch", images_opts.batch, "validation batch, or training step (default 0)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  images_cmd->add_option("--rows", images_opts.rows, "rows of the batch (default train.global_batch)")
+      ->check(CLI::Range(0, 1 << 20));
   DataBuildOptions build;
   auto* build_cmd = data_cmd->add_subcommand(
       "build", "tokenize text files into an indexed dataset (PREFIX.bin + PREFIX.idx)");
@@ -200,6 +211,7 @@ int main(int argc, char** argv) {
                       "--vocab-file encoder.json --merge-file vocab.bpe for GPT-2's");
       return run_data_build(build);
     }
+    if (images_cmd->parsed()) return run_data_images(images_opts);
     if (gen_cmd->parsed()) return run_generate(gen);
     if (sched_cmd->parsed()) return run_schedule(sched);
     if (plan_cmd->parsed()) return run_plan(plan);

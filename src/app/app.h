@@ -146,6 +146,17 @@ struct DataBuildOptions {
 };
 int run_data_build(const DataBuildOptions& opts);
 
+// `baton data images`: one batch of a CNN's data source as raw float32 / int32 files (data_images.cpp).
+struct DataImagesOptions {
+  std::string config;
+  std::vector<std::string> overrides;  // "section.key=value"
+  std::string out;                     // FILE (images) and FILE.labels
+  std::string split = "valid";         // "valid" | "train"
+  int64_t batch = 0;                   // validation batch, or training step
+  int rows = 0;                        // 0: train.global_batch
+};
+int run_data_images(const DataImagesOptions& opts);
+
 // `baton --version`: version and build features.
 std::string version_text();
 

@@ -59,6 +59,15 @@ struct DataConfig {
   bool synthetic = false;        // CNNs: ImageNet-shaped random images (baton bench / profile)
   std::string augment = "none";  // "none" | "crop_flip": deterministic random crop and flip
   bool normalize = true;         // per-channel mean/std normalisation from the training images
+  // Image datasets: "idx" (IDX image + label files) or "image_folder" (data.train / data.valid are
+  // folders root/<class>/*.jpg, classes in sorted order, decoded with libjpeg-turbo; docs/cnn.md).
+  std::string format = "idx";
+  // image_folder: per-channel normalisation (x/255 - mean_c)/std_c (torchvision's Normalize);
+  // empty = x/255 (ToTensor only). One value per model.in_channels.
+  std::vector<double> mean, std;
+  // image_folder: validation Resize (shorter side, PIL bilinear with antialias) before the centre
+  // crop to model.image_size; 0 = round(image_size · 256 / 224), the ImageNet recipe.
+  int eval_resize = 0;
 
   bool operator==(const DataConfig&) const = default;
 };

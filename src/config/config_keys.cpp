@@ -66,7 +66,13 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(data, valid_labels, "image datasets: the validation labels (IDX file)"),
       BATON_KEY(data, synthetic, "CNNs: synthetic ImageNet-shaped images (no dataset)"),
       BATON_KEY(data, augment, "image augmentation", .allowed = {"none", "crop_flip"}),
-      BATON_KEY(data, normalize, "per-channel normalisation from the training images"),
+      BATON_KEY(data, normalize, "per-channel normalisation from the training images (IDX datasets)"),
+      BATON_KEY(data, format, "CNN dataset format: IDX files + labels, or folders root/<class>/*.jpg",
+                .allowed = {"idx", "image_folder"}),
+      BATON_KEY(data, mean, "image_folder: per-channel mean of the normalisation (empty: x/255)"),
+      BATON_KEY(data, std, "image_folder: per-channel standard deviation of the normalisation"),
+      BATON_KEY(data, eval_resize, "image_folder: validation resize of the shorter side before the "
+                "centre crop (0 = image_size·256/224)", .range = at_least(0)),
 
       BATON_KEY(train, steps, "optimizer steps (0: no step, the starting weights are saved as checkpoint step 0)",
                 .range = at_least(0)),

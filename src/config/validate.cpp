@@ -130,10 +130,13 @@ void check_model_kind_keys(const Config& cfg) {
                  "drop them, or set model.kind = \"resnet\" or \"vgg\"");
   if (m.kind == ModelKind::GPT && (!cfg.data.train_labels.empty() || !cfg.data.valid_labels.empty() ||
                           cfg.data.synthetic || cfg.data.augment != defaults_d.augment ||
-                          cfg.data.normalize != defaults_d.normalize))
+                          cfg.data.normalize != defaults_d.normalize || cfg.data.format != defaults_d.format ||
+                          !cfg.data.mean.empty() || !cfg.data.std.empty() ||
+                          cfg.data.eval_resize != defaults_d.eval_resize))
     inconsistent(latest(cfg, {"data.train_labels", "data.valid_labels", "data.synthetic", "data.augment",
-                              "data.normalize"}),
-                 "data.train_labels / valid_labels / synthetic / augment / normalize are for image "
+                              "data.normalize", "data.format", "data.mean", "data.std", "data.eval_resize"}),
+                 "data.train_labels / valid_labels / synthetic / augment / normalize / format / mean / std / "
+                 "eval_resize are for image "
                  "datasets, but model.kind = \"gpt\"",
                  "drop them (a GPT reads token datasets: data.train, data.valid, data.tokenizer)");
   if (cfg.train.steps == 0 && (trains_virtual_workers(cfg.hetero) ||
@@ -164,10 +167,38 @@ void check_model_kind_keys(const Config& cfg) {
       inconsistent(latest(cfg, {"data.synthetic", "data.train", "data.valid"}),
                    "data.synthetic = true generates the images, but data.train / data.valid name datasets",
                    "drop data.train / data.valid, or data.synthetic");
-    if (!cfg.data.train.empty() && cfg.data.train_labels.empty())
+    const bool folder = cfg.data.format == "image_folder";
+    if (folder && (!cfg.data.train_labels.empty() || !cfg.data.valid_labels.empty()))
+      inconsistent(latest(cfg, {"data.format", "data.train_labels", "data.valid_labels"}),
+                   "data.format = \"image_folder\" takes the labels from the sub-folder names, but "
+                   "data.train_labels / valid_labels are set",
+                   "drop data.train_labels / valid_labels (the classes are root/<class>/ folders)");
+    if (!folder && (!cfg.data.mean.empty() || !cfg.data.std.empty() ||
+                    cfg.data.eval_resize != defaults_d.eval_resize))
+      inconsistent(latest(cfg, {"data.format", "data.mean", "data.std", "data.eval_resize"}),
+                   "data.mean / std / eval_resize are for data.format = \"image_folder\" (IDX datasets "
+                   "normalise with the training images' statistics: data.normalize)",
+                   "drop them, or set data.format = \"image_folder\"");
+    if (folder && (cfg.data.mean.size() != cfg.data.std.size() ||
+                   (!cfg.data.mean.empty() && cfg.data.mean.size() != size_t(m.in_channels))))
+      inconsistent(latest(cfg, {"data.mean", "data.std", "model.in_channels"}),
+                   fmt::format("data.mean has {} values and data.std {}, model.in_channels is {}",
+                               cfg.data.mean.size(), cfg.data.std.size(), m.in_channels),
+                   "give one mean and one std per input channel (e.g. mean = [0.286], std = [0.353]), or "
+                   "neither (pixels x/255)");
+    for (double v : cfg.data.std)
+      if (!(v > 0))
+        inconsistent(where(cfg, "data.std"), fmt::format("data.std holds {}: it divides", v),
+                     "every data.std value must be > 0");
+    if (folder && cfg.data.eval_resize != 0 && cfg.data.eval_resize < m.image_size)
+      inconsistent(latest(cfg, {"data.eval_resize", "model.image_size"}),
+                   fmt::format("data.eval_resize = {} is smaller than the centre crop model.image_size = {}",
+                               cfg.data.eval_resize, m.image_size),
+                   "set data.eval_resize >= model.image_size, or 0 (image_size·256/224)");
+    if (!folder && !cfg.data.train.empty() && cfg.data.train_labels.empty())
       inconsistent(where(cfg, "data.train"), "data.train names images but data.train_labels is not set",
                    "set data.train_labels to the IDX labels file of the training images");
-    if (!cfg.data.valid.empty() && cfg.data.valid_labels.empty())
+    if (!folder && !cfg.data.valid.empty() && cfg.data.valid_labels.empty())
       inconsistent(where(cfg, "data.valid"), "data.valid names images but data.valid_labels is not set",
                    "set data.valid_labels to the IDX labels file of the validation images");
     if ((!cfg.data.train_labels.empty() && cfg.data.train.empty()) ||

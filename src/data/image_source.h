@@ -3,7 +3,8 @@
 // is a pure function of its indices (the seed fixed at construction), so data-parallel ranks,
 // pipeline stages and resumed runs that ask for the same row get the same sample; implementations
 // keep no mutable state, so concurrent callers are safe. Implementations: ImageLoader (IDX
-// datasets), SyntheticImages (random ImageNet-shaped data for bench/profile).
+// datasets), ImageFolderSource (JPEG folders), SyntheticImages (random ImageNet-shaped data for
+// bench/profile).
 //
 // The base class owns batch assembly — request checks, the validation tiling (validation batch b
 // of R rows is validation samples [b·R, (b+1)·R)) and the threads — and implementations write one
@@ -38,6 +39,9 @@ class ImageSource {
   virtual void eval_sample(int64_t index, float* image, int32_t* label) const = 0;
   // Rows a training batch has: requests beyond them are bugs (checked before any thread starts).
   virtual int64_t train_batch_rows() const = 0;
+  // True when one sample costs far more than writing its floats (a JPEG decode): batches are then
+  // always assembled on threads.
+  virtual bool costly_samples() const { return false; }
 };
 
 }  // namespace baton

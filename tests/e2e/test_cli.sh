@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 for feature in "cuda:" "nccl:" "mpi:" "parallel hdf5:" "blas:"; do
   grep -q "$feature" version.txt || fail "--version lacks '$feature'"
 done
-for cmd in "" "train" "data" "data build" "generate"; do
+for cmd in "" "train" "data" "data build" "data images" "generate"; do
   # shellcheck disable=SC2086
   "$BATON" $cmd --help > help.txt || fail "'baton $cmd --help' failed"
   grep -qi "usage" help.txt || fail "'baton $cmd --help' printed no usage"

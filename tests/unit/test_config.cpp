@@ -229,6 +229,9 @@ tensorboard = true
 // synthetic images exclude image datasets.
 const char* kReplicasConfig = "[parallel]\npp = 2\nschedule = \"pipedream\"\nreplicas = [2, 2]\n";
 const char* kSyntheticConfig = "[model]\nkind = \"resnet\"\nn_layer = 50\n[data]\nsynthetic = true\n";
+const char* kFolderConfig =
+    "[model]\nkind = \"resnet\"\nn_layer = 18\nin_channels = 1\n[data]\nformat = \"image_folder\"\n"
+    "train = \"imgs/train\"\nmean = [0.5]\nstd = [0.25]\neval_resize = 240\n";
 const char* kGpt2BpeConfig =
     "[data]\ntokenizer = \"gpt2-bpe\"\nvocab_file = \"gpt2/encoder.json\"\nmerge_file = \"gpt2/vocab.bpe\"\n";
 
@@ -237,7 +240,7 @@ TEST(Config, TheFullFilesSetEveryKeyAwayFromItsDefault) {
   const Config def;
   std::set<std::string> away;
   for (auto [text, world] : {std::pair{kFullConfig, 8}, {kFullImageConfig, 2}, {kReplicasConfig, 4}, {kSyntheticConfig, 1},
-                             {kGpt2BpeConfig, 1}}) {
+                             {kGpt2BpeConfig, 1}, {kFolderConfig, 1}}) {
     const Config c = load_config_string(text, "full.toml", {}, world);
     for (const config_detail::KeyDesc& k : config_detail::config_keys())
       if (config_detail::format_field(k, c) != config_detail::format_field(k, def)) away.insert(k.full_name());
@@ -261,6 +264,17 @@ TEST(Config, CnnInconsistenciesAreErrors) {
   EXPECT_NE(error_of("d_model = 64\n").find("describe a GPT"), std::string::npos);
   EXPECT_NE(error_of("[data]\ntokenizer = \"t.model\"\n").find("describe a GPT"), std::string::npos);
   EXPECT_NE(error_of("[data]\ntrain = \"x.gz\"\n").find("data.train_labels is not set"), std::string::npos);
+  // Image folders: labels from folder names; mean / std per channel; IDX keys and folder keys apart.
+  const std::string folder = "[data]\nformat = \"image_folder\"\ntrain = \"d\"\n";
+  EXPECT_EQ(error_of(folder), "no error");
+  EXPECT_NE(error_of(folder + "train_labels = \"y\"\n").find("from the sub-folder names"), std::string::npos);
+  EXPECT_NE(error_of(folder + "mean = [0.5]\nstd = [0.5]\n").find("model.in_channels is 3"), std::string::npos);
+  EXPECT_NE(error_of(folder + "mean = [0.5, 0.5, 0.5]\n").find("data.std 0"), std::string::npos);
+  EXPECT_NE(error_of(folder + "mean = [0.5, 0.5, 0.5]\nstd = [0.5, 0, 0.5]\n").find("data.std holds 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(folder + "eval_resize = 100\n").find("smaller than the centre crop"), std::string::npos);
+  EXPECT_NE(error_of("[data]\ntrain = \"x\"\ntrain_labels = \"y\"\nmean = [0.5]\n").find("data.format"),
+            std::string::npos);
   EXPECT_NE(error_of("[data]\ntrain = \"x\"\ntrain_labels = \"y\"\nvalid = \"v\"\n").find("data.valid_labels"),
             std::string::npos);
   EXPECT_NE(error_of("[data]\ntrain_labels = \"y\"\n").find("without the images"), std::string::npos);
