@@ -84,8 +84,8 @@ void WspStage::set_trace(std::unique_ptr<WspTraceFile> trace, bool deterministic
                {"first_step", int64_t{first_wave_} * s_.params.nm}, {"deterministic", deterministic}});
 }
 
+// Callers test trace_ first: the event's JSON (version vectors included) is built only for a trace.
 void WspStage::trace(nlohmann::json event) const {
-  if (!trace_) return;
   if (s_.turns && s_.turns->in_turn()) event["turn"] = s_.turns->turn();
   trace_->write(event);
 }
@@ -226,7 +226,7 @@ void WspStage::before_forward(int64_t minibatch, int64_t reads, WeightVersions* 
       const double start = pipeline::Timeline::now();
       merge(*got, versions, base, reads);
       span(pipeline::Activity::WSP_PULL, start);
-      trace({{"e", "merge"}, {"x", got->x}, {"b", int64_t{pushed_} * s_.params.nm}, {"mb", minibatch},
+      if (trace_) trace({{"e", "merge"}, {"x", got->x}, {"b", int64_t{pushed_} * s_.params.nm}, {"mb", minibatch},
              {"gated", gated}, {"meeting", false}, {"w", to_json(anchor_tag_)}});
     }
   }
@@ -241,8 +241,9 @@ void WspStage::before_forward(int64_t minibatch, int64_t reads, WeightVersions* 
   BATON_ASSERT(held != tags_.end(), "VW {}: minibatch {} reads version {}, which has no tag", s_.vw, p, reads);
   const wsp::VersionVector& w = held->second;
   staleness_ = observed_staleness(w, p, s_.num_vw);
-  trace({{"e", "start"}, {"mb", p}, {"reads", reads}, {"c_local", clock_.c_local()}, {"c_global", c_global_},
-         {"staleness", staleness_}, {"w", to_json(w)}});
+  if (trace_)
+    trace({{"e", "start"}, {"mb", p}, {"reads", reads}, {"c_local", clock_.c_local()}, {"c_global", c_global_},
+           {"staleness", staleness_}, {"w", to_json(w)}});
   BATON_ASSERT(staleness_ <= wsp::s_global(s_.params.staleness, s_.params.nm),
                "VW {}: minibatch {} staleness {} > s_global", s_.vw, p, staleness_);
   tags_.erase(tags_.begin(), held);
@@ -259,7 +260,7 @@ void WspStage::after_update(int64_t update, WeightVersions* versions, int64_t ba
                update - 1);
   wsp::VersionVector& now = tags_[update] = before->second;
   now.add(s_.vw, static_cast<int>(update));
-  trace({{"e", "update"}, {"mb", update}});
+  if (trace_) trace({{"e", "update"}, {"mb", update}});
   if (wave) {
     const double start = pipeline::Timeline::now();
     Timer timer;
@@ -277,14 +278,14 @@ void WspStage::after_update(int64_t update, WeightVersions* versions, int64_t ba
     push(wave->wave, u);
     wsp::VersionVector u_tag = now.without(anchor_tag_);
     anchor_tag_ = now;
-    trace({{"e", "push"}, {"wave", wave->wave}, {"mb", update}, {"u", to_json(u_tag)}});
+    if (trace_) trace({{"e", "push"}, {"wave", wave->wave}, {"mb", update}, {"u", to_json(u_tag)}});
     own_.push_back({wave->wave, std::move(u), std::move(u_tag)});
     push_ += timer.seconds();
     span(pipeline::Activity::WSP_PUSH, start);
     if (const std::optional<int> needs = clock_.waiting_for()) {  // the end of clock c requests its pull
       requested_.reset();
       request(*needs);
-      trace({{"e", "pull"}, {"clock", wave->wave}, {"needs", *needs}, {"mb", update}});
+      if (trace_) trace({{"e", "pull"}, {"clock", wave->wave}, {"needs", *needs}, {"mb", update}});
     }
   }
   if (s_.turns) s_.turns->end();
@@ -347,8 +348,9 @@ bool WspStage::merge_at_meeting() {
   if (!clock_.waiting_for()) return false;
   const Pulled pulled = meeting_pull();
   merge(pulled, nullptr, 0, clock_.finished());  // a drained pipeline: the parameters are the latest version
-  trace({{"e", "merge"}, {"x", pulled.x}, {"b", int64_t{pushed_} * s_.params.nm}, {"mb", clock_.finished() + 1},
-         {"gated", false}, {"meeting", true}, {"w", to_json(anchor_tag_)}});
+  if (trace_)
+    trace({{"e", "merge"}, {"x", pulled.x}, {"b", int64_t{pushed_} * s_.params.nm}, {"mb", clock_.finished() + 1},
+           {"gated", false}, {"meeting", true}, {"w", to_json(anchor_tag_)}});
   return true;
 }
 
@@ -359,8 +361,9 @@ void WspStage::finish() { close(); }
 void WspStage::trace_traffic(const dist::ParamServer& server) {
   const dist::ParamServer::Traffic& t = server.traffic();
   vw_sent_.resize(static_cast<size_t>(s_.vw_comm->size()), 0);
-  trace({{"e", "traffic"}, {"waves", pushed_ - first_wave_}, {"server_push", t.push}, {"server_pull", t.pull},
-         {"vw_sent", vw_sent_}});
+  if (trace_)
+    trace({{"e", "traffic"}, {"waves", pushed_ - first_wave_}, {"server_push", t.push}, {"server_pull", t.pull},
+           {"vw_sent", vw_sent_}});
 }
 
 // ---- the roles ----

@@ -257,16 +257,15 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
   MetricsWriter metrics(metrics_dir, resumed.has_value(), sync->metrics_file());
   // run.tensorboard: the same records as scalars, from the rank that writes the metrics file: rank 0's
   // in run.dir; under virtual workers VW k's in run.dir/vw<k> (one TensorBoard run per VW).
-  std::unique_ptr<TensorBoardWriter> tensorboard;
   if (cfg.run.tensorboard && !metrics_dir.empty()) {
     const dist::Layout& layout = session.layout();
     const std::string dir = layout.virtual_workers()
                                 ? fmt::format("{}/vw{}", metrics_dir, layout.place(session.world().rank()).group)
                                 : metrics_dir;
-    tensorboard = std::make_unique<TensorBoardWriter>(tensorboard_file_path(dir), start_step + 1);
+    metrics.also_to(std::make_unique<TensorBoardWriter>(tensorboard_file_path(dir), start_step + 1));
   }
   log::info("run dir: {} (config {}, metrics {}{}, checkpoints {} every {})", cfg.run.dir, config_path,
-            metrics.path(), tensorboard ? ", TensorBoard " + tensorboard->path() : std::string(),
+            metrics.path(), metrics.tensorboard() ? ", TensorBoard " + metrics.tensorboard()->path() : std::string(),
             session.checkpoint_dir(),
             cfg.checkpoint.every > 0 ? fmt::format("{} steps", cfg.checkpoint.every) : "run's end");
 
@@ -298,8 +297,7 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
     if (sync->holds_loss())
       if (const std::optional<std::string> flagged = guard.check(step + 1, t.result.loss, t.result.grad_norm)) {
         const int64_t back = on_spike(cfg, session, *sync, guard, step + 1, *flagged, rewinds);
-        metrics.rewind_to(back);
-        if (tensorboard) tensorboard->restart(back + 1);
+        metrics.rewind_to(back);  // and the TensorBoard file's restart
         saved_step = back;
         loss_window = 0;
         window_steps = 0;
@@ -336,7 +334,6 @@ TrainSummary train(const Config& cfg, dist::Comm& world, const SyncFactory& make
       metrics.write(m);
       const double eta = run_timer.seconds() / (step + 1 - start_step) * (cfg.train.steps - step - 1);
       log_step(*sync, m, cfg.train.steps, loss_window / window_steps, eta);
-      if (tensorboard) tensorboard->write(m);
     }
     if (log_now) {
       loss_window = 0;

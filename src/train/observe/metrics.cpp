@@ -1,4 +1,5 @@
 #include "train/observe/metrics.h"
+#include "train/observe/tensorboard.h"
 
 #include <cerrno>
 #include <cstring>
@@ -19,7 +20,10 @@ MetricsWriter::MetricsWriter(const std::string& dir, bool append, const std::str
                 "check that run.dir is writable");
 }
 
+void MetricsWriter::also_to(std::unique_ptr<TensorBoardWriter> tensorboard) { tensorboard_ = std::move(tensorboard); }
+
 void MetricsWriter::rewind_to(int64_t step) {
+  if (tensorboard_) tensorboard_->restart(step + 1);
   if (!file_) return;
   std::fclose(file_);
   file_ = nullptr;
@@ -68,6 +72,7 @@ void MetricsWriter::write(const StepMetrics& m) {
     throw Error(fmt::format("cannot write {}: {}", path_, std::strerror(errno)),
                 "free space in run.dir (or point run.dir elsewhere); checkpoint.resume = \"auto\" continues, and "
                 "a torn last record is dropped on resume");
+  if (tensorboard_) tensorboard_->write(m);
 }
 
 // A torn record (a write cut by a full disk or a crash: no newline at the end, not JSON) is dropped

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -57,6 +58,8 @@ struct StepMetrics {
 // so that a resumed run's records follow the checkpoint's step once. Throws Error on a full disk.
 void truncate_metrics_after(const std::string& path, int64_t step);
 
+class TensorBoardWriter;
+
 class MetricsWriter {
  public:
   // Appends to <dir>/<name> when `append`, else truncates. No-op writer if dir is empty.
@@ -68,10 +71,14 @@ class MetricsWriter {
   // Drops the records after `step` (a rewind to that step's checkpoint) and appends from there.
   void rewind_to(int64_t step);
   const std::string& path() const { return path_; }
+  // run.tensorboard: every record written (and every rewind) goes to `tensorboard` too.
+  void also_to(std::unique_ptr<TensorBoardWriter> tensorboard);
+  const TensorBoardWriter* tensorboard() const { return tensorboard_.get(); }
 
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace baton
