@@ -10,7 +10,7 @@
 // cudaGetLastError, see cuda_emu_runtime.cpp for the runtime shim and its device limits).
 //
 // What is modelled:
-//   - Every CUDA thread of a block is a fiber (its own stack, ucontext) on the launching host
+//   - Every CUDA thread of a block is a fiber (its own stack) on the launching host
 //     thread; threadIdx, blockIdx, blockDim and gridDim are thread-locals that the scheduler sets
 //     for the fiber it resumes. Blocks run one after the other; warps are 32 consecutive linear
 //     thread indices.
@@ -86,7 +86,9 @@
 #include <vector>
 
 #include <sys/mman.h>
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 // The CUDA built-in variables, per emulated thread.
 inline thread_local uint3 threadIdx{};
@@ -221,8 +223,52 @@ inline Warp& full_warp(unsigned mask, const char* what) {
 
 constexpr size_t kStackBytes = 256 * 1024, kStackGuard = 4096;
 
+// A fiber switch saves the callee-saved registers on the running stack and loads another stack.
+// glibc's swapcontext also saves and restores the signal mask, a system call per switch: 85% of
+// an emulated model test's time went there. x86-64 has its own switch; other machines fall back
+// to ucontext.
+#if defined(__x86_64__)
+extern "C" void cuda_emu_switch(void** save_sp, void* load_sp);
+// cuda_emu_switch(save_sp, load_sp): pushes the System V callee-saved registers and
+// the SSE/x87 control words, stores the stack pointer in *save_sp, switches to load_sp and pops
+// the same frame from there. No signal mask (swapcontext's system call). Weak: every translation
+// unit that includes this header defines it, the linker keeps one.
+asm(R"(
+  .pushsection .text
+  .weak cuda_emu_switch
+  .type cuda_emu_switch, @function
+cuda_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size cuda_emu_switch, .-cuda_emu_switch
+  .popsection
+)");
+using FiberContext = void*;  // the saved stack pointer
+#else
+using FiberContext = ucontext_t;
+#endif
+
 struct Fiber {
-  ucontext_t ctx{};
+  FiberContext ctx{};
   unsigned char* stack = nullptr;  // kStackGuard inaccessible bytes, then kStackBytes of stack
   const char* wait_what = nullptr;
   bool done = true;
@@ -271,10 +317,7 @@ class Scheduler {
       Fiber& f = *fibers_[t];
       f.done = false;
       f.wait_what = nullptr;
-      f.ctx.uc_stack.ss_sp = f.stack + kStackGuard;
-      f.ctx.uc_stack.ss_size = kStackBytes;
-      f.ctx.uc_link = nullptr;
-      makecontext(&f.ctx, &Scheduler::entry, 0);
+      start_context(f);
       set_ready(t, true);
     }
     Scheduler* const outer = t_sched;
@@ -331,10 +374,11 @@ class Scheduler {
     drop(block_->warps[me / kWarp]->bar);
     drop(block_->bar);
     const int next = pick();
-    if (next < 0) setcontext(&host_);  // does not return
-    cur_ = unsigned(next);
-    set_thread(cur_);
-    setcontext(&fibers_[cur_]->ctx);
+    FiberContext* dead = &fibers_[me]->ctx;  // never resumed: run_block restarts it
+    if (next < 0) {
+      jump(dead, &host_);  // does not return
+    }
+    resume(dead, unsigned(next));
   }
   void drop(Barrier& b) {
     b.expected--;
@@ -350,15 +394,47 @@ class Scheduler {
     const int next = pick();
     if (next == int(cur_)) return;
     if (next < 0) {
-      swapcontext(&fibers_[cur_]->ctx, &host_);  // deadlock: the host reports it
+      jump(&fibers_[cur_]->ctx, &host_);  // deadlock: the host reports it
       return;
     }
     resume(&fibers_[cur_]->ctx, unsigned(next));
   }
-  void resume(ucontext_t* from, unsigned next) {
+  void resume(FiberContext* from, unsigned next) {
     cur_ = next;
     set_thread(next);
-    swapcontext(from, &fibers_[next]->ctx);
+    jump(from, &fibers_[next]->ctx);
+  }
+  // Saves the running context in *from and continues the one in *to.
+  static void jump(FiberContext* from, FiberContext* to) {
+#if defined(__x86_64__)
+    cuda_emu_switch(from, *to);
+#else
+    swapcontext(from, to);
+#endif
+  }
+  // A fresh context that runs entry() on f's stack when first jumped to.
+  static void start_context(Fiber& f) {
+#if defined(__x86_64__)
+    // The frame cuda_emu_switch pops: MXCSR and x87 control word (this thread's), r15, r14, r13,
+    // r12, rbx, rbp, the return address (entry), then a null slot standing for entry's own return
+    // address, so entry starts with the stack aligned as after a call (rsp = 8 mod 16).
+    auto* top = reinterpret_cast<uint64_t*>(f.stack + kStackGuard + kStackBytes);
+    uint64_t* sp = top - 9;
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fpucw));
+    sp[0] = uint64_t(mxcsr) | uint64_t(fpucw) << 32;
+    for (int r = 1; r <= 6; r++) sp[r] = 0;
+    sp[7] = reinterpret_cast<uint64_t>(&Scheduler::entry);
+    sp[8] = 0;
+    f.ctx = sp;
+#else
+    f.ctx.uc_stack.ss_sp = f.stack + kStackGuard;
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, &Scheduler::entry, 0);
+#endif
   }
   static void set_thread(unsigned t) {
     t_tid = t;
@@ -381,8 +457,10 @@ class Scheduler {
     }
     return -1;
   }
+#if !defined(__x86_64__)
   // getcontext returns twice (GCC then warns about the variables live across it): kept apart.
   [[gnu::noinline]] static bool init_context(ucontext_t* ctx) { return getcontext(ctx) == 0; }
+#endif
   void grow(unsigned n) {
     while (fibers_.size() < n) {
       auto f = std::make_unique<Fiber>();
@@ -391,14 +469,16 @@ class Scheduler {
       if (p == MAP_FAILED) throw std::runtime_error("cuda_emu: cannot map a fiber stack");
       f->stack = static_cast<unsigned char*>(p);
       mprotect(f->stack, kStackGuard, PROT_NONE);  // a stack overflow faults instead of corrupting
+#if !defined(__x86_64__)
       if (!init_context(&f->ctx)) throw std::runtime_error("cuda_emu: getcontext failed");
+#endif
       fibers_.push_back(std::move(f));
     }
   }
 
   std::vector<std::unique_ptr<Fiber>> fibers_;
   std::vector<uint64_t> ready_;  // bit t: thread t can run
-  ucontext_t host_{};
+  FiberContext host_{};
   Block* block_ = nullptr;
   unsigned cur_ = 0;
   bool reverse_ = false, running_ = false;

@@ -100,8 +100,8 @@ target_link_libraries(baton_model_emulated PUBLIC baton_backend_emulated baton_c
                                                   baton_core)
 # Left out (gtest filter below):
 #   CudaBf16.FollowsFp32For50StepsDeterministicallyWithoutMallocs: 105 training steps per head
-#     size; ~5 s a step emulated (~10 minutes). MatchesCpuEmulation (3 steps, both head sizes: flash
-#     attention and the fp32 fallback, CPU bf16 emulation as reference) runs: ~35 s.
+#     size, minutes emulated. MatchesCpuEmulation (3 steps, both head sizes: flash attention and
+#     the fp32 fallback, CPU bf16 emulation as reference) runs: ~15 s.
 foreach(t test_cuda_ops test_cuda_bf16_model)
   add_executable(${t}_emulated ${CMAKE_CURRENT_SOURCE_DIR}/gpu/${t}.cpp)
   target_link_libraries(${t}_emulated PRIVATE baton_model_emulated GTest::gtest GTest::gtest_main)
