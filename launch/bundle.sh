@@ -45,6 +45,10 @@ ldd "${objects[@]}" 2>/dev/null | awk '/=> \// {print $1, $3}' | sort -u | while
 done
 ldd "${objects[@]}" 2>/dev/null | awk '/=>/ {print $1}' | { grep -E "$node_libs" || true; } | sort -u \
   > "$OUT/node-libs.txt"
+# The newest glibc symbol version the programs and libraries need (glibc comes from the node):
+# the GPU scripts' preflight compares it with the node's.
+. "$(dirname "$0")/lib-gpu-run.sh"
+glibc_needed "$OUT"/bin/* "$OUT"/lib/*.so* "$plugin_dir"/*.so > "$OUT/glibc-needed.txt"
 # Open MPI's help texts and default parameters (relative to its prefix, found via OPAL_PREFIX).
 mkdir -p "$OUT${MPI_DATA}"
 cp -r "$MPI_DATA"/. "$OUT${MPI_DATA}/"
@@ -121,5 +125,5 @@ export OPAL_PREFIX="$here/usr"
 exec "$here/bin/$1" "${@:2}"
 SH
 chmod +x "$OUT/baton" "$OUT/run"
-echo "bundle: $OUT ($(du -sh "$OUT" | cut -f1), $(ls "$OUT/lib" | wc -l) libraries, $(ls "$plugin_dir" | wc -l) Open MPI plugins)"
+echo "bundle: $OUT ($(du -sh "$OUT" | cut -f1), $(ls "$OUT/lib" | wc -l) libraries, $(ls "$plugin_dir" | wc -l) Open MPI plugins, needs glibc >= $(cat "$OUT/glibc-needed.txt"))"
 echo "run: $OUT/baton --version"

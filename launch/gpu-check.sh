@@ -44,71 +44,13 @@ BUNDLE=${1:-bundle}
 OUT=${2:-gpu-check}
 DEADLINE=${GPU_CHECK_DEADLINE:-510}
 PROGRAM_S=${GPU_CHECK_PROGRAM_S:-90}
-mkdir -p "$OUT"
-summary="$OUT/summary.txt"
-: > "$summary"
-t0=$(date +%s)
-failures=()
-say() { echo "$*" | tee -a "$summary"; }
-stop() { say "gpu-check: STOPPED in preflight: $1"; say "hint: $2"; exit 2; }
-# Seconds for the next step: `want`, clipped to what the deadline leaves (0: none left).
-budget() { local left=$(( DEADLINE - ($(date +%s) - t0) )); (( left < $1 )) && echo $(( left > 0 ? left : 0 )) || echo "$1"; }
-[ -x "$BUNDLE/run" ] || stop "$BUNDLE is not a bundle with test programs" \
-  "on the build machine: bash launch/gpu-check.sh --make-bundle build bundle"
+SUMMARY="$OUT/summary.txt"
+. "$(dirname "$0")/lib-gpu-run.sh"
+gpu_run_start
 
 # 1. Preflight.
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || stop "nvidia-smi failed: $(head -2 "$OUT/nvidia-smi.txt" | tr '\n' ' ')" \
-  "is the NVIDIA driver loaded and a GPU visible to this job (CUDA_VISIBLE_DEVICES)?"
-gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)
-driver_cuda=$(grep -o 'CUDA Version: *[0-9.]*' "$OUT/nvidia-smi.txt" | grep -o '[0-9.]*$')
-build_cuda=$(cat "$BUNDLE/build-cuda.txt" 2>/dev/null)
-say "gpu: $gpu | driver supports CUDA ${driver_cuda:-?} | built with CUDA ${build_cuda:-?} | $(date -u +%FT%TZ)"
-if [ -n "$driver_cuda" ] && [ -n "$build_cuda" ]; then
-  if (( ${driver_cuda%%.*} < ${build_cuda%%.*} )); then
-    stop "the driver supports CUDA $driver_cuda, older than the build's $build_cuda" \
-      "update the driver, or build with a CUDA $driver_cuda toolkit"
-  elif [ "$(printf '%s\n%s\n' "$driver_cuda" "$build_cuda" | sort -V | head -1)" != "$build_cuda" ]; then
-    say "preflight: note: driver CUDA $driver_cuda < build CUDA $build_cuda (same major: minor-version compatibility)"
-  fi
-fi
-missing=$(here=$(cd "$BUNDLE" && pwd); export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-          . "$here/node-libs.sh" 2> "$OUT/node-libs.log"
-          for b in "$here"/bin/*; do ldd "$b" | sed -n "s|^\s*\(\S*\) => not found|$(basename "$b"): \1|p"; done)
-[ -z "$missing" ] || stop "libraries not found: $(echo "$missing" | tr '\n' ';') $(cat "$OUT/node-libs.log")" \
-  "install them on the node or add their folder to LD_LIBRARY_PATH (the bundle looks in the CUDA toolkit and in Python's site-packages/nvidia/*/lib)"
-say "preflight: ok ($(ls "$BUNDLE/bin" | wc -l) programs, every library found)"
+preflight
 
-export BATON_REQUIRE_GPU=1
-# program NAME [SECONDS]: one gtest program of the bundle (within SECONDS, default PROGRAM_S), its
-# line in the summary; failed tests again with CUDA_LAUNCH_BLOCKING=1.
-program() {
-  local t=$1 limit
-  [ -x "$BUNDLE/bin/$t" ] || { say "$t: not in the bundle"; failures+=("$t (missing)"); return; }
-  limit=$(budget "${2:-$PROGRAM_S}")
-  (( limit > 5 )) || { say "$t: not run (deadline)"; failures+=("$t (deadline)"); return; }
-  local start=$(date +%s) rc
-  timeout "$limit" "$BUNDLE/run" "$t" > "$OUT/$t.log" 2>&1
-  rc=$?
-  local passed failed skipped
-  passed=$(grep -c '^\[       OK \]' "$OUT/$t.log")
-  failed=$(sed -n 's/^\[  FAILED  \] \([A-Za-z][A-Za-z0-9_/.]*\).*/\1/p' "$OUT/$t.log" | sort -u | wc -l)
-  skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z]' "$OUT/$t.log")
-  local verdict=ok
-  if (( rc == 124 )); then verdict="TIMED OUT after ${limit} s"
-  elif (( passed + failed == 0 )); then verdict="ZERO TESTS RAN"
-  elif (( rc != 0 || failed > 0 || skipped > 0 )); then verdict=FAILED
-  fi
-  say "$t: $verdict | rc $rc, $passed passed, $failed failed, $skipped skipped, $(( $(date +%s) - start )) s"
-  [ "$verdict" = ok ] && return
-  failures+=("$t")
-  local names
-  names=$(sed -n 's/^\[  FAILED  \] \([A-Za-z][A-Za-z0-9_/.]*\).*/\1/p' "$OUT/$t.log" | sort -u | tr '\n' ':')
-  limit=$(budget 60)
-  if [ -n "$names" ] && (( limit > 5 )); then
-    CUDA_LAUNCH_BLOCKING=1 timeout "$limit" "$BUNDLE/run" "$t" --gtest_filter="$names" > "$OUT/$t.blocking.log" 2>&1
-    say "  rerun with CUDA_LAUNCH_BLOCKING=1: rc $? (log $OUT/$t.blocking.log)"
-  fi
-}
 bench() {
   local compute=$1 limit
   limit=$(budget 120)
