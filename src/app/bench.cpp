@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/app.h"
+#include "backend/op_timed_backend.h"
 #include "config/config.h"
 #include "config/virtual_workers.h"
 #include "core/error.h"
@@ -64,7 +65,9 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   }
   const std::string unit = images ? "images" : "tokens";
   const std::string formula = images ? "the layers' convolution and linear FLOPs" : "the PTD-P formula";
-  TrainSession session(cfg, world, std::move(builder), std::move(data));
+  SessionOptions session_options;
+  session_options.op_times = op_times_requested();
+  TrainSession session(cfg, world, std::move(builder), std::move(data), session_options);
   session.log_header();
   const LrSchedule sched = lr_schedule(cfg.optim, cfg.train.steps);
   std::vector<double> seconds, comm;
@@ -73,8 +76,11 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   // stop its own training is seen here (it does not stop the benchmark).
   DivergenceGuard guard(divergence_rules(cfg, session.builder()));
   std::optional<std::string> flagged;
+  if (session.op_times() && opts.warmup == 0) session.op_times()->reset();
   for (int64_t step = 0; step < cfg.train.steps; ++step) {
     const TimedStep t = session.step(step, sched.at(step));
+    // BATON_OP_TIMES=1: the table covers the timed steps only.
+    if (session.op_times() && step + 1 == opts.warmup) session.op_times()->reset();
     if (!flagged) flagged = guard.check(step + 1, t.result.loss, t.result.grad_norm);
     if (step == 0) first_loss = t.result.loss;
     last_loss = t.result.loss;
@@ -130,6 +136,13 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   if (ranks > 1)
     log::info("comm: {:.1f}% of step time blocked in communication (mean over {} ranks; max {:.1f}%)",
               100 * comm_share_mean, ranks, 100 * comm_share_max);
+  std::vector<OpTimedBackend::Row> op_rows;
+  if (session.op_times()) {
+    op_rows = session.op_times()->rows();
+    log::info("op times (BATON_OP_TIMES=1; rank {}'s backend ops over its {} timed steps, {} clock):\n{}",
+              world.rank(), n, session.device().device == "cuda" ? "CUDA event" : "wall",
+              OpTimedBackend::table(op_rows, 1e3 * total_local, static_cast<int>(n)));
+  }
   if (!opts.json.empty() && world.rank() == 0) {
     nlohmann::json j;
     j["config"] = opts.config;
@@ -162,6 +175,13 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
     j["loss_first"] = first_loss;
     j["loss_last"] = last_loss;
     j["guard_flagged"] = flagged ? nlohmann::json(*flagged) : nlohmann::json(nullptr);
+    if (session.op_times()) {  // per timed step
+      nlohmann::json ops = nlohmann::json::array();
+      for (const OpTimedBackend::Row& r : op_rows)
+        ops.push_back({{"op", r.op}, {"calls", double(r.calls) / n}, {"ms", r.ms / n}, {"flops", r.flops / n},
+                       {"bytes", r.bytes / n}});
+      j["op_times"] = ops;
+    }
     std::ofstream out(opts.json);
     BATON_REQUIRE(out.good(), fmt::format("cannot write {}", opts.json),
                   "check that the directory exists and is writable");

@@ -13,6 +13,7 @@
 
 #include "app/app.h"
 #include "app/hetero_cluster.h"
+#include "backend/op_timed_backend.h"
 #include "config/config.h"
 #include "config/config_diff.h"
 #include "core/build_info.h"
@@ -113,6 +114,9 @@ int run_with_config(const std::string& config, const std::vector<std::string>& o
 int run_train(const TrainOptions& opts) {
   return run_with_config(opts.config, opts.overrides, opts.log_all_ranks,
                          [](const Config& cfg, dist::Comm& world) {
+                           if (op_times_requested())
+                             log::warn("BATON_OP_TIMES=1 is read by `baton bench` (the same session on "
+                                       "synthetic data, timed steps only): baton train ignores it");
                            // The cross-group strategy of the layout: homogeneous ranks step in
                            // lockstep; virtual workers sync by the wave all-reduce or WSP.
                            const TrainSummary s =

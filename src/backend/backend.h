@@ -127,6 +127,20 @@ class Backend {
   // The stream the ops run on (a cudaStream_t on the CUDA backend; null on the CPU), for
   // communicators that order themselves against compute (dist/device_comm.h).
   virtual void* native_stream() const { return nullptr; }
+  // The op-time table (backend/op_timed_backend.h) times spans of this backend's work with a
+  // clock of its own: the wall clock on host backends (their ops return when done), events on
+  // a GPU's stream (no synchronisation per op).
+  class OpClock {
+   public:
+    virtual ~OpClock() = default;
+    virtual void start() = 0;  // right before an op
+    virtual void stop() = 0;   // right after it
+    // Milliseconds of every start/stop pair since the last call, in order (may synchronise).
+    virtual std::vector<double> take() = 0;
+  };
+  virtual std::unique_ptr<OpClock> make_op_clock();
+  // The backend a decorator (OpTimedBackend) wraps; itself otherwise.
+  virtual Backend& unwrapped() { return *this; }
 
   // ---- dense layers ----
   // out[N,OC] = inp[N,C] . weight[OC,C]^T + bias[OC]   (bias may be null)

@@ -90,6 +90,34 @@ assert j["flops_per_step"] == 3 * 16 * fwd, (j["flops_per_step"], 3 * 16 * fwd)
 assert abs(j["tflops_per_device"] * 2e12 / j["flops_per_step"] - j["images_per_s"] / 16) <= 1e-6 * j["images_per_s"]
 PY
 
+# BATON_OP_TIMES=1: the op-time table over the timed steps (tiny: 2 layers, 4 micro-batches of 2 x 16
+# tokens a step), and the same rows per step in the JSON; the model's FLOPs by op kind add up.
+BATON_OP_TIMES=1 "$BATON" bench tiny.toml --warmup 1 --steps 2 --json ops.json > ops.log
+grep -Eq "^op times \(BATON_OP_TIMES=1; rank 0's backend ops over its 2 timed steps, wall clock\)" ops.log \
+  || { cat ops.log; fail "no op-time table"; }
+for op in matmul_forward matmul_backward attention_forward adamw_step "all ops" "rest of the step"; do
+  grep -q "^$op " ops.log || { cat ops.log; fail "no '$op' row"; }
+done
+python3 - <<'PY'
+import json
+j = json.load(open("ops.json"))
+ops = {r["op"]: r for r in j["op_times"]}
+# Per step: 4 micro-batches x (2 blocks x (qkv, proj, fc, fc2) + the head) GEMMs forward.
+mm = ops["matmul_forward"]["calls"] + ops.get("matmul_gelu_forward", {"calls": 0})["calls"]
+assert mm == 4 * (2 * 4 + 1), ops
+# Forward GEMM FLOPs of one micro-batch (2 x 16 rows): per block 2N(C*3C + C*C + C*4C + 4C*C), head 2N*C*V.
+N, C, V = 32, 32, j.get("vocab_padded", 300)
+fwd_flops = ops["matmul_forward"]["flops"] + ops.get("matmul_gelu_forward", {"flops": 0})["flops"]
+blocks = 2 * 2 * N * (3 * C * C + C * C + 4 * C * C + 4 * C * C)
+head = fwd_flops / 4 - blocks
+assert head > 0 and abs(head / (2 * N * C) - round(head / (2 * N * C))) < 1e-9, (fwd_flops, blocks)
+assert ops["adamw_step"]["calls"] >= 1 and all(r["ms"] >= 0 for r in j["op_times"]), ops
+PY
+BATON_OP_TIMES=1 "$BATON" train tiny.toml --set train.steps=1 > train_ops.log 2>&1 || true  # no data: the note comes first
+grep -q "BATON_OP_TIMES=1 is read by .baton bench." train_ops.log || { cat train_ops.log; fail "train: no note on BATON_OP_TIMES"; }
+BATON_OP_TIMES=yes "$BATON" bench tiny.toml --warmup 0 --steps 1 > bad_ops.log 2>&1 && fail "BATON_OP_TIMES=yes accepted"
+grep -q "^error: BATON_OP_TIMES=yes is not 0 or 1" bad_ops.log || { cat bad_ops.log; fail "BATON_OP_TIMES=yes: no error"; }
+
 expect_error "not expected" "$BATON" bench tiny.toml --bogus
 expect_error "not in range" "$BATON" bench tiny.toml --steps 0
 expect_error "vocab_size is 0" "$BATON" bench tiny.toml --set model.vocab_size=0

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../support/gpu_test.h"
+#include "backend/op_timed_backend.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/rng.h"
@@ -225,6 +226,38 @@ TEST_F(CudaOps, MatmulForward) {
       out.expect(kGemm, std::string("matmul_forward bias=") + (bias ? "1" : "0") + tag);
     }
   }
+}
+
+// The op-time table on a GPU: OpTimedBackend over the CUDA backend times with events on the stream
+// (EventClock), gives the same bits as the plain backend, and cuda_memory_stats still reaches the
+// wrapped backend.
+TEST_F(CudaOps, OpTimesWithEventsChangeNothing) {
+  OpTimedBackend timed(make_cuda_backend());
+  const int N = 33, C = 40, OC = 24;
+  const std::vector<float> xi = randn(size_t(N) * C, 6), wi = randn(size_t(OC) * C, 7, 0.1f);
+  std::vector<std::vector<float>> results;
+  for (Backend* be : {static_cast<Backend*>(gpu_.get()), static_cast<Backend*>(&timed)}) {
+    auto* x = static_cast<float*>(be->alloc(xi.size() * sizeof(float)));
+    auto* w = static_cast<float*>(be->alloc(wi.size() * sizeof(float)));
+    auto* out = static_cast<float*>(be->alloc(size_t(N) * OC * sizeof(float)));
+    be->to_device(x, xi.data(), xi.size() * sizeof(float));
+    be->to_device(w, wi.data(), wi.size() * sizeof(float));
+    for (int rep = 0; rep < 3; ++rep) be->matmul_forward(out, x, w, nullptr, N, C, OC);
+    results.emplace_back(size_t(N) * OC);
+    be->to_host(results.back().data(), out, results.back().size() * sizeof(float));
+    for (float* p : {x, w, out}) be->release(p);
+  }
+  EXPECT_EQ(results[0], results[1]);
+  bool found = false;
+  for (const OpTimedBackend::Row& r : timed.rows())
+    if (r.op == "matmul_forward") {
+      found = true;
+      EXPECT_EQ(r.calls, 3);
+      EXPECT_GE(r.ms, 0.0);
+      EXPECT_EQ(r.flops, 3 * 2.0 * N * C * OC);
+    }
+  EXPECT_TRUE(found);
+  EXPECT_GT(cuda_memory_stats(timed).peak_in_use_bytes, 0u);
 }
 
 TEST_F(CudaOps, MatmulBackwardEveryNullCombination) {

@@ -151,6 +151,45 @@ const float* CF(const void* p) { return static_cast<const float*>(p); }
 bf16* H(void* p) { return static_cast<bf16*>(p); }
 const bf16* CH(const void* p) { return static_cast<const bf16*>(p); }
 
+// The op-time table's clock on a GPU: a pair of events recorded on the stream around each op, read
+// when the table asks (one synchronisation then, none per op); the events are reused.
+class EventClock final : public Backend::OpClock {
+ public:
+  explicit EventClock(cudaStream_t stream) : stream_(stream) {}
+  ~EventClock() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  EventClock(const EventClock&) = delete;
+  EventClock& operator=(const EventClock&) = delete;
+  void start() override { record(); }
+  void stop() override { record(); }
+  std::vector<double> take() override {
+    std::vector<double> ms;
+    if (used_ == 0) return ms;
+    cuda_check(cudaEventSynchronize(events_[used_ - 1]), "op clock: cudaEventSynchronize");
+    for (size_t i = 0; i + 1 < used_; i += 2) {
+      float m = 0;
+      cuda_check(cudaEventElapsedTime(&m, events_[i], events_[i + 1]), "op clock: cudaEventElapsedTime");
+      ms.push_back(m);
+    }
+    used_ = 0;
+    return ms;
+  }
+
+ private:
+  void record() {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      cuda_check(cudaEventCreate(&e), "op clock: cudaEventCreate");
+      events_.push_back(e);
+    }
+    cuda_check(cudaEventRecord(events_[used_++], stream_), "op clock: cudaEventRecord");
+  }
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, DType act) : device_(device), act_(act), bf16_(act == DType::BF16) {
@@ -194,6 +233,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   void* native_stream() const override { return stream_; }
+  std::unique_ptr<OpClock> make_op_clock() override { return std::make_unique<EventClock>(stream_); }
   DType act_dtype() const override { return act_; }
 
   CudaMemoryStats stats() const { return arena_.stats(); }
@@ -619,7 +659,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device, DType act) {
 
 namespace {
 CudaBackend& as_cuda(Backend& backend, const char* what) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend.unwrapped());
   BATON_REQUIRE(cuda != nullptr, fmt::format("{}: backend \"{}\" is not CUDA", what, backend.name()),
                 "call it on a backend from make_cuda_backend()");
   return *cuda;

@@ -144,6 +144,12 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
   // Each rank of a node takes its own GPU (local rank % visible GPUs).
   choice_ = choose_backend(cfg_.precision.device, parse_compute_dtype(cfg_.precision.compute),
                            world.size() > 1 ? dist::node_local().local_rank : 0);
+  // baton bench with BATON_OP_TIMES=1: every backend op timed (the op-time table).
+  if (options.op_times) {
+    auto timed = std::make_unique<OpTimedBackend>(std::move(choice_.backend));
+    op_times_ = timed.get();
+    choice_.backend = std::move(timed);
+  }
   Backend& be = *choice_.backend;
   if (options.memory_limit.bytes != 0) be.set_memory_limit(options.memory_limit);
   // cuDNN's CNN ops compile in every build but have not run on a GPU yet (the GPU issue's check).

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backend/device.h"
+#include "backend/op_timed_backend.h"
 #include "config/config.h"
 #include "config/config_diff.h"
 #include "dist/comm.h"
@@ -86,6 +87,7 @@ struct SessionOptions {
   bool record_instructions = false;  // keep each step's executed instructions (tests)
   UpdateHooks* hooks = nullptr;      // a virtual worker's WSP (train/hetero/wsp_stage.h)
   MemoryLimit memory_limit;          // an emulated device's memory (config/device_emulation.h); 0 = none
+  bool op_times = false;             // time every backend op (OpTimedBackend; baton bench's BATON_OP_TIMES)
 };
 
 class TrainSession {
@@ -148,6 +150,8 @@ class TrainSession {
   const ModelBuilder& builder() const { return *builder_; }
   SequentialModel& model() { return *model_; }
   Backend& backend() { return *choice_.backend; }
+  // The op-time table's backend (BATON_OP_TIMES=1), else null.
+  OpTimedBackend* op_times() { return op_times_; }
   const BackendChoice& device() const { return choice_; }
   const dist::Layout& layout() const { return layout_; }
   const dist::ProcessGroups& groups() const { return groups_; }
@@ -218,6 +222,7 @@ class TrainSession {
   // rank, so the ranks' timelines line up).
   std::unique_ptr<pipeline::Timeline> timeline_;
   double trace_origin_ = 0;
+  OpTimedBackend* op_times_ = nullptr;  // choice_.backend, when it is one
   bool memory_logged_ = false;  // the backend's memory summary, once after the first step
   double flops_ = 0, peak_ = 0;
 };
