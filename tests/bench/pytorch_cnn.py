@@ -45,12 +45,10 @@ CASES = {
 }
 
 
-def baton_images_per_s(baton, case, threads):
+def baton_config(case):
+    """The baton config (TOML text) of a case: the model, synthetic data, SGD as the PyTorch step."""
     depth, width, size, chans, classes, batch, warmup, steps = CASES[case]
-    with tempfile.TemporaryDirectory() as d:
-        cfg = os.path.join(d, "bench.toml")
-        with open(cfg, "w") as f:
-            f.write(f"""[model]
+    return f"""[model]
 kind = "resnet"
 n_layer = {depth}
 width = {width}
@@ -69,7 +67,15 @@ momentum = 0.9
 nesterov = true
 weight_decay = 5e-4
 grad_clip = 0.0
-""")
+"""
+
+
+def baton_images_per_s(baton, case, threads):
+    warmup, steps = CASES[case][6:8]
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "bench.toml")
+        with open(cfg, "w") as f:
+            f.write(baton_config(case))
         out = os.path.join(d, "b.json")
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         subprocess.run([baton, "bench", cfg, "--warmup", str(warmup), "--steps", str(steps), "--json", out],
