@@ -40,7 +40,9 @@ namespace {
 struct Tol {
   double rtol, atol;
 };
-constexpr Tol kExact{0, 0}, kSumsq{1e-12, 0}, kGelu{1e-5, 1e-7}, kReduce{1e-5, 1e-6},
+// kGelu: the kernel's tanh form and the CPU's x sigma(2u) form (src/backend/cpu/cpu_math.h) are
+// each within ~4e-7 of the exact gradient near |x| ~ 2-4; measured apart by up to 2.7e-7 of max|cpu|.
+constexpr Tol kExact{0, 0}, kSumsq{1e-12, 0}, kGelu{1e-5, 6e-7}, kReduce{1e-5, 1e-6},
     kGemm{1e-4, 1e-5}, kAttention{1e-4, 1e-5}, kAdamParam{1e-6, 1e-7}, kModel{2e-3, 1e-4};
 
 std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {

@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/dtype.h"
 
@@ -498,6 +500,61 @@ TEST_F(CpuOps, GeluForwardAndGradcheck) {
       },
       to_d(x));
   EXPECT_LT(rel_err(dx, g), kTol);
+}
+
+// cpu_math.h's exp: within 2 ulp of the correctly rounded e^x on its range (every 1e-3), clamped
+// outside it; GELU and its derivative through it within 8 ulp (1 + |u|) (relative, or of the
+// gradient's terms where they cancel; |u| is e^(-2u)'s condition) of the double formula
+// on [-12, 12] over 2^18 points (below x ~ -8.6 the cap's x e^-80);
+// the backend's loops give the same bits as the scalar functions (vector lanes and tail alike).
+TEST(CpuMath, ExpWithinTwoUlp) {
+  for (int i = -86999; i <= 87999; ++i) {
+    const float x = float(i) * 1e-3f;
+    const double want = std::exp(double(x));
+    const float got = cpu_math::exp_approx(x);
+    const double ulp = std::nextafter(float(want), INFINITY) - float(want);
+    ASSERT_LE(std::fabs(got - want), 2 * ulp) << "x = " << x;
+  }
+  EXPECT_EQ(cpu_math::exp_approx(-1000.0f), cpu_math::exp_approx(-87.0f));
+  EXPECT_EQ(cpu_math::exp_approx(1000.0f), cpu_math::exp_approx(88.0f));
+  EXPECT_TRUE(std::isfinite(cpu_math::exp_approx(1e30f)));
+}
+
+TEST(CpuMath, GeluAndItsGradientWithinAFewUlp) {
+  // Within 8 ulp (1 + |u|) of `scale` (the result, or for the gradient the larger of its two terms s and
+  // x s (1 - s) k (1 + 3 0.044715 x^2): the sum cancels for x < -0.75, where a few ulp of the terms
+  // is what any float evaluation can promise).
+  // u itself is rounded to float (|du| ~ |u| 2^-24), which e^(-2u) turns into a relative error of
+  // ~2|u| 2^-24 per rounding of u (three): the bound is 8 ulp (1 + |u|).
+  auto check = [](float x, float got, double want, double scale, double u, const char* what) {
+    const float m = float(std::max(std::fabs(want), scale));
+    const double ulp = std::max(double(std::nextafter(m, INFINITY) - m), 1e-45);
+    ASSERT_LE(std::fabs(got - want), 8 * ulp * (1 + u)) << what << " x = " << x;
+  };
+  // The reference in double as 0.5 x (1 + tanh u) = x sigma(2u): the tanh form underflows to 0
+  // (1 + tanh u, 1 - tanh^2 u) for u < -19 even in double.
+  const double k = std::sqrt(2 / M_PI);
+  for (int i = -(1 << 17); i <= (1 << 17); ++i) {
+    const float x = float(i) * (12.0f / (1 << 17));
+    const double xd = x, u = k * (xd + 0.044715 * xd * xd * xd), e = std::exp(-2 * u), s = 1 / (1 + e);
+    const double t = 2 * xd * s * (e * s) * k * (1 + 3 * 0.044715 * xd * xd);
+    if (-2 * u > 80) {  // the exponent's cap (e^80), x < -8.6: x e^-80 instead of ~0
+      ASSERT_LE(std::fabs(cpu_math::gelu(x)), 1e-32) << x;
+      ASSERT_LE(std::fabs(cpu_math::gelu_grad(x)), 1e-31) << x;
+      continue;
+    }
+    check(x, cpu_math::gelu(x), xd * s, std::fabs(xd * s), std::fabs(u), "gelu");
+    check(x, cpu_math::gelu_grad(x), s + t, std::max(s, std::fabs(t)), std::fabs(u), "gelu'");
+  }
+  auto be = make_cpu_backend();
+  const size_t n = 20003;  // not a multiple of 4: the padded tail too
+  VecF x = random_vec(n, 41, -6, 6), out(n), dx(n), ones(n, 1.0f);
+  be->gelu_forward(out.data(), x.data(), n);
+  be->gelu_backward(dx.data(), x.data(), ones.data(), n);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(out[i], cpu_math::gelu(x[i])) << i;  // the same function in every lane and the tail
+    ASSERT_EQ(dx[i], cpu_math::gelu_grad(x[i])) << i;
+  }
 }
 
 // ---- attention ---------------------------------------------------------------------------------

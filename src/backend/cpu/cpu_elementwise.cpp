@@ -1,5 +1,6 @@
 // CpuOps elementwise ops (scale/add/residual, GELU, sum_squares).
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_math.h"
 
 #include <omp.h>
 
@@ -50,32 +51,15 @@ double CpuOps::sum_squares(const float* x, size_t n) {
   return total;
 }
 
-// GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2):
-//   gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))),  k = sqrt(2/pi).
-namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-}
-
+// GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2), through cpu_math.h's
+// vectorisable form: gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))) = x sigma(2u), k = sqrt(2/pi).
 void CpuOps::gelu_forward(float* out, const float* inp, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float cube = 0.044715f * x * x * x;
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
-  }
+  cpu_math::map4(out, inp, nullptr, n, cpu_math::gelu4);
 }
 
 void CpuOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float u = kGeluScale * (x + 0.044715f * x * x * x);
-    float th = std::tanh(u);
-    float sech2 = 1.0f - th * th;
-    float du_dx = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du_dx;
-    dinp[i] = grad * dout[i];  // overwrite, not accumulate (Backend contract)
-  }
+  // Overwrites dinp (Backend contract); dinp may equal dout (each block reads before it writes).
+  cpu_math::map4(dinp, inp, dout, n, cpu_math::gelu_grad4);
 }
 
 void CpuOps::dropout(float* y, const float* x, int rows, int row_elems, float p, uint64_t seed,
