@@ -99,7 +99,7 @@ baton_bench() {
   timeout "$limit" "$BUNDLE/baton" bench "${@:3}" --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
   rc=$?
   if (( rc == 0 )); then
-    say "- $name: $(int "$(json "$OUT/$name.json" tokens_per_s)") tokens/s, MFU $(pct "$(json "$OUT/$name.json" mfu)"), median step $(json "$OUT/$name.json" step_ms_median) ms | $(grep -m1 -E 'device memory|peak' "$OUT/$name.log")"
+    say "- $name: $(int "$(json "$OUT/$name.json" tokens_per_s)") tokens/s, MFU $(pct "$(json "$OUT/$name.json" mfu)"), median step $(json "$OUT/$name.json" step_ms_median) ms | $(grep -m1 -E 'device memory|peak' "$OUT/$name.log") | $(grep -m1 -E 'cuBLASLt:' "$OUT/$name.log")"
   else
     say "- $name: FAILED rc $rc$( (( rc == 124 )) && echo " (timed out after $limit s)") | $(grep -m1 -E '^error:' "$OUT/$name.log")"
     failures+=("$name")

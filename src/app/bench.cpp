@@ -136,6 +136,7 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
   if (ranks > 1)
     log::info("comm: {:.1f}% of step time blocked in communication (mean over {} ranks; max {:.1f}%)",
               100 * comm_share_mean, ranks, 100 * comm_share_max);
+  if (const std::string k = session.backend().kernel_summary(); !k.empty()) log::info("{}", k);
   std::vector<OpTimedBackend::Row> op_rows;
   if (session.op_times()) {
     op_rows = session.op_times()->rows();
@@ -175,6 +176,7 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
     j["loss_first"] = first_loss;
     j["loss_last"] = last_loss;
     j["guard_flagged"] = flagged ? nlohmann::json(*flagged) : nlohmann::json(nullptr);
+    if (const std::string k = session.backend().kernel_summary(); !k.empty()) j["kernel_summary"] = k;
     if (session.op_times()) {  // per timed step
       nlohmann::json ops = nlohmann::json::array();
       for (const OpTimedBackend::Row& r : op_rows)

@@ -124,6 +124,9 @@ class Backend {
   // Device memory as the backend sees it (GPU: peak in use, reserved, allocation calls); empty on
   // host backends. The trainer logs it after the first step, when every buffer exists.
   virtual std::string memory_summary() const { return {}; }
+  // What the backend's libraries chose, for benchmarks (CUDA: cuBLASLt's heuristic queries, cached
+  // plans and the epilogues that ran as a separate kernel); empty when there is nothing to say.
+  virtual std::string kernel_summary() const { return {}; }
   // The stream the ops run on (a cudaStream_t on the CUDA backend; null on the CPU), for
   // communicators that order themselves against compute (dist/device_comm.h).
   virtual void* native_stream() const { return nullptr; }

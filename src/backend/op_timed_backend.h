@@ -143,6 +143,7 @@ class OpTimedBackend final : public Backend {
   }
   void synchronize() override { inner_->synchronize(); }
   std::string memory_summary() const override { return inner_->memory_summary(); }
+  std::string kernel_summary() const override { return inner_->kernel_summary(); }
   void* native_stream() const override { return inner_->native_stream(); }
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N, int C,
                       int OC) override {

@@ -260,6 +260,11 @@ TEST_F(CudaOps, OpTimesWithEventsChangeNothing) {
     }
   EXPECT_TRUE(found);
   EXPECT_GT(cuda_memory_stats(timed).peak_in_use_bytes, 0u);
+  // baton bench's cuBLASLt line: bf16 only (fp32 GEMMs are plain cuBLAS), forwarded by the wrapper.
+  EXPECT_TRUE(timed.kernel_summary().empty());
+  OpTimedBackend bf16(make_cuda_backend(0, DType::BF16));
+  EXPECT_EQ(bf16.kernel_summary().rfind("cuBLASLt: 0 heuristic queries, 0 cached plans, 0 GEMMs", 0), 0u)
+      << bf16.kernel_summary();
 }
 
 TEST_F(CudaOps, MatmulBackwardEveryNullCombination) {

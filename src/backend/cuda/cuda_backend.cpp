@@ -237,6 +237,13 @@ class CudaBackend final : public Backend {
   DType act_dtype() const override { return act_; }
 
   CudaMemoryStats stats() const { return arena_.stats(); }
+  std::string kernel_summary() const override {
+    if (!lt_) return {};
+    return fmt::format("cuBLASLt: {} heuristic queries, {} cached plans, {} GEMMs whose epilogue (bias, GELU, "
+                       "dGELU) ran as a separate kernel instead of fused{}",
+                       lt_->heuristic_queries(), lt_->cached_plans(), lt_->fallback_calls(),
+                       lt_->fused_epilogues() ? "" : " (fused epilogues switched off)");
+  }
   std::string memory_summary() const override {
     const CudaMemoryStats st = arena_.stats();
     size_t free = 0, total = 0;
