@@ -11,7 +11,8 @@
 #   4. `baton bench` GPT-2 124M bf16 at micro-batch 8, 16 and 32 (one micro-batch per step);
 #   5. the PyTorch baseline (tests/bench/pytorch_gpt2.py) at baton's best micro-batch: eager with
 #      SDPA's flash backend, eager with SDPA's cuDNN backend, and torch.compile only when the node
-#      has a C compiler (Inductor needs one); then the table baton / best PyTorch;
+#      has a C compiler (Inductor needs one); then the table baton / best PyTorch; 5b. the op-time
+#      table (BATON_OP_TIMES=1) at that micro-batch beside launch/step-time-model.py's prediction;
 #   6. GPT-2 1.5B (baton bench and PyTorch eager flash, micro-batch 4 x 4) if time remains;
 #   7. what else the bundle holds (CNN ops, NCCL, DeviceComm) if time remains.
 # Every test program runs with BATON_REQUIRE_GPU=1 (no device = failure) and its failed tests again
@@ -99,7 +100,7 @@ baton_bench() {
   timeout "$limit" "$BUNDLE/baton" bench "${@:3}" --json "$OUT/$name.json" > "$OUT/$name.log" 2>&1
   rc=$?
   if (( rc == 0 )); then
-    say "- $name: $(int "$(json "$OUT/$name.json" tokens_per_s)") tokens/s, MFU $(pct "$(json "$OUT/$name.json" mfu)"), median step $(json "$OUT/$name.json" step_ms_median) ms | $(grep -m1 -E 'device memory|peak' "$OUT/$name.log") | $(grep -m1 -E 'cuBLASLt:' "$OUT/$name.log")"
+    say "- $name: $(int "$(json "$OUT/$name.json" tokens_per_s)") tokens/s, MFU $(pct "$(json "$OUT/$name.json" mfu)"), median step $(json "$OUT/$name.json" step_ms_median) ms$(grep -m1 -E 'device memory|peak' "$OUT/$name.log" | sed 's/^/ | /')$(grep -m1 -E 'cuBLASLt:' "$OUT/$name.log" | sed 's/^/ | /')"
   else
     say "- $name: FAILED rc $rc$( (( rc == 124 )) && echo " (timed out after $limit s)") | $(grep -m1 -E '^error:' "$OUT/$name.log")"
     failures+=("$name")
@@ -162,6 +163,20 @@ else
     say "| --- | --- | --- | --- |"
     say "| $best_mb | $(int "$best_tps") | $(int "$best_torch") | $(awk -v a="$best_tps" -v b="$best_torch" 'BEGIN { printf("%.2fx", a / b) }') |"
   fi
+fi
+
+section "5b. Op by op at baton's best micro-batch, against the step-time model"
+if [ -n "$best_mb" ]; then
+  if BATON_OP_TIMES=1 baton_bench "baton-124m-optimes-mb$best_mb" 75 configs/gpt2-124m.toml --warmup 3 --steps 10 \
+       "${BF16[@]}" --set "train.micro_batch=$best_mb" --set "train.global_batch=$best_mb"; then
+    sed -n '/^op (per step)/,/^rest of the step/p' "$OUT/baton-124m-optimes-mb$best_mb.log" > "$OUT/op-times.txt"
+    { echo '```'; cat "$OUT/op-times.txt"; echo '```'; echo; } | tee -a "$SUMMARY"
+    python3 launch/step-time-model.py --compare "$OUT/baton-124m-optimes-mb$best_mb.json" --model 124m 2>&1 |
+      tee -a "$SUMMARY"
+    pack
+  fi
+else
+  say "- not run: no baton figure"
 fi
 
 section "6. GPT-2 1.5B (if time remains)"

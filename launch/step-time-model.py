@@ -17,6 +17,11 @@ the output), not measurements: part B replaces them with measured ones.
 
 Usage: python3 launch/step-time-model.py [--device H100-SXM|H200] [--model 124m|1.5b] [--batch B]
        python3 launch/step-time-model.py --all      # the tables of docs/cuda.md
+       python3 launch/step-time-model.py --compare BENCH_JSON [--model 124m|1.5b]
+The last holds a measured step against the model op by op: BENCH_JSON is `BATON_OP_TIMES=1 baton bench
+... --json BENCH_JSON` of the same model (its micro-batch is B; the device, H100 or H200, is read from
+it); each model kernel is charged to the backend op that launches it (OP_OF below) and the table gives
+per op the predicted and measured milliseconds a step and their ratio.
 """
 import argparse
 import math
@@ -96,6 +101,39 @@ def kernels(m):
     return out, P, N, L
 
 
+# The backend op (src/backend/backend.h, as the op-time table names it) that launches each kernel
+# of kernels(): [(op, share)]. Bias gradients run inside the matmul backwards; the final layernorm
+# splits as its bytes do (forward 2, backward 5 of 7).
+OP_OF = {
+    "layernorm forward (ln1)": [("layernorm_forward", 1)],
+    "qkv GEMM + bias (fwd)": [("matmul_forward", 1)],
+    "flash attention forward": [("attention_forward", 1)],
+    "proj GEMM + bias (fwd)": [("matmul_forward", 1)],
+    "residual + layernorm forward (ln2)": [("residual_layernorm_forward", 1)],
+    "fc GEMM + bias + GELU epilogue (fwd)": [("matmul_gelu_forward", 1)],
+    "  fc's pre-GELU output (GELU_AUX)": [("matmul_gelu_forward", 1)],
+    "fcproj GEMM + bias (fwd)": [("matmul_forward", 1)],
+    "residual forward": [("residual_forward", 1)],
+    "fcproj GEMM backward (dX with DGELU epilogue, dW)": [("matmul_backward_gelu", 1)],
+    "fc GEMM backward (dX, dW)": [("matmul_backward", 1)],
+    "bias gradients (4 reductions)": [("matmul_backward", 0.75), ("matmul_backward_gelu", 0.25)],
+    "layernorm backward (ln2, ln1)": [("layernorm_backward", 1)],
+    "proj GEMM backward (dX, dW)": [("matmul_backward", 1)],
+    "flash attention backward (7 GEMMs)": [("attention_backward", 1)],
+    "qkv GEMM backward (dX, dW)": [("matmul_backward", 1)],
+    "embedding forward (wte + wpe)": [("embedding_forward", 1)],
+    "LM head GEMM (fwd, logits)": [("matmul_forward", 1)],
+    "softmax cross-entropy (fwd + bwd, logits in place)": [("softmax_cross_entropy", 1)],
+    "LM head GEMM backward (dX, dW)": [("matmul_backward", 1)],
+    "final layernorm fwd + bwd": [("layernorm_forward", 2 / 7), ("layernorm_backward", 5 / 7)],
+    "embedding backward (host bucketing + pageable copy)": [("embedding_backward", 1)],
+    "zero gradients (memset)": [("zero_bytes", 1)],
+    "gradient norm (a reduction per tensor, one host sync)": [("sum_squares_spans", 1)],
+    "AdamW (fp32 master, m, v, grad)": [("adamw_step", 1)],
+    "bf16 copy of the weights (separate cast)": [("cast", 1)],
+}
+
+
 def roofline(kind, flops, byts, count, peak, bw):
     eff = EFF["attention"] if kind == "attention" else EFF["gemm"]
     compute = flops / (peak * 1e12 * eff) if flops and kind in ("gemm", "attention") else 0.0
@@ -137,14 +175,55 @@ def table(device, model, batch=None):
     return total
 
 
+def compare(path, model):
+    """The model's per-op prediction beside a measured op-time table (baton bench --json)."""
+    import json
+    j = json.load(open(path))
+    measured = {r["op"]: r["ms"] for r in j.get("op_times", [])}
+    if not measured:
+        raise SystemExit(f"error: {path} has no op_times (run baton bench with BATON_OP_TIMES=1)")
+    device = "H200" if "H200" in str(j.get("device", "")) else "H100-SXM"
+    m = dict(MODELS[model])
+    m["B"] = int(j["micro_batch"])
+    accum = max(1, int(j["global_batch"]) // int(j["micro_batch"]))
+    peak, bw = DEVICES[device]
+    ks, _, _, _ = kernels(m)
+    predicted = {}
+    for name, count, flops, byts, kind in ks:
+        t, _ = roofline(kind, flops, byts, count, peak, bw)
+        # Per micro-batch kernels run `accum` times a step; the optimizer's once.
+        once = name.startswith(("zero gradients", "gradient norm", "AdamW", "bf16 copy"))
+        for op, share in OP_OF[name]:
+            predicted[op] = predicted.get(op, 0.0) + 1e3 * t * share * (1 if once else accum)
+    print(f"### GPT-2 {model}: the model ({device}, B = {m['B']}, {accum} micro-batch(es) a step) against "
+          f"{path} ({j.get('device', '?')})\n")
+    print("| op | predicted ms | measured ms | measured / predicted |")
+    print("|---|---|---|---|")
+    tp = tm = 0.0
+    for op in sorted(set(predicted) | set(measured), key=lambda o: -measured.get(o, 0.0)):
+        p, q = predicted.get(op), measured.get(op)
+        tp += p or 0.0
+        tm += q or 0.0
+        ratio = f"{q / p:.2f}" if p and q is not None else "-"
+        print(f"| {op} | {'-' if p is None else f'{p:.3f}'} | {'-' if q is None else f'{q:.3f}'} | {ratio} |")
+    print(f"| all ops | {tp:.3f} | {tm:.3f} | {tm / tp:.2f} |" if tp > 0 else "")
+    step = j.get("step_ms_median")
+    if step:
+        print(f"\nMeasured step (median): {step:.3f} ms; outside the ops: {step - tm:.3f} ms.")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=DEVICES, default="H100-SXM")
     ap.add_argument("--model", choices=MODELS, default="124m")
     ap.add_argument("--batch", type=int, default=None, help="sequences per micro-batch (default: 32 / 8)")
     ap.add_argument("--all", action="store_true", help="124M and 1.5B on H100 and H200")
+    ap.add_argument("--compare", metavar="BENCH_JSON", default=None,
+                    help="the model beside a measured op-time table (BATON_OP_TIMES=1 baton bench --json)")
     a = ap.parse_args()
-    if a.all:
+    if a.compare:
+        compare(a.compare, a.model)
+    elif a.all:
         for model in MODELS:
             for device in DEVICES:
                 table(device, model)

@@ -5,7 +5,7 @@
 #   "version ... not found";
 # - the order: preflight, kernels, the 124M model program, baton bench at micro-batch 8/16/32, PyTorch
 #   (eager flash, eager cuDNN, torch.compile only when allowed) at baton's best micro-batch, the
-#   ratio table, 1.5B, the other programs; a failed test program makes the exit status 1;
+#   ratio table, the op-time table beside the step-time model, 1.5B, the other programs; a failed test program makes the exit status 1;
 # - --pack DIR holds summary.md and logs.tar.gz with every log;
 # - a short deadline skips 1.5B and reports what did not run.
 source "$(dirname "$0")/lib.sh"
@@ -34,7 +34,13 @@ while [ $# -gt 0 ]; do
 done
 case $mb in 8) tps=100000 ;; 16) tps=150000 ;; 32) tps=120000 ;; *) tps=5000 ;; esac
 echo "peak device memory 12.3 GiB"
-printf '{"tokens_per_s": %s, "mfu": 0.42, "step_ms_median": 54.6}\n' "$tps" > "$json"
+ops=""
+if [ "${BATON_OP_TIMES:-}" = 1 ]; then
+  printf 'op (per step)  calls  ms\nmatmul_forward  49  20.0\nall ops  49  20.0\nrest of the step  34.6\n'
+  ops=', "op_times": [{"op": "matmul_forward", "calls": 49, "ms": 20.0, "flops": 1, "bytes": 1}]'
+fi
+printf '{"device": "NVIDIA H100 80GB HBM3", "micro_batch": %s, "global_batch": %s, "tokens_per_s": %s, "mfu": 0.42, "step_ms_median": 54.6%s}\n' \
+  "$mb" "$mb" "$tps" "$ops" > "$json"
 SH
 for t in test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops test_cuda_bf16_model test_cuda_cnn; do
   cat > "bundle/bin/$t" <<SH
@@ -116,8 +122,11 @@ grep -q "^| 16 | 150000 | 90000 | 1.67x |" $s || { cat $s; fail "ratio table"; }
 grep -q "^- baton-1.5b-mb4x4: 5000 tokens/s" $s || { cat $s; fail "1.5B"; }
 grep -q "^gpu-first-run: FAIL .*test_gemm_lt" $s || { cat $s; fail "no FAIL line"; }
 order=$(grep -oE "^(test_[a-z0-9_]+:|- [a-z0-9.-]+:)" $s | tr -d ':' | tr '\n' ' ')
-want="test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops test_cuda_bf16_model - baton-124m-mb8 - baton-124m-mb16 - baton-124m-mb32 - torch-124m-eager-flash - torch-124m-eager-cudnn - torch-124m-compile-flash - baton-1.5b-mb4x4 - torch-1.5b-eager-flash test_cuda_cnn test_nccl_comm test_device_comm "
+want="test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops test_cuda_bf16_model - baton-124m-mb8 - baton-124m-mb16 - baton-124m-mb32 - torch-124m-eager-flash - torch-124m-eager-cudnn - torch-124m-compile-flash - baton-124m-optimes-mb16 - baton-1.5b-mb4x4 - torch-1.5b-eager-flash test_cuda_cnn test_nccl_comm test_device_comm "
 [ "$order" = "$want" ] || fail "order: $order"
+# 5b: the op-time table at the best micro-batch and the step-time model beside it.
+grep -q "^matmul_forward  49  20.0" $s || { cat $s; fail "no op-time table"; }
+grep -q "^| matmul_forward | [0-9.]* | 20.000 | [0-9.]* |" $s || { cat $s; fail "no step-time model comparison"; }
 cmp -s out2/summary.md pack2/summary.md || fail "--pack: summary.md differs"
 tar -tzf pack2/logs.tar.gz | grep -q "baton-124m-mb32.log" || fail "--pack: logs.tar.gz lacks the bench log"
 
