@@ -35,9 +35,14 @@ if [ "${1:-}" = "--make-kit" ]; then
   trap 'rm -rf "$stage"' EXIT
   bash "$(dirname "$0")/gpu-check.sh" --make-bundle "$build" "$stage/bundle" || exit 1
   mkdir -p "$kit" || exit 1
+  # The commit the bundle was built from ("dirty" when the tree had changes): the run compares it
+  # with its checkout.
+  { git -C "$(dirname "$0")" rev-parse --short HEAD; git -C "$(dirname "$0")" status --porcelain -uno | grep -q . && echo dirty; } \
+    2> /dev/null | paste -sd' ' > "$stage/bundle/commit.txt"
   echo "kit: compressing (xz, a minute or two)..."
   XZ_OPT=${XZ_OPT:--T0} tar -cJf "$kit/bundle.tar.xz.tmp" -C "$stage" bundle || exit 1
   mv "$kit/bundle.tar.xz.tmp" "$kit/bundle.tar.xz"
+  cp "$stage/bundle/commit.txt" "$kit/commit.txt"
   mib=$(( $(stat -c %s "$kit/bundle.tar.xz") / 1048576 ))
   if (( mib >= 60 )); then
     echo "error: $kit/bundle.tar.xz is $mib MiB, over the 60 MiB a device call carries beside the tree" >&2
@@ -79,7 +84,11 @@ int() { awk -v x="$1" 'BEGIN { if (x == "") print "-"; else printf("%.0f", x) }'
 
 say "# baton first GPU run"
 say ""
-say "commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown) | bundle $BUNDLE | deadline ${DEADLINE} s"
+here_commit=$(git rev-parse --short HEAD 2> /dev/null || echo unknown)
+kit_commit=$(cat "$BUNDLE/commit.txt" 2> /dev/null)
+say "commit $here_commit | bundle $BUNDLE${kit_commit:+ (built from $kit_commit)} | deadline ${DEADLINE} s"
+[ -z "$kit_commit" ] || [ "$kit_commit" = "$here_commit" ] ||
+  say "note: the bundle was built from $kit_commit, this checkout is $here_commit: rebuild the kit if the code differs"
 section "1. Preflight"
 preflight
 pack

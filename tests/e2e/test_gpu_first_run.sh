@@ -20,6 +20,7 @@ SH
 : > bundle/node-libs.sh
 echo 13.0 > bundle/build-cuda.txt
 echo 2.36 > bundle/glibc-needed.txt
+echo "0000000" > bundle/commit.txt  # not the checkout's: the run notes it
 # baton bench: tokens/s by micro-batch (16 is the best), --json as src/app/bench.cpp writes it.
 cat > bundle/baton <<'SH'
 #!/usr/bin/env bash
@@ -111,6 +112,7 @@ GPU_FIRST_RUN_TORCH_COMPILE=off PATH="$P" bash "$RUN" bundle out2 --pack pack2 >
 [ "$rc" = 1 ] || { cat out2.txt; fail "a failed program: rc $rc, not 1"; }
 s=out2/summary.md
 grep -q "^preflight: ok" $s || { cat $s; fail "preflight"; }
+grep -q "^note: the bundle was built from 0000000, this checkout is " $s || { cat $s; fail "no note on the kit's commit"; }
 grep -q "^test_gemm_lt: FAILED" $s || { cat $s; fail "failed program not flagged"; }
 grep -q "test_gemm_lt --gtest_filter=GemmLt.Epilogue: blocking=1" calls.log || fail "no CUDA_LAUNCH_BLOCKING rerun of the failed test"
 grep -q "^test_bf16_kernels .*require=1" calls.log || fail "BATON_REQUIRE_GPU=1 not set"
