@@ -13,21 +13,13 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "model/gpt_dims.h"
 #include "optim/adamw.h"
 
 namespace baton {
 namespace {
 
-GptDims tiny_dims() {
-  GptDims d;
-  d.n_layer = 2;
-  d.n_head = 2;
-  d.d_model = 16;
-  d.seq_len = 8;
-  d.vocab = 37;
-  d.vocab_padded = pad_vocab(d.vocab);
-  return d;
-}
+GptDims tiny_dims() { return make_gpt_dims(2, 2, 16, 8, 37); }
 
 // Three AdamW steps of a tiny GPT on `be`: the losses and the final parameters.
 std::vector<float> train(Backend& be, std::vector<double>* losses) {

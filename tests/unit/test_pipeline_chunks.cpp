@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "model/gpt_dims.h"
 
 namespace baton {
 namespace {
@@ -33,16 +34,7 @@ TEST(PipelineChunks, MegatronSplit) {
   }
 }
 
-GptDims dims() {
-  GptDims d;
-  d.n_layer = 4;
-  d.n_head = 2;
-  d.d_model = 16;
-  d.seq_len = 8;
-  d.vocab = 37;
-  d.vocab_padded = pad_vocab(d.vocab);
-  return d;
-}
+GptDims dims() { return make_gpt_dims(4, 2, 16, 8, 37); }
 
 std::vector<float> grad_of(SequentialModel& m, const std::string& name) {
   const int i = m.table().find(name);
