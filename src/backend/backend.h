@@ -320,10 +320,19 @@ class Backend {
   virtual void sgd_step(float* param, const float* grad, float* buf, size_t n, const SgdArgs& args) = 0;
 };
 
-// The fp32 reference backend (OpenBLAS + OpenMP). With act = BF16 it emulates mixed precision:
-// activations and compute weights stored as bf16, every op computing in fp32 on the widened
-// inputs and rounding its outputs once — the CUDA bf16 kernels' rounding points, so the whole
-// mixed-precision path (casts, bf16 collectives, loss curves) is testable without a GPU.
-std::unique_ptr<Backend> make_cpu_backend(DType act = DType::F32);
+// How the CPU backend computes with act = BF16. EMULATED: every op widens its bf16 arguments, runs
+// the fp32 reference op and rounds its outputs once (the CUDA bf16 kernels' rounding points; the
+// reference the GPU tests compare against). NATIVE: matmuls and convolutions run in bf16 with fp32
+// accumulation through oneDNN (needs avx512_bf16 or amx_bf16; the other ops as EMULATED, with the
+// same rounding points). AUTO: NATIVE where the CPU has bf16 dot products, else EMULATED.
+enum class CpuBf16 { AUTO, NATIVE, EMULATED };
+// "auto" | "native" | "emulated" (Error with a hint otherwise; `what` names the setting).
+CpuBf16 parse_cpu_bf16(const std::string& s, const std::string& what);
+
+// The fp32 reference backend (OpenBLAS + OpenMP). With act = BF16 it computes in mixed precision:
+// activations and compute weights stored as bf16, fp32 where the ops accumulate, as `bf16` says
+// (emulated by default, so the whole mixed-precision path — casts, bf16 collectives, loss curves —
+// is testable without a GPU and bit-reproducible). NATIVE on a CPU without bf16 throws baton::Error.
+std::unique_ptr<Backend> make_cpu_backend(DType act = DType::F32, CpuBf16 bf16 = CpuBf16::EMULATED);
 
 }  // namespace baton

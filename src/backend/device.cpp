@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #include "core/error.h"
@@ -67,11 +68,18 @@ BackendChoice choose_backend(const std::string& device, DType compute, int local
                   "precision.device = \"cpu\"");
 #endif
   }
-  c.backend = make_cpu_backend(compute);
+  // BATON_CPU_BF16 = "auto" (default) | "native" | "emulated": how the CPU computes bf16 (backend.h
+  // CpuBf16). An environment knob, not a config key: it changes speed and summation order only.
+  const char* knob = std::getenv("BATON_CPU_BF16");
+  const CpuBf16 mode = knob && *knob ? parse_cpu_bf16(knob, "BATON_CPU_BF16") : CpuBf16::AUTO;
+  c.backend = make_cpu_backend(compute, mode);
   if (compute != DType::F32)
     c.note += std::string(c.note.empty() ? "" : "; ") +
-              "bf16 on the CPU is emulated (bf16 storage, fp32 arithmetic) to test mixed precision; "
-              "it is slower than fp32";
+              (c.backend->name() == "cpu (bf16 native)"
+                   ? "bf16 on the CPU is native: matmuls and convolutions in bf16 with fp32 accumulation "
+                     "(oneDNN; BATON_CPU_BF16=emulated for the emulation)"
+                   : "bf16 on the CPU is emulated (bf16 storage, fp32 arithmetic: this CPU has no avx512_bf16 / "
+                     "amx_bf16, or BATON_CPU_BF16=emulated); it is slower than fp32");
   c.device = "cpu";
   c.device_name = fmt::format("{} ({} threads)", cpu_model_name(), omp_get_max_threads());
   return c;

@@ -29,7 +29,9 @@ struct BackendChoice {
 };
 
 // Throws baton::Error when `device` asks for something this build or machine cannot provide.
-// `compute`: the activations' dtype (precision.compute; bf16 on the CPU is emulated).
+// `compute`: the activations' dtype (precision.compute). bf16 on the CPU: native where the CPU has
+// avx512_bf16 / amx_bf16, else emulated; the environment's BATON_CPU_BF16 (auto | native | emulated)
+// overrides (backend.h CpuBf16).
 // `local_rank`: this rank's index on its node; a CUDA run uses GPU local_rank % (visible GPUs).
 BackendChoice choose_backend(const std::string& device, DType compute = DType::F32,
                              int local_rank = 0);

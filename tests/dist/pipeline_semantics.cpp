@@ -481,7 +481,10 @@ int main(int argc, char** argv) {
         for (int& x : b) x = std::max(1, x + d);
         if (b != a) other = std::min(other, worst_difference(got, run_reference_rr(l.replicas, b, l.drain_every)));
       }
-      check(worst <= 1e-5 && other > 1e-3 && got.tied_identical,
+      // 5e-5: with drain_every = 3 the replicated run drifts from its reference by 2.1e-5 (1.9e-6
+      // without drains; 3.3e-6 before the CPU's GELU became x sigma(2u), which moved the rounding
+      // trajectory, not the rule): still 4 orders below an off-by-one staleness.
+      check(worst <= 5e-5 && other > 1e-3 && got.tied_identical,
             fmt::format("{}: worst relative difference to the 1F1B-RR reference {:.2e} (to off-by-one "
                         "staleness {:.2e}); tied wte copies {}; loss {:.5f} -> {:.5f}; {} weight "
                         "versions on rank 0",

@@ -1,17 +1,23 @@
 // The CPU backend: CpuOps (the fp32 reference ops) behind baton::Backend, with activations and
-// compute weights in fp32 or, for testing mixed precision without a GPU, emulated bf16: every op
-// widens its bf16 arguments to fp32, runs the fp32 op and rounds what it stores once (round to
-// nearest even) — the rounding points of the CUDA bf16 kernels (backend.h "Precision"). Memory is
-// host memory: 64-byte aligned (one cache line, one AVX-512 vector) and zero-initialised.
+// compute weights in fp32 or bf16. Emulated bf16: every op widens its bf16 arguments to fp32, runs
+// the fp32 op and rounds what it stores once (round to nearest even) — the rounding points of the
+// CUDA bf16 kernels (backend.h "Precision"). Native bf16 (backend.h CpuBf16): matmuls and
+// convolutions instead run on the bf16 tensors in oneDNN (fp32 accumulation, same rounding
+// points); the other ops stay emulated — they are memory-bound, and the attention's register-tiled
+// kernel (cpu_attention.cpp, not a GEMM) is ~1% of a GPT-2 step's FLOPs at T = 64. Memory is host
+// memory: 64-byte aligned (one cache line, one AVX-512 vector) and zero-initialised.
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
+#include <sstream>
 #include <vector>
 
+#include "backend/cpu/cpu_bf16_matmul.h"
 #include "backend/cpu/cpu_cnn.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/bytes.h"
@@ -34,6 +40,65 @@ void narrow(uint16_t* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
 }
 
+// Where F32View's widened copies live: a per-thread stack of floats, reused from op to op. Views
+// die in reverse order of creation (locals of one op), so a bump pointer suffices. Why not a
+// std::vector per view: its zero fill and the page faults of freshly mapped memory cost more than
+// the widening itself (measured: ~20% of a GPT-2 bf16 step with native matmuls). Blocks never move
+// while views use them; when the stack empties, several blocks are merged into one, so after the
+// first step nothing is allocated. Holds the largest widening seen (what the views needed anyway).
+class WidenStack {
+ public:
+  float* push(size_t n) {
+    n = round_up(n);
+    if (blocks_.empty() || blocks_.back().used + n > blocks_.back().size)
+      blocks_.push_back(block(std::max(n, 2 * (blocks_.empty() ? 0 : blocks_.back().size))));
+    Block& b = blocks_.back();
+    float* p = b.data.get() + b.used;
+    b.used += n;
+    depth_++;
+    return p;
+  }
+  void pop(size_t n) {
+    Block& b = blocks_.back();
+    b.used -= round_up(n);
+    if (b.used == 0 && blocks_.size() > 1) {  // views in earlier blocks are still alive
+      retired_ += b.size;
+      blocks_.pop_back();
+    }
+    if (--depth_ == 0 && retired_ > 0) merge();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  struct Block {
+    std::unique_ptr<float[], Free> data;
+    size_t size, used;
+  };
+  static size_t round_up(size_t n) { return (n + 15) / 16 * 16; }  // every view 64-byte aligned
+  static Block block(size_t n) {
+    auto* p = static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(n, 16) * sizeof(float)));
+    if (p == nullptr) throw std::bad_alloc();
+    return Block{std::unique_ptr<float[], Free>(p), n, 0};
+  }
+  void merge() {
+    size_t total = retired_;
+    for (const Block& b : blocks_) total += b.size;
+    retired_ = 0;
+    blocks_.clear();
+    blocks_.push_back(block(total));
+  }
+  std::vector<Block> blocks_;
+  size_t retired_ = 0;  // sizes of blocks dropped since the stack was last empty
+  int depth_ = 0;
+};
+
+WidenStack& widen_stack() {
+  thread_local WidenStack s;
+  return s;
+}
+
 // One activation argument of one op as fp32: the pointer itself when activations are fp32, else
 // a widened copy that (for outputs) is rounded back into the bf16 tensor when the view dies.
 class F32View {
@@ -43,15 +108,20 @@ class F32View {
       : bf16_(t == DType::BF16 && p != nullptr), mode_(mode), p_(const_cast<void*>(p)), n_(n) {
     BATON_ASSERT(t == DType::F32 || t == DType::BF16, "CPU activations are fp32 or bf16");
     if (!bf16_) return;
-    buf_.resize(n);
-    if (mode != OUT) widen(buf_.data(), static_cast<const uint16_t*>(p), n);
+    buf_ = widen_stack().push(n);
+    if (mode != OUT)
+      widen(buf_, static_cast<const uint16_t*>(p), n);
+    else  // zeros, as ever: elements an op leaves alone (padding columns) are stored as 0
+      std::memset(buf_, 0, n * sizeof(float));
   }
   ~F32View() {
-    if (bf16_ && mode_ != IN) narrow(static_cast<uint16_t*>(p_), buf_.data(), n_);
+    if (!bf16_) return;
+    if (mode_ != IN) narrow(static_cast<uint16_t*>(p_), buf_, n_);
+    widen_stack().pop(n_);
   }
   F32View(const F32View&) = delete;
   F32View& operator=(const F32View&) = delete;
-  float* get() { return bf16_ ? buf_.data() : static_cast<float*>(p_); }
+  float* get() { return bf16_ ? buf_ : static_cast<float*>(p_); }
   operator float*() { return get(); }
 
  private:
@@ -59,7 +129,7 @@ class F32View {
   Mode mode_;
   void* p_;
   size_t n_;
-  std::vector<float> buf_;
+  float* buf_ = nullptr;
 };
 
 // Logits and their (nullable) gradient, which may alias (the classifier works in place), as fp32:
@@ -97,12 +167,23 @@ void transpose_batches(T* dst, const T* src, int N, int A, int B) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(DType act) : act_(act) {
+  CpuBackend(DType act, CpuBf16 bf16) : act_(act) {
     BATON_REQUIRE(act == DType::F32 || act == DType::BF16,
                   fmt::format("the CPU backend cannot compute in {}", dtype_name(act)),
                   "use precision.compute = \"fp32\" or \"bf16\"");
+    if (act != DType::BF16) return;
+    const bool has = cpu_detail::cpu_has_bf16();
+    BATON_REQUIRE(bf16 != CpuBf16::NATIVE || has,
+                  "native bf16 was asked for (BATON_CPU_BF16=native) but this CPU has neither avx512_bf16 "
+                  "nor amx_bf16",
+                  "unset BATON_CPU_BF16 (auto: native where the CPU has it) or set it to \"emulated\"");
+    native_ = bf16 == CpuBf16::NATIVE || (bf16 == CpuBf16::AUTO && has);
+    if (native_) mm_ = std::make_unique<CpuBf16Matmul>();
   }
-  std::string name() const override { return act_ == DType::F32 ? "cpu" : "cpu (bf16 emulated)"; }
+  std::string name() const override {
+    if (act_ == DType::F32) return "cpu";
+    return native_ ? "cpu (bf16 native)" : "cpu (bf16 emulated)";
+  }
   DType act_dtype() const override { return act_; }
 
   void* alloc(size_t bytes) override {
@@ -164,12 +245,19 @@ class CpuBackend final : public Backend {
 
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N,
                       int C, int OC) override {
+    if (native_)
+      return mm_->forward(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(inp),
+                          static_cast<const uint16_t*>(weight), static_cast<const uint16_t*>(bias), N, C, OC);
     F32View o(act_, out, size_t(N) * OC, F32View::OUT), i(act_, inp, size_t(N) * C),
         w(act_, weight, size_t(OC) * C), b(act_, bias, OC);
     ops_.matmul_forward(o, i, w, bias ? b.get() : nullptr, N, C, OC);
   }
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                        const void* weight, int N, int C, int OC, bool accumulate_dinp) override {
+    if (native_)
+      return mm_->backward(static_cast<uint16_t*>(dinp), dweight, dbias, static_cast<const uint16_t*>(dout),
+                           static_cast<const uint16_t*>(inp), static_cast<const uint16_t*>(weight), N, C, OC,
+                           accumulate_dinp);
     F32View di(act_, dinp, size_t(N) * C, accumulate_dinp ? F32View::INOUT : F32View::OUT),
         d(act_, dout, size_t(N) * OC), i(act_, dweight ? inp : nullptr, size_t(N) * C),
         w(act_, dinp ? weight : nullptr, size_t(OC) * C);
@@ -270,9 +358,14 @@ class CpuBackend final : public Backend {
                               N, V_local, Vl, vocab_start, dloss);
   }
 
-  // ---- CNN ops: oneDNN (cpu_cnn.h) on fp32 views ----
+  // ---- CNN ops: oneDNN (cpu_cnn.h) on fp32 views, or on the bf16 tensors (native) ----
   void conv2d_forward(void* y, const void* x, const void* w, const void* bias, const Conv2d& c) override {
     const size_t nx = size_t(c.N) * c.C * c.H * c.W, nw = size_t(c.K) * c.C * c.R * c.S;
+    if (native_) {
+      F32View bi(act_, bias, size_t(c.K));  // the bias in fp32, as the emulation adds it
+      return cnn_.conv2d_forward_bf16(static_cast<uint16_t*>(y), static_cast<const uint16_t*>(x),
+                                      static_cast<const uint16_t*>(w), bias ? bi.get() : nullptr, c);
+    }
     F32View yo(act_, y, size_t(c.N) * c.K * c.P() * c.Q(), F32View::OUT), xi(act_, x, nx), wi(act_, w, nw),
         bi(act_, bias, size_t(c.K));
     cnn_.conv2d_forward(yo, xi, wi, bias ? bi.get() : nullptr, c);
@@ -280,6 +373,9 @@ class CpuBackend final : public Backend {
   void conv2d_backward(void* dx, float* dw, float* db, const void* dy, const void* x, const void* w,
                        const Conv2d& c) override {
     const size_t nx = size_t(c.N) * c.C * c.H * c.W, nw = size_t(c.K) * c.C * c.R * c.S;
+    if (native_)
+      return cnn_.conv2d_backward_bf16(static_cast<uint16_t*>(dx), dw, db, static_cast<const uint16_t*>(dy),
+                                       static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w), c);
     F32View dxo(act_, dx, nx, F32View::OUT), dyi(act_, dy, size_t(c.N) * c.K * c.P() * c.Q()),
         xi(act_, dw || db ? x : nullptr, nx), wi(act_, dx ? w : nullptr, nw);
     cnn_.conv2d_backward(dx ? dxo.get() : nullptr, dw, db, dyi, xi, wi, c);
@@ -383,12 +479,47 @@ class CpuBackend final : public Backend {
   MemoryLimit limit_;
   std::atomic<size_t> in_use_{0};
   DType act_;
+  bool native_ = false;  // bf16 matmuls and convolutions in oneDNN (CpuBf16::NATIVE)
+  std::unique_ptr<CpuBf16Matmul> mm_;  // when native_
   CpuOps ops_;
   mutable CpuCnn cnn_;  // primitive caches (pool2d_workspace_bytes builds them too)
 };
 
+bool g_hide_bf16 = false;
+
+bool detect_bf16() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line);
+    for (std::string w; words >> w;)
+      if (w == "avx512_bf16" || w == "amx_bf16") return true;
+    return false;  // the first processor's flags speak for all
+  }
+  return false;
+}
+
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(DType act) { return std::make_unique<CpuBackend>(act); }
+namespace cpu_detail {
+bool cpu_has_bf16() {
+  static const bool has = detect_bf16();
+  return has && !g_hide_bf16;
+}
+void hide_cpu_bf16(bool hide) { g_hide_bf16 = hide; }
+}  // namespace cpu_detail
+
+CpuBf16 parse_cpu_bf16(const std::string& s, const std::string& what) {
+  if (s == "auto") return CpuBf16::AUTO;
+  if (s == "native") return CpuBf16::NATIVE;
+  if (s == "emulated") return CpuBf16::EMULATED;
+  throw Error(fmt::format("{} = \"{}\" is not a CPU bf16 mode", what, s),
+              "use \"auto\" (native where the CPU has avx512_bf16 or amx_bf16), \"native\" or \"emulated\"");
+}
+
+std::unique_ptr<Backend> make_cpu_backend(DType act, CpuBf16 bf16) {
+  return std::make_unique<CpuBackend>(act, bf16);
+}
 
 }  // namespace baton

@@ -21,7 +21,7 @@ using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-memory::desc md(const memory::dims& dims, tag t) { return memory::desc(dims, dt::f32, t); }
+memory::desc md(const memory::dims& dims, tag t, dt type = dt::f32) { return memory::desc(dims, type, t); }
 
 // A float buffer the entry owns (weight gradients before they are accumulated).
 struct Scratch {
@@ -89,7 +89,7 @@ struct CpuCnn::Impl {
   dnnl::primitive_attr attr;  // user scratchpad: no allocation inside primitives
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
-  std::map<std::array<int, 9>, ConvEntry> convs;
+  std::map<std::array<int, 10>, ConvEntry> convs;  // shape and bf16 (0 / 1)
   CpuBatchNorm bn;  // ours, not oneDNN's: sums in double (cpu_batchnorm.h)
   std::map<std::array<int, 9>, PoolEntry> pools;
 
@@ -142,17 +142,21 @@ struct CpuCnn::Impl {
     return s;
   }
 
-  ConvEntry& conv(const Conv2d& c) {
-    const std::array<int, 9> key{c.N, c.C, c.H, c.W, c.K, c.R, c.S, c.stride, c.pad};
+  // bf16: activations and weights bf16 (native bf16, fp32 accumulation); bias and the weight and
+  // bias gradients fp32 either way.
+  ConvEntry& conv(const Conv2d& c, bool bf16) {
+    const std::array<int, 10> key{c.N, c.C, c.H, c.W, c.K, c.R, c.S, c.stride, c.pad, bf16 ? 1 : 0};
     auto it = convs.find(key);
     if (it != convs.end()) return it->second;
     ConvEntry& e = convs[key];
     const memory::dims xs{c.N, c.C, c.H, c.W}, ws{c.K, c.C, c.R, c.S}, bs{c.K}, ys{c.N, c.K, c.P(), c.Q()};
     const memory::dims st{c.stride, c.stride}, pd{c.pad, c.pad};
     const auto alg = dnnl::algorithm::convolution_direct;
-    const auto xm = md(xs, tag::nhwc), wm = md(ws, tag::oihw), bm = md(bs, tag::x), ym = md(ys, tag::nhwc);
+    const dt act = bf16 ? dt::bf16 : dt::f32;
+    const auto xm = md(xs, tag::nhwc, act), wm = md(ws, tag::oihw, act), bm = md(bs, tag::x),
+               ym = md(ys, tag::nhwc, act), dwm = md(ws, tag::oihw);
     // Activations stay NHWC (oneDNN's direct kernels read it); the weights take the kernel's layout.
-    const auto xa = xm, wa = md(ws, tag::any), ya = ym;
+    const auto xa = xm, wa = md(ws, tag::any, act), ya = ym;
     e.b = memory(bm, eng, nullptr);
     e.db = memory(bm, eng, nullptr);
     e.zero_bias.assign(size_t(c.K), 0.0f);
@@ -176,11 +180,12 @@ struct CpuCnn::Impl {
     e.bwd_data = make<BwdD>(bwd_data_pd, {{DNNL_ARG_DIFF_DST, e.dy_d.inner}, {DNNL_ARG_WEIGHTS, e.w_d.inner},
                                           {DNNL_ARG_DIFF_SRC, e.dx_d.inner}});
     using BwdW = dnnl::convolution_backward_weights;
-    const BwdW::primitive_desc bwd_w_pd(BwdW::desc(alg, xa, wa, bm, ya, st, pd, pd), attr, eng, fwd_pd);
+    const BwdW::primitive_desc bwd_w_pd(BwdW::desc(alg, xa, md(ws, tag::any), bm, ya, st, pd, pd), attr, eng,
+                                        fwd_pd);
     off = 0;
     e.x_w = stage(xm, bwd_w_pd.src_desc(), off);
     e.dy_w = stage(ym, bwd_w_pd.diff_dst_desc(), off);
-    e.dw_w = stage(wm, bwd_w_pd.diff_weights_desc(), off);
+    e.dw_w = stage(dwm, bwd_w_pd.diff_weights_desc(), off);
     e.stage_bytes = std::max(e.stage_bytes, off);
     e.bwd_w = make<BwdW>(bwd_w_pd, {{DNNL_ARG_SRC, e.x_w.inner}, {DNNL_ARG_DIFF_DST, e.dy_w.inner},
                                     {DNNL_ARG_DIFF_WEIGHTS, e.dw_w.inner}, {DNNL_ARG_DIFF_BIAS, e.db}});
@@ -253,9 +258,25 @@ CpuCnn::CpuCnn() : impl_(std::make_unique<Impl>()) {}
 CpuCnn::~CpuCnn() = default;
 
 void CpuCnn::conv2d_forward(float* y, const float* x, const float* w, const float* bias, const Conv2d& c) {
+  conv_forward(y, x, w, bias, c, false);
+}
+void CpuCnn::conv2d_forward_bf16(uint16_t* y, const uint16_t* x, const uint16_t* w, const float* bias,
+                                 const Conv2d& c) {
+  conv_forward(y, x, w, bias, c, true);
+}
+void CpuCnn::conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                             const Conv2d& c) {
+  conv_backward(dx, dw, db, dy, x, w, c, false);
+}
+void CpuCnn::conv2d_backward_bf16(uint16_t* dx, float* dw, float* db, const uint16_t* dy, const uint16_t* x,
+                                  const uint16_t* w, const Conv2d& c) {
+  conv_backward(dx, dw, db, dy, x, w, c, true);
+}
+
+void CpuCnn::conv_forward(void* y, const void* x, const void* w, const float* bias, const Conv2d& c, bool bf16) {
   guarded("convolution forward", [&] {
     Impl& m = *impl_;
-    ConvEntry& e = m.conv(c);
+    ConvEntry& e = m.conv(c, bf16);
     m.bind_in(e.x_f, x);
     m.bind_in(e.w_f, w);
     m.bind_out(e.y_f, y);
@@ -266,11 +287,11 @@ void CpuCnn::conv2d_forward(float* y, const float* x, const float* w, const floa
   });
 }
 
-void CpuCnn::conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                             const Conv2d& c) {
+void CpuCnn::conv_backward(void* dx, float* dw, float* db, const void* dy, const void* x, const void* w,
+                           const Conv2d& c, bool bf16) {
   guarded("convolution backward", [&] {
     Impl& m = *impl_;
-    ConvEntry& e = m.conv(c);
+    ConvEntry& e = m.conv(c, bf16);
     if (dx) {
       m.bind_in(e.dy_d, dy);
       m.bind_in(e.w_d, w);

@@ -2,9 +2,9 @@
 // runtime, so it shares baton's threads): convolution forward / backward-data / backward-weights and
 // pooling as oneDNN primitives; batch normalization our own (cpu_batchnorm.h: its sums in double,
 // where oneDNN 2.6 sums in fp32 one value at a time); ReLU and axpby as plain OpenMP loops
-// (memory-bound, nothing to gain from a primitive). fp32 tensors; activations NHWC (the CPU
-// backend's image layout: oneDNN's direct convolution and pooling kernels read it without
-// reorders), weights OIHW (reordered, per call, into the convolution kernel's blocked layout).
+// (memory-bound, nothing to gain from a primitive). fp32 tensors (convolutions also bf16, for
+// native bf16); activations NHWC (the CPU backend's image layout: oneDNN's direct convolution and
+// pooling kernels read it without reorders), weights OIHW (reordered, per call, into the convolution kernel's blocked layout).
 //
 // Every primitive is built once per shape and cached with its memory objects (rebound to the
 // caller's buffers with set_data_handle), its scratchpad is ours (one buffer grown to the largest
@@ -13,6 +13,7 @@
 // call of each shape, no call allocates.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "backend/backend.h"
@@ -29,6 +30,10 @@ class CpuCnn {
   void conv2d_forward(float* y, const float* x, const float* w, const float* bias, const Conv2d& c);
   void conv2d_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                        const Conv2d& c);
+  // Native bf16 (backend.h CpuBf16::NATIVE): bf16 x, w, y, dy, dx; fp32 bias, dw, db; fp32 accumulation.
+  void conv2d_forward_bf16(uint16_t* y, const uint16_t* x, const uint16_t* w, const float* bias, const Conv2d& c);
+  void conv2d_backward_bf16(uint16_t* dx, float* dw, float* db, const uint16_t* dy, const uint16_t* x,
+                            const uint16_t* w, const Conv2d& c);
   void batchnorm_forward(float* y, float* mean, float* var, const float* x, const float* gamma,
                          const float* beta, int N, int C, int HW, float eps, bool training);
   void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
@@ -39,6 +44,9 @@ class CpuCnn {
   void pool2d_backward(float* dx, const float* dy, const void* workspace, const Pool2d& p);
 
  private:
+  void conv_forward(void* y, const void* x, const void* w, const float* bias, const Conv2d& c, bool bf16);
+  void conv_backward(void* dx, float* dw, float* db, const void* dy, const void* x, const void* w, const Conv2d& c,
+                     bool bf16);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -86,6 +86,11 @@ inline constexpr int kColBlock = 64;
 enum class KernelIsa { BASE, AVX2, AVX512 };  // ordered: each implies the ones before
 KernelIsa kernel_isa();
 bool set_kernel_isa(KernelIsa isa);  // false (nothing changed) when this CPU lacks `isa`
+
+// Whether this CPU executes bf16 dot products (avx512_bf16 or amx_bf16 among /proc/cpuinfo's
+// flags), which CpuBf16::AUTO needs for the native bf16 path. Tests hide it to check the fallback.
+bool cpu_has_bf16();
+void hide_cpu_bf16(bool hide);  // true: cpu_has_bf16() says false; false: it detects again
 }  // namespace cpu_detail
 
 }  // namespace baton
