@@ -16,7 +16,7 @@
 #include "core/rng.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
-#include "../support/markov_tokens.h"
+#include "../support/gpt_loss_curve.h"
 
 namespace baton {
 namespace {
@@ -247,28 +247,8 @@ TEST(CpuBf16Native, Conv7x7Stride2ThreeChannels) {  // a ResNet stem: C = 3
 // A GPT trained natively follows fp32 within the emulation's tolerance (test_mixed_precision's
 // LossCurveFollowsFp32For50Steps: 2% at every step, 1% at the end).
 std::vector<double> train_curve(DType act, CpuBf16 mode, int steps) {
-  GptDims d;
-  d.n_layer = 2, d.n_head = 4, d.d_model = 64, d.seq_len = 32, d.vocab = 96;
-  d.vocab_padded = pad_vocab(d.vocab);
   auto be = make_cpu_backend(act, mode);
-  SequentialModel m(make_gpt(d), *be);
-  m.init_weights(5);
-  const int B = 4, T = d.seq_len;
-  m.reserve(B, T, 1);
-  OptimConfig oc;
-  AdamW opt(*be, m.table(), oc);
-  std::vector<int32_t> x, y;
-  std::vector<double> losses;
-  for (int step = 1; step <= steps; ++step) {
-    test::markov_batch(step, B, T, d.vocab, x, y);
-    m.zero_grads();
-    losses.push_back(m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true,
-                               1.0f / (B * T)) / (B * T));
-    m.backward(0);
-    opt.step(m.params(), m.grads(), 3e-3, 1.0f, step);
-    m.refresh_compute_params();
-  }
-  return losses;
+  return test::small_gpt_loss_curve(*be, steps);
 }
 
 TEST(CpuBf16Native, GptLossCurveFollowsFp32For50Steps) {

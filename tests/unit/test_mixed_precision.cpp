@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
+#include "../support/gpt_loss_curve.h"
 #include "../support/markov_tokens.h"
 
 namespace baton {
@@ -61,37 +62,11 @@ TEST(Bf16, BackendCastMatchesHostConversion) {
   }
 }
 
-GptDims small_dims() {
-  GptDims d;
-  d.n_layer = 2;
-  d.n_head = 4;
-  d.d_model = 64;
-  d.seq_len = 32;
-  d.vocab = 96;
-  d.vocab_padded = pad_vocab(d.vocab);
-  return d;
-}
+GptDims small_dims() { return test::small_gpt_dims(); }
 
 std::vector<double> train_curve(DType act, int steps) {
-  const GptDims d = small_dims();
   auto be = make_cpu_backend(act);
-  SequentialModel m(make_gpt(d), *be);
-  m.init_weights(5);
-  const int B = 4, T = d.seq_len;
-  m.reserve(B, T, 1);
-  OptimConfig oc;
-  AdamW opt(*be, m.table(), oc);
-  std::vector<int32_t> x, y;
-  std::vector<double> losses;
-  for (int step = 1; step <= steps; ++step) {
-    test::markov_batch(step, B, T, d.vocab, x, y);
-    m.zero_grads();
-    losses.push_back(m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (B * T)) / (B * T));
-    m.backward(0);
-    opt.step(m.params(), m.grads(), 3e-3, 1.0f, step);
-    m.refresh_compute_params();
-  }
-  return losses;
+  return test::small_gpt_loss_curve(*be, steps);
 }
 
 // The bf16 test: from the same seed, bf16 follows the fp32 loss curve over 50 steps. bf16
