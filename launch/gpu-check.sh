@@ -8,7 +8,7 @@
 #      the bundle's own wrapper environment);
 #   2. the kernel programs (bf16 kernels, cuBLASLt GEMMs, flash attention, backend ops);
 #   3. `baton bench` of GPT-2 124M in bf16 (the figure part B is after);
-#   4. the model programs (bf16 GPT against the CPU emulation, CNN ops);
+#   4. the model programs (bf16 GPT against the CPU emulation, CNN ops, CNNs against the CPU);
 #   5. NCCL and DeviceComm (one-rank jobs);
 #   6. `baton bench` of GPT-2 124M in fp32;
 #   7. compute-sanitizer memcheck and racecheck on small cases, where the node has it.
@@ -21,7 +21,7 @@
 #   bash launch/gpu-check.sh --make-bundle build bundle     # = launch/bundle.sh + the gpu tests
 set -uo pipefail
 KERNEL_TESTS=(test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops)
-MODEL_TESTS=(test_cuda_bf16_model test_cuda_cnn)
+MODEL_TESTS=(test_cuda_bf16_model test_cuda_cnn test_cuda_cnn_model)
 COMM_TESTS=(test_nccl_comm test_device_comm)
 if [ "${1:-}" = "--make-bundle" ]; then
   build=${2:-build}; out=${3:-bundle}
@@ -77,7 +77,7 @@ for t in "${KERNEL_TESTS[@]}"; do program "$t"; done
 bench bf16
 # The bf16 model program runs GPT-2 124M's two steps on the CPU emulation too: more time.
 program test_cuda_bf16_model $(( 2 * PROGRAM_S ))
-for t in test_cuda_cnn "${COMM_TESTS[@]}"; do program "$t"; done
+for t in test_cuda_cnn test_cuda_cnn_model "${COMM_TESTS[@]}"; do program "$t"; done
 bench fp32
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$sanitizer" ]; then

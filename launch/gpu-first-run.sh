@@ -14,7 +14,9 @@
 #      has a C compiler (Inductor needs one); then the table baton / best PyTorch; 5b. the op-time
 #      table (BATON_OP_TIMES=1) at that micro-batch beside launch/step-time-model.py's prediction;
 #   6. GPT-2 1.5B (baton bench and PyTorch eager flash, micro-batch 4 x 4) if time remains;
-#   7. what else the bundle holds (CNN ops, NCCL, DeviceComm) if time remains.
+#   7. if time remains: the CNN programs (ops; ResNets and a VGG against the CPU), a ResNet-18 trained
+#      by WSP on the GPU against the same run on the CPU (tests/gpu/configs/wsp-cnn.toml), ResNet-50
+#      bf16 throughput, NCCL and DeviceComm.
 # Every test program runs with BATON_REQUIRE_GPU=1 (no device = failure) and its failed tests again
 # with CUDA_LAUNCH_BLOCKING=1. --pack DIR: after every step, DIR/summary.md and DIR/logs.tar.gz
 # (every log of OUT) are refreshed, for machines that return only a few files (the device tool
@@ -198,8 +200,38 @@ else
   say "- not run: $(budget 9999) s left"
 fi
 
-section "7. The other programs (if time remains)"
-for t in test_cuda_cnn test_nccl_comm test_device_comm; do
+section "7. CNNs and WSP on the GPU, the other programs (if time remains)"
+for t in test_cuda_cnn test_cuda_cnn_model; do
+  if [ -x "$BUNDLE/bin/$t" ]; then program "$t"; pack; else say "$t: not in the bundle (skipped)"; fi
+done
+# 7b. A ResNet-18 trained by WSP (one virtual worker, Nm = 2) on the GPU and on the CPU, same
+# synthetic images: the losses must agree (fp32; 2e-2 relative, as test_cuda_cnn_model's later steps).
+wsp_train() {
+  local device=$1 limit
+  limit=$(budget 60)
+  (( limit > 15 )) || { say "- wsp-cnn $device: not run (deadline)"; return 1; }
+  rm -rf "$OUT/wsp-cnn-$device"
+  timeout "$limit" "$BUNDLE/baton" train tests/gpu/configs/wsp-cnn.toml --set "precision.device=\"$device\"" \
+    --set "run.dir=\"$OUT/wsp-cnn-$device\"" > "$OUT/wsp-cnn-$device.log" 2>&1
+}
+if wsp_train cuda && wsp_train cpu; then
+  if python3 - "$OUT/wsp-cnn-cuda/metrics.jsonl" "$OUT/wsp-cnn-cpu/metrics.jsonl" >> "$SUMMARY" <<'PY'
+import json, sys
+g, c = ([json.loads(l)["loss"] for l in open(f) if '"loss"' in l] for f in sys.argv[1:3])
+worst = max(abs(a - b) / abs(b) for a, b in zip(g, c)) if g and len(g) == len(c) else float("inf")
+print(f"- wsp-cnn: {len(g)} WSP steps of a ResNet-18 on cuda vs cpu, worst loss difference {worst:.2e} (relative)")
+sys.exit(0 if worst < 2e-2 else 1)
+PY
+  then :; else say "- wsp-cnn: FAILED (losses differ or missing: $OUT/wsp-cnn-*.log)"; failures+=("wsp-cnn"); fi
+else
+  say "- wsp-cnn: FAILED | $(grep -h -m1 -E '^error:' "$OUT"/wsp-cnn-*.log)"; failures+=("wsp-cnn")
+fi
+pack
+# 7c. ResNet-50 throughput (synthetic ImageNet shapes) in bf16.
+if baton_bench "baton-resnet50-bf16" 90 configs/resnet50.toml --warmup 2 --steps 5 "${BF16[@]}"; then
+  say "  (images/s: $(int "$(json "$OUT/baton-resnet50-bf16.json" images_per_s)"))"
+fi
+for t in test_nccl_comm test_device_comm; do
   if [ -x "$BUNDLE/bin/$t" ]; then program "$t"; pack; else say "$t: not in the bundle (skipped)"; fi
 done
 

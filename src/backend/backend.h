@@ -33,6 +33,10 @@ struct MemoryLimit {
   int rank = 0;        // for the error
   std::string device;  // the device the rank stands for ("" = none named), for the error
 };
+class Error;
+// The error an allocation of `bytes` with `in_use` already allocated raises when it would pass
+// `limit` (the same line and hint on every backend).
+Error memory_limit_error(const MemoryLimit& limit, size_t bytes, size_t in_use);
 
 struct AdamWArgs {
   float lr = 0;
@@ -90,7 +94,9 @@ class Backend {
   virtual void release(void* p) = 0;
   // From now on an alloc() that would take the bytes in use beyond limit.bytes throws Error naming
   // the rank, the device, the bytes asked and the limit. The CPU backend counts every alloc() (the
-  // CNN ops' oneDNN scratch is not counted); other backends refuse a limit (Error).
+  // CNN ops' oneDNN scratch is not counted); the CUDA backend every byte of its arena (the cuBLAS,
+  // cuBLASLt and cuDNN workspaces included; not the CUDA context nor NCCL's buffers) and takes the
+  // smaller of the limit and the device's memory; other backends refuse a limit (Error).
   virtual void set_memory_limit(const MemoryLimit& limit);
   // The host buffer may be reused when to_device returns; the copy is ordered before later ops
   // (it may still be in flight: no synchronisation is implied). to_host returns with the data.

@@ -25,6 +25,19 @@ echo "0000000" > bundle/commit.txt  # not the checkout's: the run notes it
 cat > bundle/baton <<'SH'
 #!/usr/bin/env bash
 echo "baton $*" >> "$FAKE_LOG"
+# baton train (the WSP CNN run): metrics.jsonl in run.dir, the GPU's losses 1e-4 off the CPU's
+# (FAKE_WSP_OFF: 10% off, a failure).
+if [ "$1" = train ]; then
+  dir=""; off=1.0001
+  [ -n "${FAKE_WSP_OFF:-}" ] && off=1.1
+  for a in "$@"; do
+    [[ $a == run.dir=* ]] && { dir=${a#run.dir=}; dir=${dir//\"/}; }
+    [[ $a == 'precision.device="cpu"' ]] && off=1
+  done
+  mkdir -p "$dir"
+  for i in 1 2 3 4 5 6 7 8; do echo "{\"step\": $i, \"loss\": $(awk -v i=$i -v o=$off 'BEGIN { print (2.4 - i / 100) * o }')}"; done > "$dir/metrics.jsonl"
+  exit 0
+fi
 mb=1; json=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,10 +53,10 @@ if [ "${BATON_OP_TIMES:-}" = 1 ]; then
   printf 'op (per step)  calls  ms\nmatmul_forward  49  20.0\nall ops  49  20.0\nrest of the step  34.6\n'
   ops=', "op_times": [{"op": "matmul_forward", "calls": 49, "ms": 20.0, "flops": 1, "bytes": 1}]'
 fi
-printf '{"device": "NVIDIA H100 80GB HBM3", "micro_batch": %s, "global_batch": %s, "tokens_per_s": %s, "mfu": 0.42, "step_ms_median": 54.6%s}\n' \
-  "$mb" "$mb" "$tps" "$ops" > "$json"
+printf '{"device": "NVIDIA H100 80GB HBM3", "micro_batch": %s, "global_batch": %s, "tokens_per_s": %s, "images_per_s": %s, "mfu": 0.42, "step_ms_median": 54.6%s}\n' \
+  "$mb" "$mb" "$tps" "$tps" "$ops" > "$json"
 SH
-for t in test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops test_cuda_bf16_model test_cuda_cnn; do
+for t in test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops test_cuda_bf16_model test_cuda_cnn test_cuda_cnn_model; do
   cat > "bundle/bin/$t" <<SH
 #!/usr/bin/env bash
 echo "$t \$* require=\${BATON_REQUIRE_GPU:-0}" >> "\$FAKE_LOG"
@@ -124,8 +137,12 @@ grep -q "^| 16 | 150000 | 90000 | 1.67x |" $s || { cat $s; fail "ratio table"; }
 grep -q "^- baton-1.5b-mb4x4: 5000 tokens/s" $s || { cat $s; fail "1.5B"; }
 grep -q "^gpu-first-run: FAIL .*test_gemm_lt" $s || { cat $s; fail "no FAIL line"; }
 order=$(grep -oE "^(test_[a-z0-9_]+:|- [a-z0-9.-]+:)" $s | tr -d ':' | tr '\n' ' ')
-want="test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops test_cuda_bf16_model - baton-124m-mb8 - baton-124m-mb16 - baton-124m-mb32 - torch-124m-eager-flash - torch-124m-eager-cudnn - torch-124m-compile-flash - baton-124m-optimes-mb16 - baton-1.5b-mb4x4 - torch-1.5b-eager-flash test_cuda_cnn test_nccl_comm test_device_comm "
+want="test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops test_cuda_bf16_model - baton-124m-mb8 - baton-124m-mb16 - baton-124m-mb32 - torch-124m-eager-flash - torch-124m-eager-cudnn - torch-124m-compile-flash - baton-124m-optimes-mb16 - baton-1.5b-mb4x4 - torch-1.5b-eager-flash test_cuda_cnn test_cuda_cnn_model - wsp-cnn - baton-resnet50-bf16 test_nccl_comm test_device_comm "
 [ "$order" = "$want" ] || fail "order: $order"
+# 7: the WSP CNN run on both devices, its loss comparison, ResNet-50's images/s.
+grep -q "^baton train tests/gpu/configs/wsp-cnn.toml --set precision.device=\"cuda\"" calls.log || fail "no WSP run on cuda"
+grep -q "^- wsp-cnn: 8 WSP steps of a ResNet-18 on cuda vs cpu, worst loss difference [0-9.]*e-04" $s || { cat $s; fail "wsp-cnn line"; }
+grep -q "^  (images/s: 5000)" $s || { cat $s; fail "ResNet-50 images/s"; }
 # 5b: the op-time table at the best micro-batch and the step-time model beside it.
 grep -q "^matmul_forward  49  20.0" $s || { cat $s; fail "no op-time table"; }
 grep -q "^| matmul_forward | [0-9.]* | 20.000 | [0-9.]* |" $s || { cat $s; fail "no step-time model comparison"; }
@@ -134,8 +151,11 @@ tar -tzf pack2/logs.tar.gz | grep -q "baton-124m-mb32.log" || fail "--pack: logs
 
 # torch.compile where allowed is the fastest PyTorch variant, so the ratio is against it.
 rc=0
-GPU_FIRST_RUN_MBS=16 GPU_FIRST_RUN_TORCH_COMPILE=on PATH="$P" bash "$RUN" bundle out3 > out3.txt 2>&1 || rc=$?
+# (And the GPU's WSP losses 10% off the CPU's: a failure named in the FAIL line.)
+FAKE_WSP_OFF=1 GPU_FIRST_RUN_MBS=16 GPU_FIRST_RUN_TORCH_COMPILE=on PATH="$P" bash "$RUN" bundle out3 > out3.txt 2>&1 || rc=$?
 grep -q "^| 16 | 150000 | 110000 | 1.36x |" out3/summary.md || { cat out3/summary.md; fail "compile not compared"; }
+grep -q "^- wsp-cnn: .*worst loss difference [0-9.]*e-01" out3/summary.md || { cat out3/summary.md; fail "wsp-cnn 10% line"; }
+grep -q "^gpu-first-run: FAIL .*wsp-cnn" out3/summary.md || { cat out3/summary.md; fail "wsp-cnn difference not a failure"; }
 
 # A short deadline: the 1.5B section does not run and says why.
 rc=0

@@ -102,7 +102,7 @@ target_link_libraries(baton_model_emulated PUBLIC baton_backend_emulated baton_c
 #   CudaBf16.FollowsFp32For50StepsDeterministicallyWithoutMallocs: 105 training steps per head
 #     size, minutes emulated. MatchesCpuEmulation (3 steps, both head sizes: flash attention and
 #     the fp32 fallback, CPU bf16 emulation as reference) runs: ~15 s.
-foreach(t test_cuda_ops test_cuda_bf16_model)
+foreach(t test_cuda_ops test_cuda_bf16_model test_cuda_cnn_model)
   add_executable(${t}_emulated ${CMAKE_CURRENT_SOURCE_DIR}/gpu/${t}.cpp)
   target_link_libraries(${t}_emulated PRIVATE baton_model_emulated GTest::gtest GTest::gtest_main)
 endforeach()
@@ -110,11 +110,14 @@ add_test(NAME unit.test_cuda_ops_emulated
          COMMAND test_cuda_ops_emulated)
 add_test(NAME unit.test_cuda_bf16_model_emulated
          COMMAND test_cuda_bf16_model_emulated --gtest_filter=*MatchesCpuEmulation*)
+# ResNets and a VGG, three steps in fp32 and bf16 against the CPU backend (the model's use of the
+# CNN ops, the cuDNN shim): every test.
+add_test(NAME unit.test_cuda_cnn_model_emulated COMMAND test_cuda_cnn_model_emulated)
 # The CNN ops (the backend only: no model sources): every test of the GPU program, unchanged.
 add_executable(test_cuda_cnn_emulated ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_cuda_cnn.cpp)
 target_link_libraries(test_cuda_cnn_emulated PRIVATE baton_backend_emulated GTest::gtest GTest::gtest_main)
 add_test(NAME unit.test_cuda_cnn_emulated COMMAND test_cuda_cnn_emulated)
 set_tests_properties(unit.test_cuda_ops_emulated unit.test_cuda_bf16_model_emulated
-                     unit.test_cuda_cnn_emulated PROPERTIES
+                     unit.test_cuda_cnn_emulated unit.test_cuda_cnn_model_emulated PROPERTIES
                      LABELS unit TIMEOUT 300 PROCESSORS 2
                      FAIL_REGULAR_EXPRESSION "skipped: no CUDA device")

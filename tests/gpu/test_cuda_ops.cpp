@@ -31,6 +31,7 @@
 #include "backend/op_timed_backend.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "model/gpt.h"
 
@@ -632,6 +633,35 @@ TEST_F(CudaOps, TinyGptIsDeterministicAndStopsAllocating) {
   const int mallocs = cuda_memory_stats(*gpu_).device_mallocs;
   for (int i = 0; i < 3; i++) step();
   EXPECT_EQ(cuda_memory_stats(*gpu_).device_mallocs, mallocs);
+}
+
+// hetero.memory_limit on a GPU rank (a smaller device emulated on this one): the arena's bytes in
+// use never pass the limit, the error is the CPU backend's, released memory counts no more, and a
+// limit beyond the device's memory leaves the device as the limit.
+TEST_F(CudaOps, MemoryLimitBoundsTheArena) {
+  const size_t base = cuda_memory_stats(*gpu_).in_use_bytes;  // the backend's own workspaces
+  gpu_->set_memory_limit({.bytes = base + (size_t{1} << 20), .rank = 3, .device = "QUADRO-P4000"});
+  void* a = gpu_->alloc(600 << 10);
+  try {
+    gpu_->alloc(500 << 10);
+    FAIL() << "an allocation beyond the limit was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("out of memory on rank 3 (emulating QUADRO-P4000)"), std::string::npos) << what;
+    EXPECT_NE(what.find("allocating 500 KiB"), std::string::npos) << what;
+    EXPECT_NE(e.hint().find("hetero.memory_limit"), std::string::npos) << e.hint();
+  }
+  gpu_->release(a);
+  void* b = gpu_->alloc(1000 << 10);  // fits once `a` is back
+  gpu_->release(b);
+  // Below what is in use already: refused at once.
+  EXPECT_THROW(gpu_->set_memory_limit({.bytes = base / 2, .rank = 3}), Error);
+  // More than the device has: the device is the limit (a warning), 1 MiB more is accepted.
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  gpu_->set_memory_limit({.bytes = total + 1, .rank = 3});
+  void* c = gpu_->alloc(size_t{2} << 20);
+  gpu_->release(c);
 }
 
 TEST(CudaChoice, ExplicitCudaNeedsADevice) {

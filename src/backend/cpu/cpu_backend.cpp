@@ -192,7 +192,7 @@ class CpuBackend final : public Backend {
     size_t rounded = (bytes + 63) / 64 * 64;
     if (rounded == 0) rounded = 64;
     const size_t in_use = in_use_.load(std::memory_order_relaxed);
-    if (limit_.bytes != 0 && in_use + rounded > limit_.bytes) refuse(bytes, in_use);
+    if (limit_.bytes != 0 && in_use + rounded > limit_.bytes) throw memory_limit_error(limit_, bytes, in_use);
     auto* base = static_cast<char*>(std::aligned_alloc(64, rounded + kHeader));
     if (base == nullptr) throw std::bad_alloc();
     std::memset(base + kHeader, 0, rounded);
@@ -464,17 +464,6 @@ class CpuBackend final : public Backend {
   }
   static constexpr size_t kChunk = size_t(1) << 20;  // bytes per parallel memset/memcpy piece
   static constexpr size_t kHeader = 64;  // alloc()'s size header; keeps the 64-byte alignment
-
-  [[noreturn]] void refuse(size_t bytes, size_t in_use) const {
-    throw Error(fmt::format("out of memory on rank {}{}: allocating {} with {} in use would exceed its memory "
-                            "limit of {}", limit_.rank,
-                            limit_.device.empty() ? std::string() : fmt::format(" (emulating {})", limit_.device),
-                            format_bytes(double(bytes)), format_bytes(double(in_use)), format_bytes(double(limit_.bytes))),
-                fmt::format("the device could not hold this: run fewer minibatches in flight (hetero.nm), a smaller "
-                            "train.micro_batch, a device with more memory for rank {} in hetero.virtual_workers, or "
-                            "raise hetero.memory_limit ({} bytes asked, limit {} bytes)", limit_.rank, bytes,
-                            limit_.bytes));
-  }
 
   MemoryLimit limit_;
   std::atomic<size_t> in_use_{0};

@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "backend/cuda/cudnn_ops.h"
+#include "core/bytes.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/adamw.cuh"
 #include "kernels/dropout.cuh"
 #include "kernels/sgd.cuh"
@@ -68,8 +70,13 @@ class DeviceArena {
     for (auto& c : chunks_) cudaFree(c.base);
   }
 
+  // An emulated smaller device (Backend::set_memory_limit): the bytes in use never pass it.
+  void set_limit(const MemoryLimit& limit) { limit_ = limit; }
+  const MemoryLimit& limit() const { return limit_; }
+
   void* alloc(size_t bytes) {
     const size_t size = std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    if (limit_.bytes != 0 && in_use_ + size > limit_.bytes) throw memory_limit_error(limit_, bytes, in_use_);
     for (auto& c : chunks_) {
       for (auto it = c.free.begin(); it != c.free.end(); ++it) {
         if (it->second < size) continue;
@@ -139,6 +146,7 @@ class DeviceArena {
     peak_ = std::max(peak_, in_use_);
     return p;
   }
+  MemoryLimit limit_;
   std::vector<Chunk> chunks_;
   std::map<char*, size_t> used_;
   size_t reserved_ = 0, in_use_ = 0, peak_ = 0;
@@ -258,6 +266,25 @@ class CudaBackend final : public Backend {
   }
 
   // ---- memory ----
+  // hetero.memory_limit on a GPU rank: a smaller device emulated on this one (what the arena
+  // allocates counts), or, when the limit is more than the device has, the device itself.
+  void set_memory_limit(const MemoryLimit& limit) override {
+    size_t free = 0, total = 0;
+    cuda_check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    MemoryLimit l = limit;
+    if (l.bytes > total) {
+      log::warn("rank {}: the memory limit {}{} is more than this GPU has ({}): the device's own memory is the limit",
+                l.rank, format_bytes(double(l.bytes)), l.device.empty() ? "" : fmt::format(" ({})", l.device),
+                format_bytes(double(total)));
+      l.bytes = 0;
+    }
+    BATON_REQUIRE(l.bytes == 0 || arena_.stats().in_use_bytes <= l.bytes,
+                  fmt::format("rank {}: {} of device memory are in use already, more than the memory limit {}", l.rank,
+                              format_bytes(double(arena_.stats().in_use_bytes)), format_bytes(double(l.bytes))),
+                  "raise hetero.memory_limit for this rank");
+    arena_.set_limit(l);
+  }
+
   void* alloc(size_t bytes) override {
     void* p = arena_.alloc(bytes);
     // Zero-initialised (contract), ordered before any later op on the stream.

@@ -152,11 +152,12 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
   }
   Backend& be = *choice_.backend;
   if (options.memory_limit.bytes != 0) be.set_memory_limit(options.memory_limit);
-  // cuDNN's CNN ops compile in every build but have not run on a GPU yet (the GPU issue's check).
-  BATON_REQUIRE(builder_->input_kind() != InputKind::IMAGES || choice_.device != "cuda",
-                fmt::format("{} on the GPU is not enabled: baton's cuDNN path has not been verified on a GPU "
-                            "yet", builder_->family()),
-                "train CNNs on the CPU for now (precision.device = \"cpu\")");
+  // cuDNN's CNN ops are checked on the CPU emulator (ops and whole networks against the CPU
+  // backend) but not yet on a GPU: say so once instead of refusing (issue 20).
+  if (builder_->input_kind() == InputKind::IMAGES && choice_.device == "cuda" && rank == 0)
+    log::warn("{} on the GPU: baton's cuDNN path is tested on a CUDA emulator, not yet on a GPU (docs/cuda.md); "
+              "compare a few steps with precision.device = \"cpu\" if the losses look wrong",
+              builder_->family());
   // The layers sharing parameters across stages (a GPT's tied wte): one tied group.
   std::vector<int> tied_layers;
   for (const TiedLayers& t : builder_->tied_layers())
