@@ -1,6 +1,10 @@
-// LayerNorm kernels: one warp per row for the forward and for dinp (two-pass mean/variance in
-// float, as the CPU twin), and a two-stage column reduction over fixed row chunks for dweight and
-// dbias (the chunking of kernels/reduce.cu), so every result is reproducible bit for bit.
+// LayerNorm kernels: one warp per row for the forward (two-pass mean/variance in float, as the CPU
+// twin); the backward is one kernel per call that reads each row of dout and inp once for dinp and
+// for per-block partial sums of dweight and dbias (fixed row chunks, per-warp sums in shared
+// memory, no atomics), then a small kernel that adds the partials in block order: every result is
+// reproducible bit for bit. (llm.c's single kernel finishes in the last block through an atomic
+// counter; the emulator and our determinism rule refuse atomics, hence the second launch, which
+// reads only the 2 * blocks * C partials.)
 //
 // bf16 kernels: lane L of a row's warp owns the groups of 8 columns g = 32 k + L (k = 0, 1, ...)
 // and accumulates its partial sums group by group, element by element, before the warp's
@@ -51,73 +55,98 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, f
   }
 }
 
-__global__ void layernorm_dinp_kernel(float* dinp, const float* dres, const float* dout,
-                                      const float* inp, const float* weight, const float* mean,
-                                      const float* rstd, int N, int C) {
-  const int lane = threadIdx.x & 31;
-  const int n = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
-  if (n >= N) return;
-  const size_t off = size_t(n) * C;
-  const float* x = inp + off;
-  const float* dy = dout + off;
-  const float m = mean[n], s = rstd[n];
-  float g_sum = 0.0f, gx_sum = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float g = dy[c] * weight[c];
-    g_sum += g;
-    gx_sum += g * (x[c] - m) * s;
+// The backward's rows are split into fixed chunks of bwd_rows(N) rows, one block each; warp w of a
+// block of W warps takes rows r0 + w, r0 + w + W, ... and keeps its own fp32 sums of dout*xhat and
+// dout per column in shared memory (each lane owns its columns: no atomics), so dout and inp are
+// read once per row for dinp and the parameter gradients together. The block then adds its W
+// warps' sums in warp order into its partial row; a finish kernel adds the blocks' partials in
+// block order. Same inputs, same sizes -> same bits.
+int bwd_rows(int N) { return std::max(32, ceil_div(N, 1024)); }  // <= 1024 blocks of >= 32 rows
+constexpr size_t kBwdSmemDefault = 48 * 1024;                    // without the opt-in
+constexpr size_t kBwdSmemMax = 227 * 1024;                       // an H100's opt-in limit
+
+// Warps per block for `per_warp` bytes of shared sums each: as many as fit in 48 KiB, at most 8,
+// at least 1 (with the opt-in above 48 KiB).
+int bwd_warps(size_t per_warp) { return int(std::clamp<size_t>(kBwdSmemDefault / per_warp, 1, kRowsPerBlock)); }
+
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    layernorm_backward_kernel(float* dinp, const float* dres, float* partial, const float* dout,
+                              const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int N, int C, int rows) {
+  extern __shared__ float acc[];  // [warp][dweight C | dbias C], when partial != nullptr
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const bool params = partial != nullptr;
+  float* adw = acc + size_t(warp) * 2 * C;
+  float* adb = adw + C;
+  if (params)
+    for (int c = lane; c < C; c += 32) adw[c] = adb[c] = 0.0f;
+  const int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
+  for (int n = r0 + warp; n < r1; n += nwarps) {
+    const size_t off = size_t(n) * C;
+    const float* x = inp + off;
+    const float* dy = dout + off;
+    const float m = mean[n], s = rstd[n];
+    float g_sum = 0.0f, gx_sum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+      const float dyc = dy[c], xc = x[c];
+      if (params) {
+        adw[c] += dyc * (xc - m) * s;
+        adb[c] += dyc;
+      }
+      if (dinp != nullptr) {
+        const float g = dyc * weight[c];
+        g_sum += g;
+        gx_sum += g * (xc - m) * s;
+      }
+    }
+    if (dinp == nullptr) continue;
+    const float g_mean = warp_sum(g_sum) / float(C), gx_mean = warp_sum(gx_sum) / float(C);
+    float* dx = dinp + off;
+    const float* r = dres ? dres + off : nullptr;  // may be dx itself (in place)
+    // The row again, as this lane just read it (L1), not from memory.
+    for (int c = lane; c < C; c += 32) {
+      const float xhat = (x[c] - m) * s;
+      dx[c] = (r ? r[c] : 0.0f) + s * (dy[c] * weight[c] - g_mean - xhat * gx_mean);
+    }
   }
-  const float g_mean = warp_sum(g_sum) / float(C), gx_mean = warp_sum(gx_sum) / float(C);
-  float* dx = dinp + off;
-  const float* r = dres ? dres + off : nullptr;  // may be dx itself (in place)
-  for (int c = lane; c < C; c += 32) {
-    const float xhat = (x[c] - m) * s;
-    dx[c] = (r ? r[c] : 0.0f) + s * (dy[c] * weight[c] - g_mean - xhat * gx_mean);
+  if (!params) return;
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float sw = 0.0f, sb = 0.0f;
+    for (int w = 0; w < nwarps; w++) {
+      sw += acc[size_t(w) * 2 * C + c];
+      sb += acc[size_t(w) * 2 * C + C + c];
+    }
+    partial[size_t(blockIdx.x) * C + c] = sw;
+    partial[(size_t(gridDim.x) + blockIdx.x) * C + c] = sb;
   }
 }
 
-// Partials of dweight (first chunks*C floats of `partial`) and dbias (the next chunks*C).
-__global__ void layernorm_param_partial_kernel(float* partial, const float* dout, const float* inp,
-                                               const float* mean, const float* rstd, int N, int C,
-                                               int rows, int chunks) {
+// dweight[c] += the blocks' dweight partials (the first `blocks` rows of `partial`), dbias[c] += the
+// next `blocks` rows; block (32, 8): ty adds blocks ty, ty + 8, ..., then the 8 sums in ty order.
+__global__ void layernorm_param_finish_kernel(float* dweight, float* dbias, const float* partial,
+                                              int blocks, int C) {
   __shared__ float shw[8][33], shb[8][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
-  const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
-  float dw = 0.0f, db = 0.0f;
-  if (c < C)
-    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
-      const float dy = dout[size_t(r) * C + c];
-      dw += dy * (inp[size_t(r) * C + c] - mean[r]) * rstd[r];
-      db += dy;
-    }
-  shw[threadIdx.y][threadIdx.x] = dw;
-  shb[threadIdx.y][threadIdx.x] = db;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float sw = 0.0f, sb = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-      sw += shw[k][threadIdx.x];
-      sb += shb[k][threadIdx.x];
-    }
-    partial[size_t(blockIdx.y) * C + c] = sw;
-    partial[(size_t(chunks) + blockIdx.y) * C + c] = sb;
-  }
-}
-
-__global__ void layernorm_param_finish_kernel(float* dweight, float* dbias, const float* partial,
-                                              int chunks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
   float sw = 0.0f, sb = 0.0f;
-  for (int k = 0; k < chunks; k++) {
-    sw += partial[size_t(k) * C + c];
-    sb += partial[(size_t(chunks) + k) * C + c];
+  if (c < C)
+    for (int k = threadIdx.y; k < blocks; k += 8) {
+      sw += partial[size_t(k) * C + c];
+      sb += partial[(size_t(blocks) + k) * C + c];
+    }
+  shw[threadIdx.y][threadIdx.x] = sw;
+  shb[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  sw = sb = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; k++) {
+    sw += shw[k][threadIdx.x];
+    sb += shb[k][threadIdx.x];
   }
   if (dweight != nullptr) dweight[c] += sw;
   if (dbias != nullptr) dbias[c] += sb;
 }
-
 
 // ---- bf16 ----------------------------------------------------------------------------------
 
@@ -210,119 +239,111 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   }
 }
 
+// The fused backward over bf16 (see layernorm_backward_kernel): lane L of warp w owns the groups
+// of 8 columns g = 32 k + L of each of its rows; its sums of dout*xhat and dout sit in shared memory
+// as [w][dweight | dbias][8][groups] (element j of group g at j * groups + g: consecutive lanes hit
+// consecutive banks). The row is read once: held in registers (VPL > 0) for dinp's second pass, or
+// streamed again from L1/L2 (VPL = 0, long rows).
 template <int VPL, bool kVec>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
-    layernorm_dinp_bf16_kernel(bf16* dinp, const bf16* dres, const bf16* dout, const bf16* inp,
-                               const bf16* weight, const float* mean, const float* rstd, int N, int C) {
-  const int lane = threadIdx.x & 31;
-  const int n = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
-  if (n >= N) return;
-  const size_t off = size_t(n) * C;
+    layernorm_backward_bf16_kernel(bf16* dinp, const bf16* dres, float* partial, const bf16* dout,
+                                   const bf16* inp, const bf16* weight, const float* mean,
+                                   const float* rstd, int N, int C, int rows) {
+  extern __shared__ float acc[];  // when partial != nullptr
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int groups = (C + 7) / 8;
   const int steps = VPL > 0 ? VPL : (groups + 31) / 32;
-  const bf16* x = inp + off;
-  const bf16* dy = dout + off;
-  const float m = mean[n], s = rstd[n];
-  uint4 xcache[VPL > 0 ? VPL : 1], dycache[VPL > 0 ? VPL : 1];
-  float g_sum = 0.0f, gx_sum = 0.0f;
+  const bool params = partial != nullptr;
+  float* adw = acc + size_t(warp) * 16 * groups;
+  float* adb = adw + 8 * groups;
+  if (params)
+    for (int g = lane; g < groups; g += 32)
 #pragma unroll
-  for (int k = 0; k < steps; k++) {
-    const int c = (k * 32 + lane) * 8;
-    if (c >= C) break;
-    const int valid = kVec ? 8 : group_valid(c, C);
-    const uint4 xr = load_group<kVec>(x + c, valid), dyr = load_group<kVec>(dy + c, valid);
-    if constexpr (VPL > 0) {
-      xcache[k] = xr;
-      dycache[k] = dyr;
-    }
-    float fx[8], fdy[8], w[8];
-    unpack8(fx, xr);
-    unpack8(fdy, dyr);
-    unpack8(w, load_group<kVec>(weight + c, valid));
+      for (int j = 0; j < 8; j++) adw[j * groups + g] = adb[j * groups + g] = 0.0f;
+  const int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
+  for (int n = r0 + warp; n < r1; n += nwarps) {
+    const size_t off = size_t(n) * C;
+    const bf16* x = inp + off;
+    const bf16* dy = dout + off;
+    const float m = mean[n], s = rstd[n];
+    uint4 xcache[VPL > 0 ? VPL : 1], dycache[VPL > 0 ? VPL : 1];
+    float g_sum = 0.0f, gx_sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-      if (j < valid) {
-        const float g = fdy[j] * w[j];
-        g_sum += g;
-        gx_sum += g * (fx[j] - m) * s;
+    for (int k = 0; k < steps; k++) {
+      const int g = k * 32 + lane, c = g * 8;
+      if (c >= C) break;
+      const int valid = kVec ? 8 : group_valid(c, C);
+      const uint4 xr = load_group<kVec>(x + c, valid), dyr = load_group<kVec>(dy + c, valid);
+      if constexpr (VPL > 0) {
+        xcache[k] = xr;
+        dycache[k] = dyr;
       }
-  }
-  const float g_mean = warp_sum(g_sum) / float(C), gx_mean = warp_sum(gx_sum) / float(C);
-  bf16* dx = dinp + off;
-  const bf16* r = dres ? dres + off : nullptr;  // may be dx itself (in place)
+      float fx[8], fdy[8];
+      unpack8(fx, xr);
+      unpack8(fdy, dyr);
+      if (params) {
 #pragma unroll
-  for (int k = 0; k < steps; k++) {
-    const int c = (k * 32 + lane) * 8;
-    if (c >= C) break;
-    const int valid = kVec ? 8 : group_valid(c, C);
-    float fx[8], fdy[8], w[8], d[8];
-    if constexpr (VPL > 0) {
-      unpack8(fx, xcache[k]);
-      unpack8(fdy, dycache[k]);
-    } else {
-      unpack8(fx, load_group<kVec>(x + c, valid));
-      unpack8(fdy, load_group<kVec>(dy + c, valid));
+        for (int j = 0; j < 8; j++)
+          if (j < valid) {
+            adw[j * groups + g] += fdy[j] * (fx[j] - m) * s;
+            adb[j * groups + g] += fdy[j];
+          }
+      }
+      if (dinp != nullptr) {
+        float w[8];
+        unpack8(w, load_group<kVec>(weight + c, valid));
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+          if (j < valid) {
+            const float gj = fdy[j] * w[j];
+            g_sum += gj;
+            gx_sum += gj * (fx[j] - m) * s;
+          }
+      }
     }
-    unpack8(w, load_group<kVec>(weight + c, valid));
-    if (r) {
-      unpack8(d, load_group<kVec>(r + c, valid));
-    } else {
+    if (dinp == nullptr) continue;
+    const float g_mean = warp_sum(g_sum) / float(C), gx_mean = warp_sum(gx_sum) / float(C);
+    bf16* dx = dinp + off;
+    const bf16* r = dres ? dres + off : nullptr;  // may be dx itself (in place)
 #pragma unroll
-      for (int j = 0; j < 8; j++) d[j] = 0.0f;
-    }
+    for (int k = 0; k < steps; k++) {
+      const int c = (k * 32 + lane) * 8;
+      if (c >= C) break;
+      const int valid = kVec ? 8 : group_valid(c, C);
+      float fx[8], fdy[8], w[8], d[8];
+      if constexpr (VPL > 0) {
+        unpack8(fx, xcache[k]);
+        unpack8(fdy, dycache[k]);
+      } else {
+        unpack8(fx, load_group<kVec>(x + c, valid));
+        unpack8(fdy, load_group<kVec>(dy + c, valid));
+      }
+      unpack8(w, load_group<kVec>(weight + c, valid));
+      if (r) {
+        unpack8(d, load_group<kVec>(r + c, valid));
+      } else {
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-      const float xhat = (fx[j] - m) * s;
-      d[j] += s * (fdy[j] * w[j] - g_mean - xhat * gx_mean);
-    }
-    store_group<kVec>(dx + c, pack8(d), valid);
-  }
-}
-
-// Partials of dweight and dbias as the fp32 kernel (same layout, same row chunks and order per
-// column), with each thread owning 8 adjacent columns: a (32, 8) block covers 256 columns.
-template <bool kVec>
-__global__ void __launch_bounds__(256)
-    layernorm_param_partial_bf16_kernel(float* partial, const bf16* dout, const bf16* inp,
-                                        const float* mean, const float* rstd, int N, int C,
-                                        int rows, int chunks) {
-  __shared__ float shw[8][8][33], shb[8][8][33];  // [ty][column within group][tx]
-  const int c0 = (blockIdx.x * 32 + threadIdx.x) * 8;
-  const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
-  float dw[8], db[8];
-#pragma unroll
-  for (int j = 0; j < 8; j++) dw[j] = db[j] = 0.0f;
-  if (c0 < C) {
-    const int valid = kVec ? 8 : group_valid(c0, C);
-    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
-      float dy[8], x[8];
-      unpack8(dy, load_group<kVec>(dout + size_t(r) * C + c0, valid));
-      unpack8(x, load_group<kVec>(inp + size_t(r) * C + c0, valid));
-      const float m = mean[r], s = rstd[r];
+        for (int j = 0; j < 8; j++) d[j] = 0.0f;
+      }
 #pragma unroll
       for (int j = 0; j < 8; j++) {
-        dw[j] += dy[j] * (x[j] - m) * s;
-        db[j] += dy[j];
+        const float xhat = (fx[j] - m) * s;
+        d[j] += s * (fdy[j] * w[j] - g_mean - xhat * gx_mean);
       }
+      store_group<kVec>(dx + c, pack8(d), valid);
     }
   }
-#pragma unroll
-  for (int j = 0; j < 8; j++) {
-    shw[threadIdx.y][j][threadIdx.x] = dw[j];
-    shb[threadIdx.y][j][threadIdx.x] = db[j];
-  }
+  if (!params) return;
   __syncthreads();
-  const int t = threadIdx.y * 32 + threadIdx.x;  // this block's column t
-  const int c = blockIdx.x * 256 + t;
-  if (c < C) {
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const int at = (c & 7) * groups + (c >> 3);
     float sw = 0.0f, sb = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-      sw += shw[k][t & 7][t >> 3];
-      sb += shb[k][t & 7][t >> 3];
+    for (int w = 0; w < nwarps; w++) {
+      sw += acc[size_t(w) * 16 * groups + at];
+      sb += acc[size_t(w) * 16 * groups + 8 * groups + at];
     }
-    partial[size_t(blockIdx.y) * C + c] = sw;
-    partial[(size_t(chunks) + blockIdx.y) * C + c] = sb;
+    partial[size_t(blockIdx.x) * C + c] = sw;
+    partial[(size_t(gridDim.x) + blockIdx.x) * C + c] = sb;
   }
 }
 
@@ -362,12 +383,22 @@ void ln_forward_bf16(bf16* out, float* mean, float* rstd, bf16* residual, const 
   }
 }
 
+// Shared memory of the backward kernels above 48 KiB needs the opt-in (long rows: one warp per
+// block then); the limit is the device's (227 KiB on an H100, 163 KiB on an A100).
+template <typename K>
+void allow_smem(K kernel, size_t bytes) {
+  if (bytes > kBwdSmemDefault)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+               "layernorm_backward");
+}
+
 template <int VPL, bool kVec>
-void launch_ln_dinp_bf16(bf16* dinp, const bf16* dres, const bf16* dout, const bf16* inp,
-                         const bf16* weight, const float* mean, const float* rstd, int N, int C,
-                         cudaStream_t s) {
-  layernorm_dinp_bf16_kernel<VPL, kVec><<<ceil_div(N, kRowsPerBlock), 32 * kRowsPerBlock, 0, s>>>(
-      dinp, dres, dout, inp, weight, mean, rstd, N, C);
+void launch_ln_backward_bf16(bf16* dinp, const bf16* dres, float* partial, const bf16* dout,
+                             const bf16* inp, const bf16* weight, const float* mean, const float* rstd,
+                             int N, int C, int rows, int blocks, int warps, size_t smem, cudaStream_t s) {
+  allow_smem(layernorm_backward_bf16_kernel<VPL, kVec>, smem);
+  layernorm_backward_bf16_kernel<VPL, kVec><<<blocks, 32 * warps, smem, s>>>(dinp, dres, partial, dout, inp,
+                                                                            weight, mean, rstd, N, C, rows);
 }
 
 }  // namespace
@@ -393,29 +424,45 @@ void residual_layernorm_forward(float* residual, float* out, float* mean, float*
   check_launch("residual_layernorm_forward");
 }
 
-size_t layernorm_backward_scratch_floats(int N, int C) { return 2 * column_sum_scratch_floats(N, C); }
+size_t layernorm_backward_scratch_floats(int N, int C) {
+  return 2 * size_t(ceil_div(std::max(N, 1), bwd_rows(N))) * size_t(C);
+}
+
+// The backward launchers' preconditions (both dtypes); false when there is nothing to compute.
+static bool backward_has_work(const void* dinp, const float* dweight, const float* dbias, const void* dout, const void* inp,
+                              const void* weight, const float* mean, const float* rstd, int N, int C,
+                              const float* scratch, size_t scratch_floats) {
+  BATON_KCHECK("layernorm_backward", N >= 0 && C > 0);
+  if (N == 0) return false;
+  BATON_KCHECK("layernorm_backward", dout && inp && mean && rstd);
+  const bool params = dweight != nullptr || dbias != nullptr;
+  if (dinp == nullptr && !params) return false;
+  if (dinp != nullptr) BATON_KCHECK("layernorm_backward", weight != nullptr);
+  if (params) {
+    BATON_KCHECK("layernorm_backward", scratch != nullptr);
+    BATON_KCHECK("layernorm_backward", scratch_floats >= layernorm_backward_scratch_floats(N, C));
+  }
+  return true;
+}
 
 void layernorm_backward(float* dinp, const float* dres, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int N, int C, float* scratch, size_t scratch_floats,
                         cudaStream_t s) {
-  BATON_KCHECK("layernorm_backward", N >= 0 && C > 0);
-  if (N == 0) return;
-  BATON_KCHECK("layernorm_backward", dout && inp && mean && rstd);
-  if (dinp != nullptr) {
-    BATON_KCHECK("layernorm_backward", weight != nullptr);
-    layernorm_dinp_kernel<<<ceil_div(N, kRowsPerBlock), 32 * kRowsPerBlock, 0, s>>>(
-        dinp, dres, dout, inp, weight, mean, rstd, N, C);
-    check_launch("layernorm_backward");
-  }
-  if (dweight == nullptr && dbias == nullptr) return;
-  BATON_KCHECK("layernorm_backward", scratch != nullptr);
-  BATON_KCHECK("layernorm_backward", scratch_floats >= layernorm_backward_scratch_floats(N, C));
-  const int rows = column_chunk_rows(N), chunks = ceil_div(N, rows);
-  layernorm_param_partial_kernel<<<dim3(ceil_div(C, 32), chunks), dim3(32, 8), 0, s>>>(
-      scratch, dout, inp, mean, rstd, N, C, rows, chunks);
+  if (!backward_has_work(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch, scratch_floats)) return;
+  const bool params = dweight != nullptr || dbias != nullptr;
+  const int rows = bwd_rows(N), blocks = ceil_div(N, rows);
+  const size_t per_warp = 2 * size_t(C) * sizeof(float);
+  const int warps = params ? bwd_warps(per_warp) : kRowsPerBlock;
+  const size_t smem = params ? warps * per_warp : 0;
+  const bool row_sums_fit_in_shared_memory = smem <= kBwdSmemMax;
+  BATON_KCHECK("layernorm_backward", row_sums_fit_in_shared_memory);
+  allow_smem(layernorm_backward_kernel, smem);
+  layernorm_backward_kernel<<<blocks, 32 * warps, smem, s>>>(dinp, dres, params ? scratch : nullptr, dout, inp,
+                                                              weight, mean, rstd, N, C, rows);
   check_launch("layernorm_backward");
-  layernorm_param_finish_kernel<<<ceil_div(C, 256), 256, 0, s>>>(dweight, dbias, scratch, chunks, C);
+  if (!params) return;
+  layernorm_param_finish_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, s>>>(dweight, dbias, scratch, blocks, C);
   check_launch("layernorm_backward");
 }
 
@@ -443,39 +490,38 @@ void residual_layernorm_forward(bf16* residual, bf16* out, float* mean, float* r
 void layernorm_backward(bf16* dinp, const bf16* dres, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                         const bf16* weight, const float* mean, const float* rstd, int N, int C,
                         float* scratch, size_t scratch_floats, cudaStream_t s) {
-  BATON_KCHECK("layernorm_backward", N >= 0 && C > 0);
-  if (N == 0) return;
-  BATON_KCHECK("layernorm_backward", dout && inp && mean && rstd);
-  if (dinp != nullptr) {
-    BATON_KCHECK("layernorm_backward", weight != nullptr);
-    const bool vec = C % 8 == 0 && aligned16(dinp) && (!dres || aligned16(dres)) && aligned16(dout) && aligned16(inp) &&
-                     aligned16(weight);
-    if (!vec) {
-      launch_ln_dinp_bf16<0, false>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s);
-    } else {
-      switch (vpl_for(C)) {
-        case 1: launch_ln_dinp_bf16<1, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
-        case 2: launch_ln_dinp_bf16<2, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
-        case 3: launch_ln_dinp_bf16<3, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
-        case 4: launch_ln_dinp_bf16<4, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
-        case 6: launch_ln_dinp_bf16<6, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
-        case kMaxVpl: launch_ln_dinp_bf16<kMaxVpl, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
-        default: launch_ln_dinp_bf16<0, true>(dinp, dres, dout, inp, weight, mean, rstd, N, C, s); break;
-      }
+  if (!backward_has_work(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch, scratch_floats)) return;
+  const bool params = dweight != nullptr || dbias != nullptr;
+  const int rows = bwd_rows(N), blocks = ceil_div(N, rows);
+  const size_t per_warp = 16 * size_t(ceil_div(C, 8)) * sizeof(float);
+  const int warps = params ? bwd_warps(per_warp) : kRowsPerBlock;
+  const size_t smem = params ? warps * per_warp : 0;
+  const bool row_sums_fit_in_shared_memory = smem <= kBwdSmemMax;
+  BATON_KCHECK("layernorm_backward", row_sums_fit_in_shared_memory);
+  float* partial = params ? scratch : nullptr;
+  // nullptr counts as aligned (dinp, dres and weight are null in a parameters-only call).
+  const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dres) && aligned16(dout) && aligned16(inp) &&
+                   aligned16(weight);
+#define BATON_LN_BWD(VPL, VEC)                                                                        \
+  launch_ln_backward_bf16<VPL, VEC>(dinp, dres, partial, dout, inp, weight, mean, rstd, N, C, rows, blocks, \
+                                    warps, smem, s)
+  if (!vec) {
+    BATON_LN_BWD(0, false);
+  } else {
+    switch (vpl_for(C)) {
+      case 1: BATON_LN_BWD(1, true); break;
+      case 2: BATON_LN_BWD(2, true); break;
+      case 3: BATON_LN_BWD(3, true); break;
+      case 4: BATON_LN_BWD(4, true); break;
+      case 6: BATON_LN_BWD(6, true); break;
+      case kMaxVpl: BATON_LN_BWD(kMaxVpl, true); break;
+      default: BATON_LN_BWD(0, true); break;
     }
-    check_launch("layernorm_backward");
   }
-  if (dweight == nullptr && dbias == nullptr) return;
-  BATON_KCHECK("layernorm_backward", scratch != nullptr);
-  BATON_KCHECK("layernorm_backward", scratch_floats >= layernorm_backward_scratch_floats(N, C));
-  const int rows = column_chunk_rows(N), chunks = ceil_div(N, rows);
-  const dim3 grid(ceil_div(C, 256), chunks), block(32, 8);
-  if (C % 8 == 0 && aligned16(dout) && aligned16(inp))
-    layernorm_param_partial_bf16_kernel<true><<<grid, block, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, rows, chunks);
-  else
-    layernorm_param_partial_bf16_kernel<false><<<grid, block, 0, s>>>(scratch, dout, inp, mean, rstd, N, C, rows, chunks);
+#undef BATON_LN_BWD
   check_launch("layernorm_backward");
-  layernorm_param_finish_kernel<<<ceil_div(C, 256), 256, 0, s>>>(dweight, dbias, scratch, chunks, C);
+  if (!params) return;
+  layernorm_param_finish_kernel<<<ceil_div(C, 32), dim3(32, 8), 0, s>>>(dweight, dbias, scratch, blocks, C);
   check_launch("layernorm_backward");
 }
 

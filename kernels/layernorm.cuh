@@ -6,8 +6,13 @@
 // dinp = dres + ... loads dres (bf16), adds in fp32, rounds once. One warp per row (any C; rows of C <= 2048 are
 // held in registers, longer rows are streamed again from L1/L2 for each pass); 16-byte accesses
 // when C % 8 == 0 and every row pointer is 16-byte aligned, else an element-wise kernel that sums
-// in the same order (same bits). dweight/dbias: the fp32 two-stage column reduction over the same
-// fixed row chunks, so the scratch size is layernorm_backward_scratch_floats(N, C).
+// in the same order (same bits).
+// Backward: one kernel reads each row of dout and inp once and writes dinp and the per-block
+// (fixed row chunks) fp32 partials of dweight and dbias, a second small one adds the partials in
+// block order (no atomics: deterministic); the partials take layernorm_backward_scratch_floats(N, C).
+// The per-warp column sums live in shared memory: 8 * C bytes per warp (fp32 input; bf16: C rounded
+// up to 8), so C is limited by the device's opt-in shared memory per block (C <= ~29000 on an
+// H100, ~20000 on an A100; beyond, a failed precondition or the opt-in's CUDA error says so).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

@@ -1,6 +1,7 @@
 // Two-stage deterministic reductions (see reduce.cuh).
 #include <cuda_bf16.h>
 
+#include "kernels/cast.cuh"
 #include "kernels/common.cuh"
 #include "kernels/reduce.cuh"
 
@@ -10,24 +11,59 @@ namespace {
 constexpr size_t kSqChunk = 16384;  // elements per stage-1 block of sum_squares
 constexpr int kSqThreads = 256;
 
-__global__ void sumsq_partial_kernel(double* partial, const float* x, size_t n) {
-  __shared__ double scratch[32];
-  const size_t begin = blockIdx.x * kSqChunk, end = min(n, begin + kSqChunk);
+// One chunk's sum of squares and the sum of m partials, shared by the single-span and the
+// span-table kernels so both give the same bits: the per-span call and sum_squares_spans agree.
+__device__ __forceinline__ double sumsq_chunk(const float* x, size_t begin, size_t end, double* scratch) {
   double acc = 0.0;
   for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const double v = x[i];
     acc += v * v;
   }
-  acc = block_sum(acc, scratch);
+  return block_sum(acc, scratch);
+}
+__device__ __forceinline__ double sum_doubles(const double* partial, size_t m, double* scratch) {
+  double acc = 0.0;
+  for (size_t i = threadIdx.x; i < m; i += blockDim.x) acc += partial[i];
+  return block_sum(acc, scratch);
+}
+
+__global__ void sumsq_partial_kernel(double* partial, const float* x, size_t n) {
+  __shared__ double scratch[32];
+  const size_t begin = blockIdx.x * kSqChunk;
+  const double acc = sumsq_chunk(x, begin, min(n, begin + kSqChunk), scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 __global__ void sum_doubles_kernel(double* result, const double* partial, size_t m) {
   __shared__ double scratch[32];
-  double acc = 0.0;
-  for (size_t i = threadIdx.x; i < m; i += blockDim.x) acc += partial[i];
-  acc = block_sum(acc, scratch);
+  const double acc = sum_doubles(partial, m, scratch);
   if (threadIdx.x == 0) *result = acc;
+}
+
+// The span table's stage 1: block b is chunk (b - first_partial) of the last span whose
+// first_partial <= b (an empty span shares its first_partial with the next and is never picked).
+__global__ void sumsq_spans_partial_kernel(double* partial, const float* x, const SumSqSpan* spans,
+                                           int count) {
+  __shared__ double scratch[32];
+  const size_t b = blockIdx.x;
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (spans[mid].first_partial <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  const SumSqSpan sp = spans[lo];
+  const size_t begin = (b - sp.first_partial) * kSqChunk;
+  const double acc = sumsq_chunk(x + sp.offset, begin, min(sp.n, begin + kSqChunk), scratch);
+  if (threadIdx.x == 0) partial[b] = acc;
+}
+
+// Stage 2: block i sums span i's partials as sum_doubles_kernel does for one span.
+__global__ void sumsq_spans_finish_kernel(double* results, const double* partial, const SumSqSpan* spans) {
+  __shared__ double scratch[32];
+  const SumSqSpan sp = spans[blockIdx.x];
+  const double acc = sum_doubles(partial + sp.first_partial, (sp.n + kSqChunk - 1) / kSqChunk, scratch);
+  if (threadIdx.x == 0) results[blockIdx.x] = acc;
 }
 
 __global__ void accumulate_sum_kernel(double* acc, const float* x, size_t n) {
@@ -38,26 +74,54 @@ __global__ void accumulate_sum_kernel(double* acc, const float* x, size_t n) {
   if (threadIdx.x == 0) *acc += s;
 }
 
-// Column sums: block (32, 8) covers 32 columns of one row chunk; ty strides the rows. The input is
-// fp32 or bf16 (bias gradients of the bf16 dense layer); the sums are fp32 either way.
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__global__ void colsum_partial_kernel(float* partial, const T* x, int N, int C, int rows) {
-  __shared__ float sh[8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
-  float acc = 0.0f;
-  if (c < C)
-    for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += to_f32(x[size_t(r) * C + c]);
-  sh[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float s = 0.0f;
+// Column sums: block (32, 8) covers 32 * V columns of one row chunk, V = 4 fp32 or 8 bf16 (16
+// bytes); thread (tx, ty) owns the V adjacent columns from (blockIdx.x * 32 + tx) * V and adds rows
+// r0 + ty, r0 + ty + 8, ... of them, one 16-byte load per row (kVec: C % V == 0 and x 16-byte
+// aligned; else element by element in the same order, same bits); then each column's 8 ty sums in
+// ty order. The input is fp32 or bf16 (bias gradients of the bf16 dense layer); the sums are fp32.
+template <bool kVec>
+__device__ __forceinline__ void load_cols(float (&f)[4], const float* p, int valid) {
+  if (kVec && valid == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+  } else {
 #pragma unroll
-    for (int k = 0; k < 8; k++) s += sh[k][threadIdx.x];
-    partial[size_t(blockIdx.y) * C + c] = s;
+    for (int j = 0; j < 4; j++) f[j] = j < valid ? p[j] : 0.0f;
+  }
+}
+template <bool kVec>
+__device__ __forceinline__ void load_cols(float (&f)[8], const __nv_bfloat16* p, int valid) {
+  unpack8(f, load_group<kVec>(p, valid));
+}
+
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(256) colsum_partial_kernel(float* partial, const T* x, int N, int C, int rows) {
+  constexpr int V = 16 / sizeof(T);
+  __shared__ float sh[8][V][33];  // [ty][column within the thread's V][tx]
+  const int c0 = (blockIdx.x * 32 + threadIdx.x) * V;
+  const int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+  float acc[V];
+#pragma unroll
+  for (int j = 0; j < V; j++) acc[j] = 0.0f;
+  if (c0 < C) {
+    const int valid = min(V, C - c0);
+    for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+      float f[V];
+      load_cols<kVec>(f, x + size_t(r) * C + c0, valid);
+#pragma unroll
+      for (int j = 0; j < V; j++) acc[j] += f[j];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; j++) sh[threadIdx.y][j][threadIdx.x] = acc[j];
+  __syncthreads();
+  for (int t = threadIdx.y * 32 + threadIdx.x; t < 32 * V; t += 256) {  // the block's column t
+    const int c = blockIdx.x * 32 * V + t;
+    if (c >= C) continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) sum += sh[k][t % V][t / V];
+    partial[size_t(blockIdx.y) * C + c] = sum;
   }
 }
 
@@ -95,6 +159,29 @@ void sum_squares(double* result, const float* x, size_t n, double* scratch, size
   check_launch("sum_squares");
 }
 
+size_t sum_squares_spans_plan(SumSqSpan* spans, size_t count) {
+  size_t chunks = 0;
+  for (size_t i = 0; i < count; i++) {
+    spans[i].first_partial = chunks;
+    chunks += (spans[i].n + kSqChunk - 1) / kSqChunk;
+  }
+  return chunks;
+}
+
+void sum_squares_spans(double* results, const float* x, const SumSqSpan* spans, size_t count,
+                       size_t chunks, double* partials, cudaStream_t s) {
+  if (count == 0) return;
+  BATON_KCHECK("sum_squares_spans", results != nullptr && spans != nullptr);
+  BATON_KCHECK("sum_squares_spans", count < (size_t(1) << 31) && chunks < (size_t(1) << 31));
+  if (chunks > 0) {
+    BATON_KCHECK("sum_squares_spans", x != nullptr && partials != nullptr);
+    sumsq_spans_partial_kernel<<<unsigned(chunks), kSqThreads, 0, s>>>(partials, x, spans, int(count));
+    check_launch("sum_squares_spans");
+  }
+  sumsq_spans_finish_kernel<<<unsigned(count), 1024, 0, s>>>(results, partials, spans);
+  check_launch("sum_squares_spans");
+}
+
 int column_chunk_rows(int N) {
   // At most 64 chunks, at least 64 rows each.
   return std::max(64, ceil_div(N, 64));
@@ -112,7 +199,12 @@ void column_sum_impl(float* dst, const T* x, int N, int C, float* scratch, size_
   BATON_KCHECK("column_sum", dst != nullptr && x != nullptr && scratch != nullptr);
   BATON_KCHECK("column_sum", scratch_floats >= column_sum_scratch_floats(N, C));
   const int rows = column_chunk_rows(N), chunks = ceil_div(N, rows);
-  colsum_partial_kernel<T><<<dim3(ceil_div(C, 32), chunks), dim3(32, 8), 0, s>>>(scratch, x, N, C, rows);
+  constexpr int V = 16 / sizeof(T);
+  const dim3 grid(ceil_div(C, 32 * V), chunks), block(32, 8);
+  if (C % V == 0 && aligned16(x))
+    colsum_partial_kernel<T, true><<<grid, block, 0, s>>>(scratch, x, N, C, rows);
+  else
+    colsum_partial_kernel<T, false><<<grid, block, 0, s>>>(scratch, x, N, C, rows);
   check_launch("column_sum");
   colsum_finish_kernel<<<ceil_div(C, 256), 256, 0, s>>>(dst, scratch, chunks, C);
   check_launch("column_sum");

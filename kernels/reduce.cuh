@@ -1,7 +1,10 @@
 // Deterministic reductions (fixed partition and combining order, no atomics): the result depends
 // only on the inputs and sizes, never on scheduling.
-//   sum_squares: sum of x^2 in double, two stages (per-chunk partials, then one block).
-//   column_sum:  dst[c] += sum_n x[n, c] (bias gradients), two stages over fixed row chunks.
+//   sum_squares: sum of x^2 in double, two stages (per-chunk partials, then one block); over a
+//                table of spans, the same two stages for all of them (two launches).
+//   column_sum:  dst[c] += sum_n x[n, c] (bias gradients), two stages over fixed row chunks; 16-byte
+//                loads (4 fp32 / 8 bf16 columns per thread) when C is a multiple of that and x is
+//                16-byte aligned, else element-wise in the same order (same bits).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -15,6 +18,21 @@ size_t sum_squares_scratch_doubles(size_t n);
 // Writes the sum into *result (device memory, one double; it may be inside `scratch`'s end).
 void sum_squares(double* result, const float* x, size_t n, double* scratch, size_t scratch_doubles,
                  cudaStream_t s);
+
+// sum_squares over many spans of one buffer in two launches whatever their number (a gradient norm
+// reads ~150 tensors): one span per entry, its per-chunk partials at first_partial.
+struct SumSqSpan {
+  size_t offset = 0;         // the span is x[offset, offset + n)
+  size_t n = 0;
+  size_t first_partial = 0;  // set by sum_squares_spans_plan: chunks of the spans before it
+};
+// Sets first_partial of spans[0..count) and returns the partial doubles sum_squares_spans needs.
+size_t sum_squares_spans_plan(SumSqSpan* spans, size_t count);
+// results[i] = sum_squares(x + spans[i].offset, spans[i].n) — the same bits: the same chunks, the
+// same per-thread order and block trees — for every i < count (device memory, as are `spans`, the
+// planned table, and `partials`, >= the plan's result doubles; results must not overlap it).
+void sum_squares_spans(double* results, const float* x, const SumSqSpan* spans, size_t count,
+                       size_t chunks, double* partials, cudaStream_t s);
 
 // acc[0] += sum of x[0..n) in double: one block, fixed per-thread strides and a fixed-tree block
 // sum (deterministic). For short vectors (a micro-batch's per-token losses).

@@ -6,7 +6,7 @@
 #   1. preflight, stopping at once with the reason: nvidia-smi works, the driver's CUDA version is
 #      at least the build's (major), and every bundled program finds every library (ldd through
 #      the bundle's own wrapper environment);
-#   2. the kernel programs (bf16 kernels, cuBLASLt GEMMs, flash attention, backend ops);
+#   2. the kernel programs (bf16 kernels, cuBLASLt GEMMs, flash attention, cuDNN attention, backend ops);
 #   3. `baton bench` of GPT-2 124M in bf16 (the figure part B is after);
 #   4. the model programs (bf16 GPT against the CPU emulation, CNN ops, CNNs against the CPU);
 #   5. NCCL and DeviceComm (one-rank jobs);
@@ -20,7 +20,7 @@
 # Make the bundle on the build machine with the test programs included:
 #   bash launch/gpu-check.sh --make-bundle build bundle     # = launch/bundle.sh + the gpu tests
 set -uo pipefail
-KERNEL_TESTS=(test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops)
+KERNEL_TESTS=(test_bf16_kernels test_gemm_lt test_flash_attention test_cudnn_sdpa test_cuda_ops)
 MODEL_TESTS=(test_cuda_bf16_model test_cuda_cnn test_cuda_cnn_model)
 COMM_TESTS=(test_nccl_comm test_device_comm)
 if [ "${1:-}" = "--make-bundle" ]; then

@@ -6,9 +6,11 @@
 #   1. preflight (stops at once with the reason): nvidia-smi, the driver's CUDA against the build's,
 #      the node's glibc against the bundle's need, `ldd` of every bundled program ("not found" and
 #      "version ... not found");
-#   2. the kernel test programs (bf16 kernels, cuBLASLt GEMMs, flash attention, backend ops);
+#   2. the kernel test programs (bf16 kernels, cuBLASLt GEMMs, flash attention, cuDNN attention,
+#      backend ops);
 #   3. the GPT-2 124M bf16 model program against the CPU emulation;
-#   4. `baton bench` GPT-2 124M bf16 at micro-batch 8, 16 and 32 (one micro-batch per step);
+#   4. `baton bench` GPT-2 124M bf16 at micro-batch 8, 16 and 32 (one micro-batch per step), and at
+#      the best of them with cuDNN's fused attention (precision.attention = "cudnn");
 #   5. the PyTorch baseline (tests/bench/pytorch_gpt2.py) at baton's best micro-batch: eager with
 #      SDPA's flash backend, eager with SDPA's cuDNN backend, and torch.compile only when the node
 #      has a C compiler (Inductor needs one); then the table baton / best PyTorch; 5b. the op-time
@@ -96,7 +98,7 @@ preflight
 pack
 
 section "2. Kernel programs"
-for t in test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops; do program "$t"; pack; done
+for t in test_bf16_kernels test_gemm_lt test_flash_attention test_cudnn_sdpa test_cuda_ops; do program "$t"; pack; done
 
 section "3. GPT-2 124M bf16 against the CPU emulation"
 # The program also runs the model on the CPU emulation (the reference): twice the usual time.
@@ -146,6 +148,16 @@ for mb in $MBS; do
     if awk -v a="$tps" -v b="$best_tps" 'BEGIN { exit !(a > b) }'; then best_tps=$tps; best_mb=$mb; fi
   fi
 done
+# 4b. The same with cuDNN's fused attention (precision.attention = "cudnn"): the faster of the two
+# is baton's figure below (and should become "auto"'s choice: docs/cuda.md).
+if [ -n "$best_mb" ]; then
+  if baton_bench "baton-124m-cudnn-mb$best_mb" 75 configs/gpt2-124m.toml --warmup 3 --steps 10 "${BF16[@]}" \
+       --set 'precision.attention="cudnn"' --set "train.micro_batch=$best_mb" --set "train.global_batch=$best_mb"; then
+    tps=$(json "$OUT/baton-124m-cudnn-mb$best_mb.json" tokens_per_s)
+    say "  cuDNN attention / flash: $(awk -v a="$tps" -v b="$best_tps" 'BEGIN { printf("%.2fx", a / b) }')"
+    if awk -v a="$tps" -v b="$best_tps" 'BEGIN { exit !(a > b) }'; then best_tps=$tps; fi
+  fi
+fi
 
 section "5. PyTorch GPT-2 124M at baton's best micro-batch"
 if ! "$PYTHON" -c 'import torch; assert torch.cuda.is_available()' > "$OUT/torch-import.log" 2>&1; then

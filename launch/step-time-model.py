@@ -9,13 +9,17 @@ the predicted step time and MFU. Part B of issue 14 holds this table against mea
 "Step-time model" carries its output, and every gap > 20% there is to be explained.
 
 The kernel list follows src/model/transformer_block.cpp, embedding.cpp, lm_head.cpp and the
-optimizer path as they are (not as they should be): layernorm backward reading the residual's gradient,
-bias gradients as separate reductions, AdamW then a separate bf16 cast, gradients zeroed by memset,
-the gradient norm with one reduction per parameter tensor and one host synchronisation, the embedding backward's host
-bucketing (assumed to overlap the queued GPU work; its pageable copy costs a round trip). The efficiencies are assumptions (named below and in
-the output), not measurements: part B replaces them with measured ones.
+optimizer path as they are (not as they should be), re-derived in session 12 (issue 20 A4) from the
+kernels as they now are: flash attention with ldmatrix/cp.async and FlashAttention-2's 5-GEMM
+backward whose dQ goes through per-tile-pair fp32 slots and a reduction kernel; the layernorm
+backward in one pass over dout and inp (+ a small finish over the partials), adding its input
+gradient to the residual's; bias gradients as separate column reductions (16-byte loads, 2 launches
+each); AdamW in one launch, then a separate bf16 cast; gradients zeroed by memset; the gradient norm
+in two launches and one host synchronisation; the embedding backward's host bucketing (assumed to
+overlap the queued GPU work; its pageable copy costs a round trip). The efficiencies are assumptions,
+each with its reason below, not measurements: part B replaces them with measured ones.
 
-Usage: python3 launch/step-time-model.py [--device H100-SXM|H200] [--model 124m|1.5b] [--batch B]
+Usage: python3 launch/step-time-model.py [--device H100-SXM|H200] [--model 124m|1.5b] [--batch B] [--attention flash|cudnn]
        python3 launch/step-time-model.py --all      # the tables of docs/cuda.md
        python3 launch/step-time-model.py --compare BENCH_JSON [--model 124m|1.5b]
 The last holds a measured step against the model op by op: BENCH_JSON is `BATON_OP_TIMES=1 baton bench
@@ -32,16 +36,29 @@ DEVICES = {"H100-SXM": (989.4, 3.35), "H200": (989.4, 4.8)}
 # GPT-2 shapes (vocabulary padded to a multiple of 128, as baton computes it).
 MODELS = {"124m": dict(L=12, C=768, NH=12, V=50304, T=1024, B=32),
           "1.5b": dict(L=48, C=1600, NH=25, V=50304, T=1024, B=8)}
-# Assumed efficiencies (fractions of peak): cuBLASLt bf16 GEMMs at these sizes; baton's flash
-# attention (mma.sync m16n8k16, no wgmma/TMA on sm_90 yet); streaming kernels' share of HBM
-# bandwidth; the cost of one kernel launch and of one host round trip (synchronize + tiny copy).
-EFF = dict(gemm=0.70, attention=0.35, stream=0.80)
+# Assumed efficiencies (fractions of the dense bf16 peak or of HBM bandwidth), each with its reason:
+# - gemm 0.70: cuBLASLt bf16 GEMMs of these sizes (N = B·T = 8k–32k rows, K and M 768–50304) run
+#   Hopper wgmma kernels; published H100 cuBLAS figures at such shapes are 600–750 TFLOP/s.
+# - attention_fwd 0.23: baton's flash forward is FlashAttention-2's design (mma.sync m16n8k16 with
+#   ldmatrix and cp.async; no wgmma/TMA); FA2 itself runs causal head-dim-64 attention at T = 1k at
+#   229 TFLOP/s on an H100 SXM5 (FlashAttention-3 paper, Shah et al. 2024, forward-speed figure) =
+#   0.23 of 989.
+# - attention_bwd 0.18: FA2's backward runs at about 0.75–0.8 of its forward rate (FlashAttention-2
+#   paper, Dao 2023, §4: forward up to 73% of A100 peak, backward up to 63%, less at short
+#   sequences); baton's adds the dQ slots (written, then summed by a second kernel: streamed below).
+# - cudnn_fwd 0.29, cudnn_bwd 0.23 (--attention cudnn): cuDNN's fused attention at the same shape,
+#   288 TFLOP/s forward in the same figure; the backward assumed in the flash kernel's ratio.
+# - stream 0.80: elementwise and reduction kernels with 16-byte accesses reach ~80% of HBM
+#   bandwidth on large arrays.
+# A launch costs LAUNCH_S (the kernels are short enough that launch latency shows), a host round
+# trip (synchronize + a tiny copy) HOST_SYNC_S.
+EFF = dict(gemm=0.70, attention_fwd=0.23, attention_bwd=0.18, cudnn_fwd=0.29, cudnn_bwd=0.23, stream=0.80)
 LAUNCH_S = 4e-6
 HOST_SYNC_S = 15e-6
 BF16, FP32 = 2, 4
 
 
-def kernels(m):
+def kernels(m, attention="flash"):
     """(name, launches per step, FLOPs, bytes, kind) of one training step."""
     L, C, NH, V, T, B = m["L"], m["C"], m["NH"], m["V"], m["T"], m["B"]
     N = B * T
@@ -56,30 +73,44 @@ def kernels(m):
         byts = reads * (2 if backward else 1) + (k * mout * FP32 if backward else 0)  # dW in fp32
         out.append((name, count, flops * count, byts * count, "gemm"))
 
-    def stream(name, count, byts, flops=0.0):
-        out.append((name, count, flops * count, byts * count, "stream"))
+    def stream(name, count, byts, flops=0.0, launches=1):
+        # `count` calls of `byts` each, every call `launches` kernel launches.
+        out.append((name, count * launches, flops * count, byts * count, "stream"))
 
     causal = 0.5
     attn_fwd = 4.0 * B * NH * T * T * HS * causal
     # forward, per block
     stream("layernorm forward (ln1)", L, 2 * N * C * BF16)
     gemm("qkv GEMM + bias (fwd)", N, C, 3 * C, L, False)
-    out.append(("flash attention forward", L, attn_fwd * L, (N * 3 * C + N * C) * BF16 * L, "attention"))
+    fwd_kind, bwd_kind = ("cudnn_fwd", "cudnn_bwd") if attention == "cudnn" else ("attention_fwd", "attention_bwd")
+    out.append(("flash attention forward", L, attn_fwd * L, (N * 3 * C + N * C) * BF16 * L, fwd_kind))
     gemm("proj GEMM + bias (fwd)", N, C, C, L, False)
     stream("residual + layernorm forward (ln2)", L, 4 * N * C * BF16)
     gemm("fc GEMM + bias + GELU epilogue (fwd)", N, C, 4 * C, L, False)
     stream("  fc's pre-GELU output (GELU_AUX)", L, N * 4 * C * BF16)
     gemm("fcproj GEMM + bias (fwd)", N, 4 * C, C, L, False)
     stream("residual forward", L, 3 * N * C * BF16)
-    # backward, per block (the current code: 7-GEMM flash backward, separate bias reductions; the
-    # layernorm backward adds its input gradient to the residual's, dinp = dres + ..., in one pass)
+    # backward, per block: bias gradients as separate column sums (2 launches each); the layernorm
+    # backward reads dout, inp and the residual's gradient once and writes dinp = dres + ... (one
+    # kernel + a finish over its partials: 2 launches); flash backward with 5 GEMMs (2.5× the
+    # forward's FLOPs) reading q, k, v, o, dO and writing dqkv, its dQ through (nt + 1)/2 fp32 slots
+    # per query tile row (written by the main kernel, summed in order by a second one).
     gemm("fcproj GEMM backward (dX with DGELU epilogue, dW)", N, 4 * C, C, L, True)
     gemm("fc GEMM backward (dX, dW)", N, C, 4 * C, L, True)
-    stream("bias gradients (4 reductions)", L, N * (3 * C + C + 4 * C + C) * BF16)
-    stream("layernorm backward (ln2, ln1)", 2 * L, 5 * N * C * BF16)
+    stream("bias gradients (4 column sums)", L, N * (3 * C + C + 4 * C + C) * BF16, launches=8)
+    stream("layernorm backward (ln2, ln1: one pass + finish)", 2 * L, 4 * N * C * BF16, launches=2)
     gemm("proj GEMM backward (dX, dW)", N, C, C, L, True)
-    out.append(("flash attention backward (7 GEMMs)", L, attn_fwd * 3.5 * L,
-                (N * 3 * C * 2 + N * C * 2) * BF16 * L, "attention"))
+    nt = math.ceil(T / 64)
+    if attention == "cudnn":
+        out.append(("attention backward (cuDNN)", L, attn_fwd * 2.5 * L,
+                    (N * 3 * C * 2 + N * C * 2) * BF16 * L, bwd_kind))
+    else:
+        # The slots' writes stream out of the compute-bound main kernel (counted in its bytes, under
+        # its roofline's max); the reduction kernel reads them back and writes dQ (bf16).
+        slots = (nt + 1) / 2 * N * C * FP32
+        out.append(("flash attention backward (5 GEMMs, dQ slots written)", L, attn_fwd * 2.5 * L,
+                    ((N * 3 * C * 2 + N * C * 2) * BF16 + slots) * L, bwd_kind))
+        stream("flash dQ slot reduction", L, slots + N * C * BF16)
     gemm("qkv GEMM backward (dX, dW)", N, C, 3 * C, L, True)
     # embeddings, head, loss
     stream("embedding forward (wte + wpe)", 1, 3 * N * C * BF16)
@@ -94,9 +125,8 @@ def kernels(m):
                 "host"))
     # optimizer and gradient bookkeeping, over the flat buffers
     stream("zero gradients (memset)", 1, P * FP32)
-    tensors = 4 + 12 * L + 2  # wte, wpe, final ln (2), 12 per block: one reduction each
-    out.append(("gradient norm (a reduction per tensor, one host sync)", tensors, 2.0 * P, P * FP32, "norm"))
-    stream("AdamW (fp32 master, m, v, grad)", 1, P * 7 * FP32, 12.0 * P)
+    out.append(("gradient norm (two launches, one host sync)", 2, 2.0 * P, P * FP32, "norm"))
+    stream("AdamW (fp32 master, m, v, grad; one launch)", 1, P * 7 * FP32, 12.0 * P)
     stream("bf16 copy of the weights (separate cast)", 1, P * (FP32 + BF16))
     return out, P, N, L
 
@@ -116,10 +146,12 @@ OP_OF = {
     "residual forward": [("residual_forward", 1)],
     "fcproj GEMM backward (dX with DGELU epilogue, dW)": [("matmul_backward_gelu", 1)],
     "fc GEMM backward (dX, dW)": [("matmul_backward", 1)],
-    "bias gradients (4 reductions)": [("matmul_backward", 0.75), ("matmul_backward_gelu", 0.25)],
-    "layernorm backward (ln2, ln1)": [("layernorm_backward", 1)],
+    "bias gradients (4 column sums)": [("matmul_backward", 0.75), ("matmul_backward_gelu", 0.25)],
+    "layernorm backward (ln2, ln1: one pass + finish)": [("layernorm_backward", 1)],
     "proj GEMM backward (dX, dW)": [("matmul_backward", 1)],
-    "flash attention backward (7 GEMMs)": [("attention_backward", 1)],
+    "flash attention backward (5 GEMMs, dQ slots written)": [("attention_backward", 1)],
+    "flash dQ slot reduction": [("attention_backward", 1)],
+    "attention backward (cuDNN)": [("attention_backward", 1)],
     "qkv GEMM backward (dX, dW)": [("matmul_backward", 1)],
     "embedding forward (wte + wpe)": [("embedding_forward", 1)],
     "LM head GEMM (fwd, logits)": [("matmul_forward", 1)],
@@ -128,15 +160,17 @@ OP_OF = {
     "final layernorm fwd + bwd": [("layernorm_forward", 2 / 7), ("layernorm_backward", 5 / 7)],
     "embedding backward (host bucketing + pageable copy)": [("embedding_backward", 1)],
     "zero gradients (memset)": [("zero_bytes", 1)],
-    "gradient norm (a reduction per tensor, one host sync)": [("sum_squares_spans", 1)],
-    "AdamW (fp32 master, m, v, grad)": [("adamw_step", 1)],
+    "gradient norm (two launches, one host sync)": [("sum_squares_spans", 1)],
+    "AdamW (fp32 master, m, v, grad; one launch)": [("adamw_step_segments", 1)],
     "bf16 copy of the weights (separate cast)": [("cast", 1)],
 }
 
 
+COMPUTE_KINDS = ("gemm", "attention_fwd", "attention_bwd", "cudnn_fwd", "cudnn_bwd")
+
+
 def roofline(kind, flops, byts, count, peak, bw):
-    eff = EFF["attention"] if kind == "attention" else EFF["gemm"]
-    compute = flops / (peak * 1e12 * eff) if flops and kind in ("gemm", "attention") else 0.0
+    compute = flops / (peak * 1e12 * EFF[kind]) if flops and kind in COMPUTE_KINDS else 0.0
     memory = byts / (bw * 1e12 * EFF["stream"])
     t = max(compute, memory) + count * LAUNCH_S
     if kind == "host":
@@ -146,12 +180,12 @@ def roofline(kind, flops, byts, count, peak, bw):
     return t, ("compute" if compute >= memory else "memory") if kind != "host" else "host"
 
 
-def table(device, model, batch=None):
+def table(device, model, batch=None, attention="flash"):
     peak, bw = DEVICES[device]
     m = dict(MODELS[model])
     if batch:
         m["B"] = batch
-    ks, P, N, L = kernels(m)
+    ks, P, N, L = kernels(m, attention)
     rows, total = [], 0.0
     for name, count, flops, byts, kind in ks:
         t, bound = roofline(kind, flops, byts, count, peak, bw)
@@ -170,12 +204,13 @@ def table(device, model, batch=None):
           f"**{100 * model_flops / total / (peak * 1e12):.1f}%** by the DESIGN formula "
           f"({model_flops / 1e12:.2f} TFLOP a step), {100 * flops_6n / total / (peak * 1e12):.1f}% by 6N + 6LCT "
           f"(N = {P / 1e6:.1f}M). Assumed: GEMMs at {EFF['gemm']:.0%} of the {peak:.0f} TFLOP/s bf16 peak, "
-          f"attention at {EFF['attention']:.0%}, streaming at {EFF['stream']:.0%} of {bw} TB/s, "
+          f"attention at {EFF[('cudnn' if attention == 'cudnn' else 'attention') + '_fwd']:.0%} (forward) and "
+          f"{EFF[('cudnn' if attention == 'cudnn' else 'attention') + '_bwd']:.0%} (backward), streaming at {EFF['stream']:.0%} of {bw} TB/s, "
           f"{1e6 * LAUNCH_S:.0f} µs a launch, {1e6 * HOST_SYNC_S:.0f} µs a host round trip.\n")
     return total
 
 
-def compare(path, model):
+def compare(path, model, attention="flash"):
     """The model's per-op prediction beside a measured op-time table (baton bench --json)."""
     import json
     j = json.load(open(path))
@@ -187,7 +222,7 @@ def compare(path, model):
     m["B"] = int(j["micro_batch"])
     accum = max(1, int(j["global_batch"]) // int(j["micro_batch"]))
     peak, bw = DEVICES[device]
-    ks, _, _, _ = kernels(m)
+    ks, _, _, _ = kernels(m, j.get("attention", attention) if j.get("attention") in ("flash", "cudnn") else attention)
     predicted = {}
     for name, count, flops, byts, kind in ks:
         t, _ = roofline(kind, flops, byts, count, peak, bw)
@@ -218,17 +253,19 @@ def main():
     ap.add_argument("--model", choices=MODELS, default="124m")
     ap.add_argument("--batch", type=int, default=None, help="sequences per micro-batch (default: 32 / 8)")
     ap.add_argument("--all", action="store_true", help="124M and 1.5B on H100 and H200")
+    ap.add_argument("--attention", choices=("flash", "cudnn"), default="flash",
+                    help="the attention kernel (precision.attention; --compare reads it from the JSON)")
     ap.add_argument("--compare", metavar="BENCH_JSON", default=None,
                     help="the model beside a measured op-time table (BATON_OP_TIMES=1 baton bench --json)")
     a = ap.parse_args()
     if a.compare:
-        compare(a.compare, a.model)
+        compare(a.compare, a.model, a.attention)
     elif a.all:
         for model in MODELS:
             for device in DEVICES:
-                table(device, model)
+                table(device, model, attention=a.attention)
     else:
-        table(a.device, a.model, a.batch)
+        table(a.device, a.model, a.batch, a.attention)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,7 @@ int bench(Config cfg, dist::Comm& world, const BenchOptions& opts) {
     j["config"] = opts.config;
     j["device"] = session.device().device_name;
     j["compute"] = cfg.precision.compute;
+    j["attention"] = cfg.precision.attention;
     j["ranks"] = ranks;
     j["layout"] = {{"tp", cfg.parallel.tp}, {"pp", cfg.parallel.pp}, {"dp", cfg.dp}};
     j["micro_batch"] = cfg.train.micro_batch;

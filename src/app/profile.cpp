@@ -76,7 +76,8 @@ int run_profile(const ProfileOptions& opts) {
     builder = make_cnn(cnn_dims(cfg.model));
   }
   BackendChoice choice =
-      choose_backend(cfg.precision.device, parse_compute_dtype(cfg.precision.compute));
+      choose_backend(cfg.precision.device, parse_compute_dtype(cfg.precision.compute), 0,
+                     parse_attention_kernel(cfg.precision.attention));
   Backend& be = *choice.backend;
   SequentialModel model(builder, be);
   model.init_weights(cfg.train.seed);

@@ -48,6 +48,16 @@ struct AdamWArgs {
   float grad_scale = 1.0f; // gradients are multiplied by this before use (clipping, averaging)
 };
 
+// One tensor of a multi-tensor AdamW step (Backend::adamw_step_segments): param and grad at
+// params + flat and grads + flat, m and v at m + state and v + state, n elements, its weight decay.
+struct AdamWSegment {
+  size_t flat = 0;
+  size_t state = 0;
+  size_t n = 0;
+  float weight_decay = 0;
+  bool operator==(const AdamWSegment&) const = default;
+};
+
 // SGD with momentum (PyTorch's, dampening 0); weight decay either added to the gradient (`l2`) or
 // applied to the weights (`decoupled`, SGDW), at most one non-zero.
 struct SgdArgs {
@@ -322,6 +332,16 @@ class Backend {
   // ---- optimizer ----
   virtual void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
                           const AdamWArgs& args) = 0;
+  // adamw_step for every segment (args = base with the segment's weight_decay), the same bits as
+  // those calls; segments must not overlap. A device does it in one launch (~150 tensors a step).
+  virtual void adamw_step_segments(float* params, const float* grads, float* m, float* v,
+                                   const std::vector<AdamWSegment>& segments, const AdamWArgs& base) {
+    AdamWArgs a = base;
+    for (const AdamWSegment& s : segments) {
+      a.weight_decay = s.weight_decay;
+      adamw_step(params + s.flat, grads + s.flat, m + s.state, v + s.state, s.n, a);
+    }
+  }
   // `buf`: the momentum buffer (may be null when momentum is 0).
   virtual void sgd_step(float* param, const float* grad, float* buf, size_t n, const SgdArgs& args) = 0;
 };

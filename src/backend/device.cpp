@@ -35,7 +35,8 @@ DType parse_compute_dtype(const std::string& compute) {
               "use \"bf16\" (mixed precision: bf16 compute, fp32 master weights) or \"fp32\"");
 }
 
-BackendChoice choose_backend(const std::string& device, DType compute, int local_rank) {
+BackendChoice choose_backend(const std::string& device, DType compute, int local_rank,
+                             AttentionKernel attention) {
   BATON_REQUIRE(device == "auto" || device == "cpu" || device == "cuda",
                 fmt::format("precision.device = \"{}\" is not a device", device),
                 "use \"auto\", \"cpu\" or \"cuda\"");
@@ -50,7 +51,7 @@ BackendChoice choose_backend(const std::string& device, DType compute, int local
                     "run on a GPU node (check nvidia-smi and CUDA_VISIBLE_DEVICES), or set "
                     "precision.device = \"cpu\"");
       c.cuda_device = local_rank % info.count;
-      c.backend = make_cuda_backend(c.cuda_device, compute);
+      c.backend = make_cuda_backend(c.cuda_device, compute, attention);
       c.device = "cuda";
       c.device_name = info.name;
       return c;
@@ -68,6 +69,12 @@ BackendChoice choose_backend(const std::string& device, DType compute, int local
                   "precision.device = \"cpu\"");
 #endif
   }
+  // The CPU backend has one attention: a GPU kernel named explicitly is an error, not ignored.
+  BATON_REQUIRE(attention == AttentionKernel::AUTO,
+                fmt::format("precision.attention = \"{}\" selects a CUDA kernel, but this run uses the CPU{}",
+                            to_string(attention),
+                            device == "auto" ? " (precision.device = \"auto\" chose it)" : ""),
+                "set precision.attention = \"auto\" on the CPU, or precision.device = \"cuda\" on a GPU");
   // BATON_CPU_BF16 = "auto" (default) | "native" | "emulated": how the CPU computes bf16 (backend.h
   // CpuBf16). An environment knob, not a config key: it changes speed and summation order only.
   const char* knob = std::getenv("BATON_CPU_BF16");

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/attention_kernel.h"
 #include "backend/backend.h"
 #include "core/device_table.h"  // dense_peak_tflops(device_name, compute): the MFU peak
 
@@ -33,8 +34,9 @@ struct BackendChoice {
 // avx512_bf16 / amx_bf16, else emulated; the environment's BATON_CPU_BF16 (auto | native | emulated)
 // overrides (backend.h CpuBf16).
 // `local_rank`: this rank's index on its node; a CUDA run uses GPU local_rank % (visible GPUs).
+// `attention`: precision.attention; anything but AUTO is a CUDA kernel, an Error on the CPU.
 BackendChoice choose_backend(const std::string& device, DType compute = DType::F32,
-                             int local_rank = 0);
+                             int local_rank = 0, AttentionKernel attention = AttentionKernel::AUTO);
 // precision.compute: "fp32" | "bf16" (Error with a hint otherwise).
 DType parse_compute_dtype(const std::string& compute);
 

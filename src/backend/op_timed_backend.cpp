@@ -73,6 +73,7 @@ constexpr std::string_view kOpNames[] = {"to_device",
                                          "dropout",
                                          "classification_hits",
                                          "adamw_step",
+                                         "adamw_step_segments",
                                          "sgd_step"};
 static_assert(std::size(kOpNames) == size_t(OpTimedBackend::Op::kCount), "one name per op");
 

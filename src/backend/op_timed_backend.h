@@ -26,6 +26,11 @@ inline size_t span_floats(const std::vector<std::pair<size_t, size_t>>& spans) {
   for (const auto& sp : spans) n += sp.second;
   return n;
 }
+inline size_t segment_floats(const std::vector<AdamWSegment>& segments) {
+  size_t n = 0;
+  for (const auto& s : segments) n += s.n;
+  return n;
+}
 }  // namespace op_cost
 
 class OpTimedBackend final : public Backend {
@@ -74,6 +79,7 @@ class OpTimedBackend final : public Backend {
     dropout,
     classification_hits,
     adamw_step,
+    adamw_step_segments,
     sgd_step,
     kCount
   };
@@ -306,6 +312,11 @@ class OpTimedBackend final : public Backend {
   void adamw_step(float* param, const float* grad, float* m, float* v, size_t n, const AdamWArgs& args) override {
     const Span span(*this, Op::adamw_step, 0, 28.0 * double(n));
     inner_->adamw_step(param, grad, m, v, n, args);
+  }
+  void adamw_step_segments(float* params, const float* grads, float* m, float* v,
+                           const std::vector<AdamWSegment>& segments, const AdamWArgs& base) override {
+    const Span span(*this, Op::adamw_step_segments, 0, 28.0 * double(op_cost::segment_floats(segments)));
+    inner_->adamw_step_segments(params, grads, m, v, segments, base);
   }
   void sgd_step(float* param, const float* grad, float* buf, size_t n, const SgdArgs& args) override {
     const Span span(*this, Op::sgd_step, 0, 20.0 * double(n));

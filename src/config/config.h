@@ -138,6 +138,7 @@ struct ParallelConfig {
 struct PrecisionConfig {
   std::string device = "auto";  // "auto" | "cpu" | "cuda"
   std::string compute = "fp32";  // "fp32" | "bf16"
+  std::string attention = "auto";  // "auto" | "flash" | "cudnn" (backend/attention_kernel.h)
 
   bool operator==(const PrecisionConfig&) const = default;
 };

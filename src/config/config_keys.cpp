@@ -136,6 +136,10 @@ std::vector<KeyDesc> make_table() {
 
       BATON_KEY(precision, device, "where to run", .allowed = {"auto", "cpu", "cuda"}),
       BATON_KEY(precision, compute, "compute precision", .allowed = {"fp32", "bf16"}),
+      BATON_KEY(precision, attention, "GPU attention kernel: \"auto\" (the backend's default, today baton's "
+                "flash kernel), \"flash\" (baton's), \"cudnn\" (cuDNN's fused flash attention); "
+                "\"flash\" and \"cudnn\" need a GPT in bf16 on the GPU",
+                .allowed = {"auto", "flash", "cudnn"}),
 
       BATON_KEY(checkpoint, dir, "checkpoint directory (empty = <run.dir>/ckpt)"),
       BATON_KEY(checkpoint, every, "steps between checkpoints (0 = only at the end)",

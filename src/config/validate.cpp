@@ -83,6 +83,44 @@ void check_model(const Config& cfg) {
                     m.n_head, (m.d_model / m.n_head + 1) * m.n_head));
 }
 
+// precision.attention names a GPU kernel of a GPT's bf16 attention: anything else is an error, as
+// is a head size the named kernel lacks (the flash kernel: 32, 64, 128; cuDNN's fused attention: a
+// multiple of 8 up to 128, its documented limits). The device is checked where it is chosen
+// (backend/device.cpp: "auto" may pick the CPU).
+void check_precision(const Config& cfg) {
+  const auto& p = cfg.precision;
+  if (p.attention == "auto") return;
+  const auto& m = cfg.model;
+  if (m.kind != ModelKind::GPT)
+    inconsistent(latest(cfg, {"precision.attention", "model.kind"}),
+                 fmt::format("precision.attention = \"{}\" selects a transformer's attention kernel, but "
+                             "model.kind = \"{}\"",
+                             p.attention, to_string(m.kind)),
+                 "drop precision.attention (or set it to \"auto\")");
+  if (p.compute != "bf16")
+    inconsistent(latest(cfg, {"precision.attention", "precision.compute"}),
+                 fmt::format("precision.attention = \"{}\" is a bf16 kernel, but precision.compute = \"{}\"",
+                             p.attention, p.compute),
+                 "set precision.compute = \"bf16\", or precision.attention = \"auto\"");
+  if (p.device == "cpu")
+    inconsistent(latest(cfg, {"precision.attention", "precision.device"}),
+                 fmt::format("precision.attention = \"{}\" selects a CUDA kernel, but precision.device = \"cpu\"",
+                             p.attention),
+                 "set precision.attention = \"auto\" on the CPU, or precision.device = \"cuda\"");
+  if (m.n_head <= 0 || m.d_model % m.n_head != 0) return;  // check_model's error
+  const int hs = m.d_model / m.n_head;
+  const bool ok = p.attention == "flash" ? (hs == 32 || hs == 64 || hs == 128) : (hs % 8 == 0 && hs <= 128);
+  if (!ok)
+    inconsistent(latest(cfg, {"precision.attention", "model.d_model", "model.n_head"}),
+                 fmt::format("precision.attention = \"{}\" has no head size {} (d_model {} / n_head {})",
+                             p.attention, hs, m.d_model, m.n_head),
+                 p.attention == "flash"
+                     ? "the flash kernel handles head sizes 32, 64 and 128: change d_model or n_head, or use "
+                       "precision.attention = \"auto\""
+                     : "cuDNN's fused attention handles head sizes that are multiples of 8 up to 128: change "
+                       "d_model or n_head, or use precision.attention = \"auto\"");
+}
+
 // The optimizer's keys: the learning-rate range and schedule, and no key of the other optimizer.
 void check_optimizer(const Config& cfg) {
   const auto& o = cfg.optim;
@@ -428,6 +466,7 @@ void validate(Config& cfg, int world_size) {
   BATON_ASSERT(world_size >= 1, "world_size {} < 1", world_size);
   for (const KeyDesc& key : config_detail::config_keys()) check_key(cfg, key);
   check_model(cfg);
+  check_precision(cfg);
   check_optimizer(cfg);
   check_model_kind_keys(cfg);
   check_tokenizer(cfg);

@@ -13,6 +13,8 @@ AdamW::AdamW(Backend& be, std::vector<UpdateSegment> segments, size_t state_size
     : Optimizer(be, std::move(segments), state_size, cfg) {
   m_ = alloc_state();
   v_ = alloc_state();
+  tensors_.reserve(segments_.size());
+  for (const UpdateSegment& s : segments_) tensors_.push_back({s.flat, s.state, s.n, decay_of(s)});
 }
 
 AdamW::~AdamW() {
@@ -28,10 +30,8 @@ void AdamW::step(float* params, const float* grads, double lr, float grad_scale,
   a.eps = static_cast<float>(cfg_.eps);
   a.step = t;
   a.grad_scale = grad_scale;
-  for (const UpdateSegment& s : segments_) {
-    a.weight_decay = decay_of(s);
-    be_.adamw_step(params + s.flat, grads + s.flat, m_ + s.state, v_ + s.state, s.n, a);
-  }
+  // One call for every segment: one launch on a GPU, adamw_step per segment on the CPU.
+  be_.adamw_step_segments(params, grads, m_, v_, tensors_, a);
 }
 
 ClipResult clip_by_global_norm(Backend& be, const float* grads, size_t n, double max_norm) {

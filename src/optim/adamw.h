@@ -31,6 +31,7 @@ class AdamW final : public Optimizer {
  private:
   float* m_ = nullptr;
   float* v_ = nullptr;
+  std::vector<AdamWSegment> tensors_;  // segments_ with their weight decay, the same every step
 };
 
 // Global L2 norm of the gradients and the scale that clips it to `max_norm` (1 when max_norm = 0

@@ -95,7 +95,7 @@ PY
 BATON_OP_TIMES=1 "$BATON" bench tiny.toml --warmup 1 --steps 2 --json ops.json > ops.log
 grep -Eq "^op times \(BATON_OP_TIMES=1; rank 0's backend ops over its 2 timed steps, wall clock\)" ops.log \
   || { cat ops.log; fail "no op-time table"; }
-for op in matmul_forward matmul_backward attention_forward adamw_step "all ops" "rest of the step"; do
+for op in matmul_forward matmul_backward attention_forward adamw_step_segments "all ops" "rest of the step"; do
   grep -q "^$op " ops.log || { cat ops.log; fail "no '$op' row"; }
 done
 python3 - <<'PY'
@@ -111,7 +111,7 @@ fwd_flops = ops["matmul_forward"]["flops"] + ops.get("matmul_gelu_forward", {"fl
 blocks = 2 * 2 * N * (3 * C * C + C * C + 4 * C * C + 4 * C * C)
 head = fwd_flops / 4 - blocks
 assert head > 0 and abs(head / (2 * N * C) - round(head / (2 * N * C))) < 1e-9, (fwd_flops, blocks)
-assert ops["adamw_step"]["calls"] >= 1 and all(r["ms"] >= 0 for r in j["op_times"]), ops
+assert ops["adamw_step_segments"]["calls"] >= 1 and all(r["ms"] >= 0 for r in j["op_times"]), ops
 PY
 BATON_OP_TIMES=1 "$BATON" train tiny.toml --set train.steps=1 > train_ops.log 2>&1 || true  # no data: the note comes first
 grep -q "BATON_OP_TIMES=1 is read by .baton bench." train_ops.log || { cat train_ops.log; fail "train: no note on BATON_OP_TIMES"; }

@@ -90,7 +90,7 @@ grep -q "^bench 124m bf16: rc 0 | throughput" $s || { cat $s; fail "bench line";
 grep -q "^gpu-check: FAIL .*test_gemm_lt.*test_flash_attention.*test_cuda_ops" $s || { cat $s; fail "no FAIL line"; }
 # The order: kernels, the bf16 bench, models, comms, the fp32 bench.
 order=$(grep -oE "^(test_[a-z0-9_]+|bench 124m [a-z0-9]+)" $s | tr '\n' ' ')
-[ "$order" = "test_bf16_kernels test_gemm_lt test_flash_attention test_cuda_ops bench 124m bf16 test_cuda_bf16_model test_cuda_cnn test_nccl_comm test_device_comm bench 124m fp32 " ] \
+[ "$order" = "test_bf16_kernels test_gemm_lt test_flash_attention test_cudnn_sdpa test_cuda_ops bench 124m bf16 test_cuda_bf16_model test_cuda_cnn test_cuda_cnn_model test_nccl_comm test_device_comm bench 124m fp32 " ] \
   || fail "order: $order"
 
 # The deadline: 10 s leave room for the first programs only.

@@ -34,6 +34,18 @@
 //     bf16 products are exact in double and summed with C in double, then rounded once to fp32
 //     (the hardware adds in fp32 with its own order and truncation: results agree to fp32
 //     rounding, not to the bit).
+//   - ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 (PTX ISA "Warp-level matrix load
+//     instruction: ldmatrix"): the lanes deposit their row addresses, each computes its registers
+//     from the ISA's fragment layout; addresses are checked (16-byte aligned, inside the block's
+//     shared memory) and the bank conflicts of every 8-row phase are counted
+//     (g_ldmatrix_conflict_wavefronts: extra wavefronts; 0 for a conflict-free layout). Shared
+//     addresses come from __cvta_generic_to_shared (cvta_generic_to_shared: the dynamic buffer at
+//     0.., as on the device, so the banks are the device's).
+//   - cp.async.{ca,cg}.shared.global (with src-size zero fill), cp.async.commit_group,
+//     cp.async.wait_group N, cp.async.wait_all, per thread: the destination is poisoned (NaN) when
+//     the copy is issued and written only at the wait that covers its group, the latest moment the
+//     ISA allows, so a read before the wait (or before the barrier publishing other threads'
+//     copies) sees NaN; a thread that exits with copies it never waited for fails the launch.
 //   - Dynamic shared memory (`extern __shared__ T x[]`): a per-block buffer, 16-byte aligned,
 //     filled with 0xFF bytes before the block starts (NaN as float and bf16), so a read of shared
 //     memory nobody wrote shows up as NaN in the results; a guard zone after it detects writes past
@@ -58,8 +70,9 @@
 //   - The memory model: races are exposed only through the two schedules above (no detection of
 //     a read racing with a write of the same phase as such); no global-memory visibility rules,
 //     no atomics, no inter-block concurrency (blocks are sequential).
-//   - Partial masks for __syncwarp/shuffles (refused), other PTX, cp.async, atomics (refused by
-//     the generator: the kernels have none by design), device math precision (see above), FMA
+//   - Partial masks for __syncwarp/shuffles (refused), other PTX (cp.async.bulk, TMA, stmatrix,
+//     ldmatrix of other shapes), atomics (refused by the generator: the kernels have none by
+//     design), bank conflicts of anything but ldmatrix, device math precision (see above), FMA
 //     contraction as nvcc does it, register limits, streams and asynchrony (every launch and copy
 //     completes before it returns, so a host-side race with the device cannot show here).
 #pragma once
@@ -161,6 +174,20 @@ struct Warp {
   uint64_t xchg[kWarp];                  // shuffles
   std::array<uint32_t, 4> mma_a[kWarp];  // mma fragments
   std::array<uint32_t, 2> mma_b[kWarp];
+  uint32_t ldm_addr[kWarp];  // ldmatrix: the row address each lane supplies
+  int ldm_kind[kWarp];       // ldmatrix: .num and .trans of each lane's instruction
+};
+
+// cp.async copies of one thread (PTX ISA, "Data Movement and Conversion Instructions: cp.async"):
+// issued but not yet committed (`open`), and the committed groups, oldest first.
+struct AsyncCopy {
+  unsigned char* dst;
+  const unsigned char* src;
+  int size, src_size;  // bytes copied from src; the rest of size is zero-filled
+};
+struct AsyncState {
+  std::vector<AsyncCopy> open;
+  std::vector<std::vector<AsyncCopy>> groups;
 };
 
 struct Block {
@@ -168,6 +195,7 @@ struct Block {
     for (unsigned w = 0; w * kWarp < nthreads; w++)
       warps.push_back(std::make_unique<Warp>(int(std::min<unsigned>(kWarp, nthreads - w * kWarp))));
     storage.assign(smem + kSmemAlign + kSmemGuard, 0xFF);
+    async.resize(nthreads);
   }
   unsigned char* smem() {
     const auto p = reinterpret_cast<uintptr_t>(storage.data());
@@ -200,6 +228,15 @@ struct Block {
   };
   std::vector<StaticVar> statics;
   size_t static_bytes = 0;
+  std::vector<AsyncState> async;  // per thread
+  // Empty when every thread waited for all its cp.async copies, else who did not.
+  std::string unwaited_copies() const {
+    for (size_t t = 0; t < async.size(); t++)
+      if (!async[t].open.empty() || !async[t].groups.empty())
+        return "thread " + std::to_string(t) + " exited with cp.async copies it never waited for "
+               "(cp.async.commit_group + cp.async.wait_group 0, or wait_all, before the end)";
+    return {};
+  }
 };
 
 inline thread_local Block* t_block = nullptr;
@@ -649,6 +686,199 @@ inline std::array<float, 4> mma_m16n8k16_row_col_f32_bf16_bf16_f32(std::array<fl
   return d;
 }
 
+// ---- shared-memory addresses, ldmatrix, cp.async ---------------------------------------------
+
+// __cvta_generic_to_shared(p): the 32-bit shared-window address of a pointer into the block's
+// shared memory (what ldmatrix and cp.async take as their .shared operand). The emulator's window
+// puts the dynamic shared memory at 0.. (as on the device for a kernel without static shared
+// memory, so that bank = (address / 4) % 32 is the device's) and the k-th static __shared__
+// variable of the block at (k + 1) << 24. Anything else is refused.
+inline size_t cvta_generic_to_shared(const void* p) {
+  detail::Block& b = detail::block();
+  const auto* c = static_cast<const unsigned char*>(p);
+  if (c >= b.smem() && c <= b.smem() + b.smem_bytes) return size_t(c - b.smem());
+  for (size_t k = 0; k < b.statics.size(); k++)
+    if (c >= b.statics[k].p && c <= b.statics[k].p + b.statics[k].bytes)
+      return ((k + 1) << 24) | size_t(c - b.statics[k].p);
+  throw std::logic_error(
+      "cuda_emu: __cvta_generic_to_shared of a pointer outside the block's shared memory");
+}
+
+namespace detail {
+// The bytes [addr, addr + bytes) of the shared window (see cvta_generic_to_shared), checked.
+inline unsigned char* shared_at(uint32_t addr, size_t bytes, const char* what) {
+  Block& b = block();
+  const uint32_t region = addr >> 24, off = addr & 0xFFFFFFu;
+  unsigned char* base = nullptr;
+  size_t size = 0;
+  if (region == 0) {
+    base = b.smem();
+    size = b.smem_bytes;
+  } else if (region - 1 < b.statics.size()) {
+    base = b.statics[region - 1].p;
+    size = b.statics[region - 1].bytes;
+  }
+  if (base == nullptr || size_t(off) + bytes > size)
+    throw std::runtime_error(std::string("cuda_emu: ") + what + " at shared address " +
+                             std::to_string(addr) + " (" + std::to_string(bytes) +
+                             " bytes) is outside the block's shared memory");
+  return base + off;
+}
+// The wavefronts one 8-row phase of 16-byte shared-memory rows costs: the largest number of
+// distinct 4-byte words any of the 32 banks must deliver (1 when conflict-free; the same word
+// requested twice is a broadcast, not a conflict).
+inline int phase_wavefronts(const uint32_t* rows, int n) {
+  uint32_t words[32];
+  int nw = 0, worst = 1;
+  for (int r = 0; r < n; r++)
+    for (uint32_t k = 0; k < 4; k++) {
+      const uint32_t wd = rows[r] / 4 + k;
+      bool dup = false;
+      for (int i = 0; i < nw && !dup; i++) dup = words[i] == wd;
+      if (!dup) words[nw++] = wd;
+    }
+  for (int i = 0; i < nw; i++) {
+    int same_bank = 0;
+    for (int k = 0; k < nw; k++) same_bank += words[k] % 32 == words[i] % 32;
+    worst = std::max(worst, same_bank);
+  }
+  return worst;
+}
+}  // namespace detail
+
+// Test-only fault injection in ldmatrix (negative controls).
+enum class LdmatrixFault {
+  kNone,
+  kIgnoreTrans,  // .trans loads as without it
+};
+inline std::atomic<LdmatrixFault> g_ldmatrix_fault{LdmatrixFault::kNone};
+// ldmatrix statistics since the start of the program, counted once per warp-level instruction:
+// the 8x8 matrices loaded (one shared-memory phase of 8 rows of 16 bytes each) and the extra
+// wavefronts their bank conflicts cost (0 for a conflict-free layout, 7 per matrix whose 8 rows
+// all start in the same bank).
+inline std::atomic<long long> g_ldmatrix_matrices{0};
+inline std::atomic<long long> g_ldmatrix_conflict_wavefronts{0};
+
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 r, [addr] (PTX ISA 9.7.14.5.15,
+// "Warp-level matrix load instruction: ldmatrix"), written from the ISA independently of any
+// kernel: lanes 8q..8q+7 supply the addresses of rows 0..7 of matrix q (16 bytes each, 16-byte
+// aligned; lanes past 8 * Num are ignored); every lane receives one .b32 register per matrix
+// holding two b16 elements, lower column in the low half:
+//   without .trans  r[q] = M_q[g][2t], M_q[g][2t + 1]      (g = lane / 4, t = lane % 4)
+//   with .trans     r[q] = M_q[2t][g], M_q[2t + 1][g]      (M_q loaded column-major)
+// i.e. the mma A/B fragment layout. The lanes must execute the same instruction (.aligned).
+template <int Num, bool Trans>
+std::array<uint32_t, Num> ldmatrix_m8n8_b16(uint32_t addr) {
+  static_assert(Num == 1 || Num == 2 || Num == 4, "ldmatrix .num is .x1, .x2 or .x4");
+  detail::Warp& w = detail::full_warp(0xffffffffu, "ldmatrix");
+  const unsigned me = detail::lane();
+  w.ldm_addr[me] = addr;
+  w.ldm_kind[me] = 2 * Num + (Trans ? 1 : 0);
+  detail::wait(w.bar, "ldmatrix");
+  for (int k = 0; k < detail::kWarp; k++)
+    if (w.ldm_kind[k] != w.ldm_kind[me])
+      throw std::logic_error("cuda_emu: the lanes of a warp executed different ldmatrix "
+                             "instructions (.aligned requires the same one)");
+  const unsigned char* row[8 * Num];
+  for (int k = 0; k < 8 * Num; k++) {
+    if (w.ldm_addr[k] % 16 != 0)
+      throw std::runtime_error("cuda_emu: ldmatrix row address " + std::to_string(w.ldm_addr[k]) +
+                               " (lane " + std::to_string(k) + ") is not 16-byte aligned");
+    row[k] = detail::shared_at(w.ldm_addr[k], 16, "ldmatrix");
+  }
+  if (me == 0) {
+    long long extra = 0;
+    for (int q = 0; q < Num; q++) extra += detail::phase_wavefronts(w.ldm_addr + 8 * q, 8) - 1;
+    g_ldmatrix_matrices.fetch_add(Num, std::memory_order_relaxed);
+    g_ldmatrix_conflict_wavefronts.fetch_add(extra, std::memory_order_relaxed);
+  }
+  const bool trans =
+      Trans && g_ldmatrix_fault.load(std::memory_order_relaxed) != LdmatrixFault::kIgnoreTrans;
+  const int g = int(me) / 4, t = int(me) % 4;
+  std::array<uint32_t, Num> r;
+  for (int q = 0; q < Num; q++) {
+    uint16_t lo, hi;
+    if (!trans) {
+      std::memcpy(&lo, row[8 * q + g] + 4 * t, 2);
+      std::memcpy(&hi, row[8 * q + g] + 4 * t + 2, 2);
+    } else {
+      std::memcpy(&lo, row[8 * q + 2 * t] + 2 * g, 2);
+      std::memcpy(&hi, row[8 * q + 2 * t + 1] + 2 * g, 2);
+    }
+    r[q] = uint32_t(lo) | uint32_t(hi) << 16;
+  }
+  detail::wait(w.bar, "ldmatrix");  // everyone has read the addresses before the next one writes
+  return r;
+}
+
+// Test-only fault injection in cp.async (negative controls).
+enum class CpAsyncFault {
+  kNone,
+  kWaitOneGroupShort,  // cp.async.wait_group N, N > 0, leaves N + 1 groups pending
+};
+inline std::atomic<CpAsyncFault> g_cp_async_fault{CpAsyncFault::kNone};
+inline std::atomic<long long> g_cp_async_count{0};  // cp.async copies issued since the start
+
+// cp.async.{ca,cg}.shared.global [dst], [src], cp_size{, src_size} (PTX ISA, "cp.async"): copies
+// cp_size bytes (4, 8 or 16; .cg: 16), of which the first src_size come from src and the rest are
+// zero, completing at an unspecified time before the thread's cp.async.wait_group that covers its
+// group. The emulator takes the latest moment for the copy and the earliest for the destination to
+// change: the destination is poisoned (0xFF bytes: NaN as float and bf16) when the copy is issued
+// and the bytes are copied only at that wait, so a read before the wait (or before the barrier
+// that publishes other threads' copies) sees NaN. Copies never waited for fail the launch.
+inline void cp_async(bool cg, uint32_t dst, const void* src, int cp_size, int src_size) {
+  if (cg ? cp_size != 16 : (cp_size != 4 && cp_size != 8 && cp_size != 16))
+    throw std::runtime_error("cuda_emu: cp.async copy size " + std::to_string(cp_size) +
+                             " (cp.async.ca: 4, 8 or 16 bytes; cp.async.cg: 16)");
+  if (src_size < 0 || src_size > cp_size)
+    throw std::runtime_error("cuda_emu: cp.async src-size " + std::to_string(src_size) +
+                             " outside 0.." + std::to_string(cp_size));
+  if (dst % uint32_t(cp_size) != 0 || reinterpret_cast<uintptr_t>(src) % uintptr_t(cp_size) != 0)
+    throw std::runtime_error("cuda_emu: cp.async addresses must be aligned to the copy size");
+  unsigned char* d = detail::shared_at(dst, size_t(cp_size), "cp.async");
+  std::memset(d, 0xFF, size_t(cp_size));
+  detail::block().async[detail::t_tid].open.push_back(
+      {d, static_cast<const unsigned char*>(src), cp_size, src_size});
+  g_cp_async_count.fetch_add(1, std::memory_order_relaxed);
+}
+inline void cp_async_ca(uint32_t dst, const void* src, int cp_size, int src_size) {
+  cp_async(false, dst, src, cp_size, src_size);
+}
+inline void cp_async_ca(uint32_t dst, const void* src, int cp_size) {
+  cp_async(false, dst, src, cp_size, cp_size);
+}
+inline void cp_async_cg(uint32_t dst, const void* src, int cp_size, int src_size) {
+  cp_async(true, dst, src, cp_size, src_size);
+}
+inline void cp_async_cg(uint32_t dst, const void* src, int cp_size) {
+  cp_async(true, dst, src, cp_size, cp_size);
+}
+// cp.async.commit_group: this thread's uncommitted copies become its newest group (possibly empty).
+inline void cp_async_commit_group() {
+  detail::AsyncState& st = detail::block().async[detail::t_tid];
+  st.groups.push_back(std::move(st.open));
+  st.open.clear();
+}
+// cp.async.wait_group n: this thread's groups other than the n newest complete (now).
+inline void cp_async_wait_group(int n) {
+  if (n < 0) throw std::runtime_error("cuda_emu: cp.async.wait_group with a negative count");
+  if (n > 0 && g_cp_async_fault.load(std::memory_order_relaxed) == CpAsyncFault::kWaitOneGroupShort)
+    n++;
+  detail::AsyncState& st = detail::block().async[detail::t_tid];
+  size_t done = 0;
+  for (; st.groups.size() - done > size_t(n); done++)
+    for (const detail::AsyncCopy& c : st.groups[done]) {
+      std::memcpy(c.dst, c.src, size_t(c.src_size));
+      std::memset(c.dst + c.src_size, 0, size_t(c.size - c.src_size));
+    }
+  st.groups.erase(st.groups.begin(), st.groups.begin() + std::ptrdiff_t(done));
+}
+// cp.async.wait_all: commit_group, then wait_group 0.
+inline void cp_async_wait_all() {
+  cp_async_commit_group();
+  cp_async_wait_group(0);
+}
+
 // ---- host side -------------------------------------------------------------------------------
 
 // Runs kernel() (a callable that calls the generated kernel with its arguments) once per thread of
@@ -685,6 +915,8 @@ void launch(dim3 grid, dim3 block, size_t dynamic_smem_bytes, F&& kernel) {
     } else {
       const std::string bad = blk.overrun();
       if (!bad.empty()) error = "cuda_emu: " + where + " wrote past " + bad;
+      const std::string unwaited = bad.empty() ? blk.unwaited_copies() : std::string();
+      if (!unwaited.empty()) error = "cuda_emu: " + where + ": " + unwaited;
     }
     detail::t_block = nullptr;
   }
@@ -739,6 +971,15 @@ void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
 }
 
 // Scoped fault injection for negative controls.
+template <class E>
+struct ScopedFault {
+  ScopedFault(std::atomic<E>& slot, E f) : slot_(slot), prev(slot.exchange(f)) {}
+  ~ScopedFault() { slot_.store(prev); }
+  ScopedFault(const ScopedFault&) = delete;
+  ScopedFault& operator=(const ScopedFault&) = delete;
+  std::atomic<E>& slot_;
+  E prev;
+};
 struct ScopedMmaFault {
   explicit ScopedMmaFault(MmaFault f) : prev(g_mma_fault.exchange(f)) {}
   ~ScopedMmaFault() { g_mma_fault.store(prev); }

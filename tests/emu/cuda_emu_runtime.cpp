@@ -13,6 +13,9 @@
 //     cudaStreamWaitEvent, cudaEventSynchronize do nothing; cudaEventElapsedTime gives host time.
 //   - Errors: cudaGetLastError/cudaPeekAtLastError report what cuda_emu::launch_kernel's
 //     configuration checks or these calls recorded (per host thread, as the runtime).
+//     cuda_emu_launch_checks() counts the cudaGetLastError calls of all threads: the launchers make
+//     exactly one after each launch (check_launch, kernels/common.cuh), so tests count a launcher's
+//     kernel launches with it (a test declares it weak, so the same file links against cudart).
 //   - cudaDeviceGetAttribute: the H100 SXM5 values below (kH100); other attributes fail with
 //     cudaErrorInvalidValue. cudaFuncSetAttribute: MaxDynamicSharedMemorySize up to the opt-in
 //     limit (227 KiB), recorded per kernel for launch_kernel's check; PreferredSharedMemoryCarveout
@@ -21,6 +24,7 @@
 // memory, cudaGetDeviceProperties.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -71,6 +75,7 @@ const std::map<cudaDeviceAttr, int> kH100 = {
 };
 
 std::mutex g_mu;
+std::atomic<long long> g_last_error_calls{0};
 std::map<const void*, size_t> g_allocs;  // live cudaMalloc/cudaMallocHost blocks -> bytes
 size_t g_allocated = 0;
 
@@ -123,7 +128,9 @@ cudaError_t fill(void* p, int value, size_t n) {
 extern "C" {
 
 // ---- errors ------------------------------------------------------------------------------------
+long long cuda_emu_launch_checks(void) { return g_last_error_calls.load(); }
 cudaError_t cudaGetLastError(void) {
+  g_last_error_calls.fetch_add(1);
   const cudaError_t e = cuda_emu::t_last_error;
   cuda_emu::t_last_error = cudaSuccess;
   return e;

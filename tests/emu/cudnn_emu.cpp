@@ -689,3 +689,742 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t h, const cudnnPoolingDescriptor
 }
 
 }  // extern "C"
+
+// ==== the graph API (cudnn_graph.h backend descriptors) ==========================================
+// The subset baton's fused attention builds (src/backend/cuda/cudnn_sdpa.cpp), interpreted
+// generically from what the cuDNN Backend API reference says each descriptor and attribute means
+// -- not by recognising the attention pattern -- so that wrong strides, a wrong mask, scale or
+// statistics convention give wrong numbers:
+//  - TENSOR: data type FLOAT, BFLOAT16, INT32 or BOOLEAN (BOOLEAN only virtual), 1-8 dims, strides,
+//    uid, virtual, by value (a host scalar in the variant pack: FLOAT or INT32, every dim 1);
+//    alignment recorded. A non-virtual tensor is a strided view of the pointer the variant pack
+//    gives its uid (the same pointer + offset may back several views: qkv's Q, K, V). A virtual
+//    tensor's values are rounded to its data type when produced (bf16 round to nearest even, fp32,
+//    int32, bool), as a device kernel storing that type would.
+//  - POINTWISE (operation: PW_DESCRIPTOR, X, B, T, Y; ALPHA1/2 refused): ADD, SUB, MUL, DIV, MAX,
+//    MIN, EXP, LOG (natural), IDENTITY, CMP_EQ/NEQ/GT/GE/LT/LE (true = 1), GEN_INDEX (the output
+//    position's index along AXIS; X gives only the shape), BINARY_SELECT (y = t ? x : b). X has Y's
+//    dims; B and T may broadcast (each dim 1 or Y's). Other modes NOT_SUPPORTED.
+//  - REDUCTION (operator ADD or MAX, comp type FLOAT): Y's dims each 1 (reduced) or X's.
+//  - MATMUL (comp type FLOAT; M/N/K overrides refused): C[..., m, n] = sum_k A[..., m, k] B[..., k, n]
+//    over the last two dims, the leading (batch) dims of A and B each 1 or C's.
+//  - RESHAPE: a view -- Y's element at its (dims, strides) position is X's element at the same
+//    memory offset (cuDNN's default "view-only" reshape; the frontend transposes with it); every
+//    offset Y reads must be one X has (else BAD_PARAM); the value is rounded to Y's type.
+//  - OPERATIONGRAPH: the ops run in dependency order; a virtual tensor must have exactly one
+//    producer, a graph must not read a virtual tensor nobody produces, no cycles (BAD_PARAM).
+//  - ENGINEHEUR (modes A, B, INSTANT, FALLBACK): two engine configs, in this order, to exercise a
+//    caller's filtering: engine 0 carries NUMERICAL_NOTE_NONDETERMINISTIC (finalizing a plan of it
+//    works, executing it is BAD_PARAM: baton promises bitwise determinism), engine 1 is
+//    deterministic (BEHAVIOR_NOTE_RUNTIME_COMPILATION) and needs a workspace of 1 KiB per operation,
+//    which the shim overwrites with 0xFF on every execution. BATON_CUDNN_EMU_NO_ENGINES=1 makes the
+//    heuristics' finalize fail NOT_SUPPORTED (a graph no engine supports).
+//  - EXECUTION_PLAN, VARIANT_PACK (uids, pointers, workspace), cudnnBackendExecute: every
+//    non-virtual uid of the graph must be in the pack, with a workspace when one is needed.
+//  - cudnnGetLastErrorString: the last refusal's message.
+// Everything is computed in double and rounded once per stored tensor. Not modelled: other
+// descriptor types and attributes (NOT_SUPPORTED with a line on stderr), knobs, dynamic shapes,
+// CUDA graphs, the documented engine limits (head sizes, layouts: the shim runs any graph it can
+// interpret, so those limits are checked on a device, tests/gpu/test_cudnn_sdpa.cpp).
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace {
+
+thread_local std::string g_last_error;
+
+cudnnStatus_t graph_refuse(cudnnStatus_t st, const std::string& why) {
+  g_last_error = why;
+  std::fprintf(stderr, "cudnn_emu: %s\n", why.c_str());
+  return st;
+}
+
+// One attribute as set: its type and its elements' bytes.
+struct Attr {
+  cudnnBackendAttributeType_t type;
+  int64_t count = 0;
+  std::vector<unsigned char> bytes;
+  template <typename T>
+  T at(int64_t i) const {
+    T v;
+    std::memcpy(&v, bytes.data() + size_t(i) * sizeof(T), sizeof(T));
+    return v;
+  }
+};
+
+size_t element_size(cudnnBackendAttributeType_t t) {
+  switch (t) {
+    case CUDNN_TYPE_HANDLE: return sizeof(cudnnHandle_t);
+    case CUDNN_TYPE_DATA_TYPE: return sizeof(cudnnDataType_t);
+    case CUDNN_TYPE_BOOLEAN: return sizeof(bool);
+    case CUDNN_TYPE_INT64: return sizeof(int64_t);
+    case CUDNN_TYPE_FLOAT: return sizeof(float);
+    case CUDNN_TYPE_DOUBLE: return sizeof(double);
+    case CUDNN_TYPE_VOID_PTR: return sizeof(void*);
+    case CUDNN_TYPE_HEUR_MODE: return sizeof(cudnnBackendHeurMode_t);
+    case CUDNN_TYPE_NUMERICAL_NOTE: return sizeof(cudnnBackendNumericalNote_t);
+    case CUDNN_TYPE_POINTWISE_MODE: return sizeof(cudnnPointwiseMode_t);
+    case CUDNN_TYPE_BACKEND_DESCRIPTOR: return sizeof(cudnnBackendDescriptor_t);
+    case CUDNN_TYPE_REDUCTION_OPERATOR_TYPE: return sizeof(cudnnReduceTensorOp_t);
+    default: return 0;
+  }
+}
+
+struct GTensor {
+  int64_t uid = 0;
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  std::vector<int64_t> dims, strides;
+  bool is_virtual = false, by_value = false;
+  size_t count() const {
+    size_t n = 1;
+    for (int64_t d : dims) n *= size_t(d);
+    return n;
+  }
+  bool same(const GTensor& o) const {
+    return type == o.type && dims == o.dims && strides == o.strides && is_virtual == o.is_virtual &&
+           by_value == o.by_value;
+  }
+};
+
+enum class OpKind { POINTWISE, REDUCTION, MATMUL, RESHAPE };
+struct GOp {
+  OpKind kind;
+  cudnnPointwiseMode_t pw = CUDNN_POINTWISE_ADD;
+  cudnnReduceTensorOp_t red = CUDNN_REDUCE_TENSOR_ADD;
+  int64_t axis = -1;
+  std::vector<GTensor> in;  // pointwise: x[, b[, t]]; reduction: x; matmul: a, b; reshape: x
+  GTensor out;
+};
+
+struct GGraph {
+  std::vector<GOp> ops;                       // in execution order
+  std::map<int64_t, GTensor> non_virtual;     // uid -> tensor (inputs, outputs, by-value scalars)
+  int64_t workspace = 0;                      // engine 1's
+};
+
+struct Desc {
+  explicit Desc(cudnnBackendDescriptorType_t t) : type(t) {}
+  cudnnBackendDescriptorType_t type;
+  bool finalized = false;
+  std::map<int, Attr> attrs;
+  GTensor tensor;                   // TENSOR
+  GOp op;                           // OPERATION_*
+  cudnnPointwiseMode_t pw_mode{};   // POINTWISE
+  int64_t pw_axis = -1;
+  cudnnReduceTensorOp_t red_op{};   // REDUCTION
+  std::shared_ptr<GGraph> graph;    // OPERATIONGRAPH, ENGINEHEUR, ENGINE, ENGINECFG, EXECUTION_PLAN
+  int64_t engine = -1;              // ENGINE, ENGINECFG, EXECUTION_PLAN
+  std::vector<int64_t> uids;        // VARIANT_PACK
+  std::vector<void*> ptrs;
+  void* workspace = nullptr;
+
+  const Attr* find(int a) const {
+    auto it = attrs.find(a);
+    return it == attrs.end() ? nullptr : &it->second;
+  }
+  template <typename T>
+  bool get(int a, T& v) const {
+    const Attr* at = find(a);
+    if (at == nullptr || at->count < 1) return false;
+    v = at->template at<T>(0);
+    return true;
+  }
+  // A finalized descriptor of `want` set as attribute `a`.
+  Desc* desc(int a, cudnnBackendDescriptorType_t want) const {
+    cudnnBackendDescriptor_t d = nullptr;
+    if (!get(a, d) || d == nullptr) return nullptr;
+    Desc* r = static_cast<Desc*>(d);
+    return r->type == want && r->finalized ? r : nullptr;
+  }
+};
+
+constexpr int64_t kEngines = 2;  // 0 non-deterministic, 1 deterministic
+constexpr int64_t kNondeterministicEngine = 0;
+
+// ---- tensors: values in logical row-major order ------------------------------------------------
+size_t offset_of(const GTensor& t, size_t linear) {
+  size_t off = 0;
+  for (size_t d = t.dims.size(); d-- > 0;) {
+    const size_t i = linear % size_t(t.dims[d]);
+    linear /= size_t(t.dims[d]);
+    off += i * size_t(t.strides[d]);
+  }
+  return off;
+}
+double round_to(cudnnDataType_t t, double v) {
+  switch (t) {
+    case CUDNN_DATA_BFLOAT16: return baton::bf16_to_f32(baton::f32_to_bf16(float(v)));
+    case CUDNN_DATA_INT32: return double(int32_t(v));
+    case CUDNN_DATA_BOOLEAN: return v != 0.0 ? 1.0 : 0.0;
+    default: return double(float(v));
+  }
+}
+double load_elem(const void* base, cudnnDataType_t t, size_t off) {
+  switch (t) {
+    case CUDNN_DATA_BFLOAT16: return baton::bf16_to_f32(static_cast<const uint16_t*>(base)[off]);
+    case CUDNN_DATA_INT32: return static_cast<const int32_t*>(base)[off];
+    default: return static_cast<const float*>(base)[off];
+  }
+}
+void store_elem(void* base, cudnnDataType_t t, size_t off, double v) {
+  switch (t) {
+    case CUDNN_DATA_BFLOAT16: static_cast<uint16_t*>(base)[off] = baton::f32_to_bf16(float(v)); break;
+    case CUDNN_DATA_INT32: static_cast<int32_t*>(base)[off] = int32_t(v); break;
+    default: static_cast<float*>(base)[off] = float(v); break;
+  }
+}
+// The multi-index of `linear` in dims; and the linear index in `dims_b` of the same position,
+// broadcast (a dim of 1 in b takes index 0).
+size_t broadcast_index(const std::vector<int64_t>& dims_y, const std::vector<int64_t>& dims_b, size_t linear) {
+  size_t out = 0, mul = 1;
+  for (size_t d = dims_y.size(); d-- > 0;) {
+    const size_t i = linear % size_t(dims_y[d]);
+    linear /= size_t(dims_y[d]);
+    out += (dims_b[d] == 1 ? 0 : i) * mul;
+    mul *= size_t(dims_b[d]);
+  }
+  return out;
+}
+bool broadcastable(const GTensor& b, const GTensor& y) {
+  if (b.dims.size() != y.dims.size()) return false;
+  for (size_t d = 0; d < b.dims.size(); d++)
+    if (b.dims[d] != 1 && b.dims[d] != y.dims[d]) return false;
+  return true;
+}
+
+cudnnStatus_t finalize_tensor(Desc& d) {
+  GTensor& t = d.tensor;
+  const Attr* dims = d.find(CUDNN_ATTR_TENSOR_DIMENSIONS);
+  const Attr* strides = d.find(CUDNN_ATTR_TENSOR_STRIDES);
+  if (!d.get(CUDNN_ATTR_TENSOR_DATA_TYPE, t.type) || dims == nullptr || strides == nullptr ||
+      !d.get(CUDNN_ATTR_TENSOR_UNIQUE_ID, t.uid))
+    return graph_refuse(CUDNN_STATUS_BAD_PARAM, "tensor: data type, dimensions, strides and unique id are required");
+  if (dims->count != strides->count || dims->count < 1 || dims->count > 8)
+    return graph_refuse(CUDNN_STATUS_BAD_PARAM, "tensor: dimensions and strides must have the same 1-8 elements");
+  for (int64_t i = 0; i < dims->count; i++) {
+    t.dims.push_back(dims->at<int64_t>(i));
+    t.strides.push_back(strides->at<int64_t>(i));
+    if (t.dims.back() < 1 || t.strides.back() < 0)
+      return graph_refuse(CUDNN_STATUS_BAD_PARAM, "tensor: a dimension < 1 or a negative stride");
+  }
+  d.get(CUDNN_ATTR_TENSOR_IS_VIRTUAL, t.is_virtual);
+  d.get(CUDNN_ATTR_TENSOR_IS_BY_VALUE, t.by_value);
+  if (t.type != CUDNN_DATA_FLOAT && t.type != CUDNN_DATA_BFLOAT16 && t.type != CUDNN_DATA_INT32 &&
+      t.type != CUDNN_DATA_BOOLEAN)
+    return graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "tensor: data type not modelled (FLOAT, BFLOAT16, INT32, BOOLEAN)");
+  if (t.type == CUDNN_DATA_BOOLEAN && !t.is_virtual)
+    return graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "tensor: a non-virtual BOOLEAN tensor is not modelled");
+  if (t.by_value && (t.is_virtual || t.count() != 1 || t.type == CUDNN_DATA_BFLOAT16))
+    return graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "tensor: by-value tensors are non-virtual FLOAT/INT32 scalars here");
+  return CUDNN_STATUS_SUCCESS;
+}
+
+bool binary_mode(cudnnPointwiseMode_t m) {
+  switch (m) {
+    case CUDNN_POINTWISE_ADD: case CUDNN_POINTWISE_SUB: case CUDNN_POINTWISE_MUL: case CUDNN_POINTWISE_DIV:
+    case CUDNN_POINTWISE_MAX: case CUDNN_POINTWISE_MIN: case CUDNN_POINTWISE_CMP_EQ:
+    case CUDNN_POINTWISE_CMP_NEQ: case CUDNN_POINTWISE_CMP_GT: case CUDNN_POINTWISE_CMP_GE:
+    case CUDNN_POINTWISE_CMP_LT: case CUDNN_POINTWISE_CMP_LE: case CUDNN_POINTWISE_BINARY_SELECT:
+      return true;
+    default: return false;
+  }
+}
+bool modelled_mode(cudnnPointwiseMode_t m) {
+  return binary_mode(m) || m == CUDNN_POINTWISE_EXP || m == CUDNN_POINTWISE_LOG ||
+         m == CUDNN_POINTWISE_IDENTITY || m == CUDNN_POINTWISE_GEN_INDEX;
+}
+
+cudnnStatus_t finalize_op(Desc& d) {
+  GOp& op = d.op;
+  auto tensor = [&](int a) -> const GTensor* {
+    Desc* t = d.desc(a, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    return t == nullptr ? nullptr : &t->tensor;
+  };
+  switch (d.type) {
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: {
+      op.kind = OpKind::POINTWISE;
+      Desc* pw = d.desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+      const GTensor *x = tensor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC), *b = tensor(CUDNN_ATTR_OPERATION_POINTWISE_BDESC),
+                    *t = tensor(CUDNN_ATTR_OPERATION_POINTWISE_TDESC), *y = tensor(CUDNN_ATTR_OPERATION_POINTWISE_YDESC);
+      if (pw == nullptr || x == nullptr || y == nullptr)
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "pointwise op: a finalized pointwise descriptor, x and y are required");
+      if (d.find(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1) || d.find(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2))
+        return graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "pointwise op: alpha1 / alpha2 are not modelled");
+      op.pw = pw->pw_mode;
+      op.axis = pw->pw_axis;
+      const bool needs_b = binary_mode(op.pw), needs_t = op.pw == CUDNN_POINTWISE_BINARY_SELECT;
+      if (needs_b != (b != nullptr) || needs_t != (t != nullptr))
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "pointwise op: b (binary modes) / t (BINARY_SELECT) missing or extra");
+      if (x->dims != y->dims || (b && !broadcastable(*b, *y)) || (t && !broadcastable(*t, *y)))
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "pointwise op: x must have y's dims, b and t each dim 1 or y's");
+      if (op.pw == CUDNN_POINTWISE_GEN_INDEX && (op.axis < 0 || op.axis >= int64_t(y->dims.size())))
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "pointwise op: GEN_INDEX needs an axis inside the tensor");
+      op.in = {*x};
+      if (b) op.in.push_back(*b);
+      if (t) op.in.push_back(*t);
+      op.out = *y;
+      return CUDNN_STATUS_SUCCESS;
+    }
+    case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: {
+      op.kind = OpKind::REDUCTION;
+      Desc* rd = d.desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+      const GTensor *x = tensor(CUDNN_ATTR_OPERATION_REDUCTION_XDESC), *y = tensor(CUDNN_ATTR_OPERATION_REDUCTION_YDESC);
+      if (rd == nullptr || x == nullptr || y == nullptr)
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "reduction op: descriptor, x and y are required");
+      if (!broadcastable(*y, *x))
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "reduction op: y's dims must each be 1 or x's");
+      op.red = rd->red_op;
+      op.in = {*x};
+      op.out = *y;
+      return CUDNN_STATUS_SUCCESS;
+    }
+    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: {
+      op.kind = OpKind::MATMUL;
+      const GTensor *a = tensor(CUDNN_ATTR_OPERATION_MATMUL_ADESC), *b = tensor(CUDNN_ATTR_OPERATION_MATMUL_BDESC),
+                    *c = tensor(CUDNN_ATTR_OPERATION_MATMUL_CDESC);
+      if (d.desc(CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_BACKEND_MATMUL_DESCRIPTOR) == nullptr || a == nullptr ||
+          b == nullptr || c == nullptr)
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "matmul op: descriptor, a, b and c are required");
+      if (d.find(CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC) || d.find(CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC) ||
+          d.find(CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC))
+        return graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "matmul op: M/N/K overrides are not modelled");
+      const size_t n = c->dims.size();
+      if (n < 2 || a->dims.size() != n || b->dims.size() != n || a->dims[n - 2] != c->dims[n - 2] ||
+          b->dims[n - 1] != c->dims[n - 1] || a->dims[n - 1] != b->dims[n - 2])
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "matmul op: a [.., M, K], b [.., K, N], c [.., M, N] do not fit");
+      for (size_t i = 0; i + 2 < n; i++)
+        if ((a->dims[i] != 1 && a->dims[i] != c->dims[i]) || (b->dims[i] != 1 && b->dims[i] != c->dims[i]))
+          return graph_refuse(CUDNN_STATUS_BAD_PARAM, "matmul op: batch dims of a and b must be 1 or c's");
+      op.in = {*a, *b};
+      op.out = *c;
+      return CUDNN_STATUS_SUCCESS;
+    }
+    case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR: {
+      op.kind = OpKind::RESHAPE;
+      const GTensor *x = tensor(CUDNN_ATTR_OPERATION_RESHAPE_XDESC), *y = tensor(CUDNN_ATTR_OPERATION_RESHAPE_YDESC);
+      if (x == nullptr || y == nullptr) return graph_refuse(CUDNN_STATUS_BAD_PARAM, "reshape op: x and y are required");
+      if (x->count() != y->count())
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "reshape op: x and y must have as many elements");
+      op.in = {*x};
+      op.out = *y;
+      return CUDNN_STATUS_SUCCESS;
+    }
+    default: return CUDNN_STATUS_BAD_PARAM;
+  }
+}
+
+// Orders the ops so that each runs after the producers of its virtual inputs.
+cudnnStatus_t finalize_graph(Desc& d) {
+  const Attr* ops = d.find(CUDNN_ATTR_OPERATIONGRAPH_OPS);
+  if (ops == nullptr || ops->count < 1) return graph_refuse(CUDNN_STATUS_BAD_PARAM, "operation graph: no ops");
+  auto g = std::make_shared<GGraph>();
+  std::vector<GOp> pending;
+  std::map<int64_t, GTensor> produced, seen;
+  for (int64_t i = 0; i < ops->count; i++) {
+    Desc* od = static_cast<Desc*>(ops->at<cudnnBackendDescriptor_t>(i));
+    if (od == nullptr || !od->finalized)
+      return graph_refuse(CUDNN_STATUS_BAD_PARAM, "operation graph: an op is not finalized");
+    pending.push_back(od->op);
+    if (produced.count(od->op.out.uid))
+      return graph_refuse(CUDNN_STATUS_BAD_PARAM, "operation graph: two ops write one tensor");
+    produced[od->op.out.uid] = od->op.out;
+  }
+  for (const GOp& op : pending) {
+    std::vector<GTensor> all = op.in;
+    all.push_back(op.out);
+    for (const GTensor& t : all) {
+      auto [it, fresh] = seen.emplace(t.uid, t);
+      if (!fresh && !it->second.same(t))
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "operation graph: one uid names two different tensors");
+      if (t.is_virtual && !produced.count(t.uid))
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "operation graph: a virtual tensor nobody produces is read");
+      if (!t.is_virtual) g->non_virtual[t.uid] = t;
+    }
+  }
+  std::map<int64_t, bool> ready;
+  while (!pending.empty()) {
+    auto it = std::find_if(pending.begin(), pending.end(), [&](const GOp& op) {
+      return std::all_of(op.in.begin(), op.in.end(),
+                         [&](const GTensor& t) { return !produced.count(t.uid) || ready.count(t.uid); });
+    });
+    if (it == pending.end()) return graph_refuse(CUDNN_STATUS_BAD_PARAM, "operation graph: a cycle");
+    ready[it->out.uid] = true;
+    g->ops.push_back(*it);
+    pending.erase(it);
+  }
+  g->workspace = 1024 * int64_t(g->ops.size());
+  d.graph = g;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// ---- execution ---------------------------------------------------------------------------------
+struct Run {
+  std::map<int64_t, void*> ptr;                    // non-virtual uid -> memory (by value: host scalar)
+  std::map<int64_t, std::vector<double>> values;   // uid -> logical values (virtual, and read inputs)
+
+  const std::vector<double>& read(const GTensor& t) {
+    auto it = values.find(t.uid);
+    if (it != values.end()) return it->second;
+    std::vector<double> v(t.count());
+    const void* base = ptr.at(t.uid);
+    for (size_t i = 0; i < v.size(); i++) v[i] = t.by_value ? load_elem(base, t.type, 0) : load_elem(base, t.type, offset_of(t, i));
+    return values[t.uid] = std::move(v);
+  }
+  void write(const GTensor& t, std::vector<double> v) {
+    for (double& x : v) x = round_to(t.type, x);
+    if (!t.is_virtual) {
+      void* base = ptr.at(t.uid);
+      for (size_t i = 0; i < v.size(); i++) store_elem(base, t.type, offset_of(t, i), v[i]);
+    }
+    values[t.uid] = std::move(v);
+  }
+};
+
+double pointwise_value(cudnnPointwiseMode_t m, double x, double b) {
+  switch (m) {
+    case CUDNN_POINTWISE_ADD: return x + b;
+    case CUDNN_POINTWISE_SUB: return x - b;
+    case CUDNN_POINTWISE_MUL: return x * b;
+    case CUDNN_POINTWISE_DIV: return x / b;
+    case CUDNN_POINTWISE_MAX: return std::max(x, b);
+    case CUDNN_POINTWISE_MIN: return std::min(x, b);
+    case CUDNN_POINTWISE_EXP: return std::exp(x);
+    case CUDNN_POINTWISE_LOG: return std::log(x);
+    case CUDNN_POINTWISE_IDENTITY: return x;
+    case CUDNN_POINTWISE_CMP_EQ: return x == b;
+    case CUDNN_POINTWISE_CMP_NEQ: return x != b;
+    case CUDNN_POINTWISE_CMP_GT: return x > b;
+    case CUDNN_POINTWISE_CMP_GE: return x >= b;
+    case CUDNN_POINTWISE_CMP_LT: return x < b;
+    case CUDNN_POINTWISE_CMP_LE: return x <= b;
+    default: return std::nan("");
+  }
+}
+
+cudnnStatus_t run_op(Run& r, const GOp& op) {
+  const GTensor& y = op.out;
+  std::vector<double> out(y.count(), 0.0);
+  switch (op.kind) {
+    case OpKind::POINTWISE: {
+      const std::vector<double>& x = r.read(op.in[0]);
+      const std::vector<double>* b = op.in.size() > 1 ? &r.read(op.in[1]) : nullptr;
+      const std::vector<double>* t = op.in.size() > 2 ? &r.read(op.in[2]) : nullptr;
+      for (size_t i = 0; i < out.size(); i++) {
+        const double bv = b ? (*b)[broadcast_index(y.dims, op.in[1].dims, i)] : 0.0;
+        if (op.pw == CUDNN_POINTWISE_GEN_INDEX) {
+          size_t lin = i;
+          for (size_t dd = y.dims.size(); dd-- > size_t(op.axis) + 1;) lin /= size_t(y.dims[dd]);
+          out[i] = double(lin % size_t(y.dims[size_t(op.axis)]));
+        } else if (op.pw == CUDNN_POINTWISE_BINARY_SELECT) {
+          out[i] = (*t)[broadcast_index(y.dims, op.in[2].dims, i)] != 0.0 ? x[i] : bv;
+        } else {
+          out[i] = pointwise_value(op.pw, x[i], bv);
+        }
+      }
+      break;
+    }
+    case OpKind::REDUCTION: {
+      const GTensor& xt = op.in[0];
+      const std::vector<double>& x = r.read(xt);
+      const bool mx = op.red == CUDNN_REDUCE_TENSOR_MAX;
+      std::fill(out.begin(), out.end(), mx ? -std::numeric_limits<double>::infinity() : 0.0);
+      for (size_t i = 0; i < x.size(); i++) {
+        double& o = out[broadcast_index(xt.dims, y.dims, i)];
+        o = mx ? std::max(o, x[i]) : o + x[i];
+      }
+      break;
+    }
+    case OpKind::MATMUL: {
+      const GTensor &at = op.in[0], &bt = op.in[1];
+      const std::vector<double>&a = r.read(at), &b = r.read(bt);
+      const size_t n = y.dims.size(), M = size_t(y.dims[n - 2]), N = size_t(y.dims[n - 1]),
+                   K = size_t(at.dims[n - 1]);
+      const size_t batches = y.count() / (M * N);
+      for (size_t bi = 0; bi < batches; bi++) {
+        // the batch's first element in a and b (their batch dims broadcast)
+        const size_t a0 = broadcast_index(y.dims, at.dims, bi * M * N) / (M * K) * (M * K);
+        const size_t b0 = broadcast_index(y.dims, bt.dims, bi * M * N) / (K * N) * (K * N);
+        for (size_t m = 0; m < M; m++)
+          for (size_t nn = 0; nn < N; nn++) {
+            double s = 0;
+            for (size_t k = 0; k < K; k++) s += a[a0 + m * K + k] * b[b0 + k * N + nn];
+            out[bi * M * N + m * N + nn] = s;
+          }
+      }
+      break;
+    }
+    case OpKind::RESHAPE: {
+      const GTensor& xt = op.in[0];
+      const std::vector<double>& x = r.read(xt);
+      std::map<size_t, size_t> at_offset;  // x's memory offset -> its logical index
+      for (size_t i = 0; i < x.size(); i++) at_offset[offset_of(xt, i)] = i;
+      for (size_t i = 0; i < out.size(); i++) {
+        auto it = at_offset.find(offset_of(y, i));
+        if (it == at_offset.end())
+          return graph_refuse(CUDNN_STATUS_BAD_PARAM, "reshape: y reads a memory offset x does not cover");
+        out[i] = x[it->second];
+      }
+      break;
+    }
+  }
+  r.write(y, std::move(out));
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+void cudnnGetLastErrorString(char* message, size_t max_size) {
+  if (message != nullptr && max_size > 0) {
+    std::strncpy(message, g_last_error.c_str(), max_size - 1);
+    message[max_size - 1] = '\0';
+  }
+  g_last_error.clear();
+}
+
+cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t* d) {
+  if (d == nullptr) return graph_refuse(CUDNN_STATUS_BAD_PARAM, "cudnnBackendCreateDescriptor: null output");
+  switch (type) {
+    case CUDNN_BACKEND_TENSOR_DESCRIPTOR: case CUDNN_BACKEND_POINTWISE_DESCRIPTOR:
+    case CUDNN_BACKEND_REDUCTION_DESCRIPTOR: case CUDNN_BACKEND_MATMUL_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR: case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR:
+    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR: case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
+    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR:
+      *d = new Desc(type);
+      return CUDNN_STATUS_SUCCESS;
+    default:
+      return graph_refuse(CUDNN_STATUS_NOT_SUPPORTED,
+                          "cudnnBackendCreateDescriptor: descriptor type " + std::to_string(int(type)) + " is not modelled");
+  }
+}
+
+cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t d) {
+  delete static_cast<Desc*>(d);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                                       cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+  Desc* desc = static_cast<Desc*>(d);
+  if (desc == nullptr || count < 0 || (count > 0 && values == nullptr))
+    return graph_refuse(CUDNN_STATUS_BAD_PARAM, "cudnnBackendSetAttribute: bad arguments");
+  if (desc->finalized)
+    return graph_refuse(CUDNN_STATUS_BAD_PARAM, "cudnnBackendSetAttribute: descriptor already finalized");
+  const size_t es = element_size(type);
+  if (es == 0)
+    return graph_refuse(CUDNN_STATUS_NOT_SUPPORTED,
+                        "cudnnBackendSetAttribute: attribute type " + std::to_string(int(type)) + " is not modelled");
+  Attr a{type, count, std::vector<unsigned char>(size_t(count) * es)};
+  if (count > 0) std::memcpy(a.bytes.data(), values, a.bytes.size());
+  desc->attrs[int(name)] = std::move(a);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
+  Desc* desc = static_cast<Desc*>(d);
+  if (desc == nullptr || desc->finalized) return graph_refuse(CUDNN_STATUS_BAD_PARAM, "cudnnBackendFinalize: null or finalized");
+  // Attributes this shim knows per descriptor type; any other is refused, not ignored.
+  static const std::map<cudnnBackendDescriptorType_t, std::vector<int>> known = {
+      {CUDNN_BACKEND_TENSOR_DESCRIPTOR,
+       {CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_ATTR_TENSOR_UNIQUE_ID,
+        CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_ATTR_TENSOR_IS_BY_VALUE}},
+      {CUDNN_BACKEND_POINTWISE_DESCRIPTOR, {CUDNN_ATTR_POINTWISE_MODE, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_ATTR_POINTWISE_AXIS}},
+      {CUDNN_BACKEND_REDUCTION_DESCRIPTOR, {CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_ATTR_REDUCTION_COMP_TYPE}},
+      {CUDNN_BACKEND_MATMUL_DESCRIPTOR, {CUDNN_ATTR_MATMUL_COMP_TYPE}},
+      {CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+       {CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+        CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1,
+        CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2}},
+      {CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+       {CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_ATTR_OPERATION_REDUCTION_YDESC}},
+      {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+       {CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC,
+        CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC,
+        CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC}},
+      {CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, {CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_ATTR_OPERATION_RESHAPE_YDESC}},
+      {CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, {CUDNN_ATTR_OPERATIONGRAPH_OPS, 800 /* HANDLE (deprecated) */}},
+      {CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, {CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_ATTR_ENGINEHEUR_MODE}},
+      {CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, {}},
+      {CUDNN_BACKEND_ENGINE_DESCRIPTOR, {}},
+      {CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, {CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, 400 /* HANDLE (deprecated) */}},
+      {CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR,
+       {CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_ATTR_VARIANT_PACK_WORKSPACE}},
+  };
+  const std::vector<int>& ok = known.at(desc->type);
+  for (const auto& [a, v] : desc->attrs)
+    if (std::find(ok.begin(), ok.end(), a) == ok.end())
+      return graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "cudnnBackendFinalize: attribute " + std::to_string(a) +
+                                                          " of descriptor type " + std::to_string(int(desc->type)) +
+                                                          " is not modelled");
+  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+  switch (desc->type) {
+    case CUDNN_BACKEND_TENSOR_DESCRIPTOR: st = finalize_tensor(*desc); break;
+    case CUDNN_BACKEND_POINTWISE_DESCRIPTOR: {
+      cudnnDataType_t prec;
+      if (!desc->get(CUDNN_ATTR_POINTWISE_MODE, desc->pw_mode) || !desc->get(CUDNN_ATTR_POINTWISE_MATH_PREC, prec))
+        st = graph_refuse(CUDNN_STATUS_BAD_PARAM, "pointwise: mode and math precision are required");
+      else if (!modelled_mode(desc->pw_mode))
+        st = graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "pointwise: mode " + std::to_string(int(desc->pw_mode)) + " is not modelled");
+      else
+        desc->get(CUDNN_ATTR_POINTWISE_AXIS, desc->pw_axis);
+      break;
+    }
+    case CUDNN_BACKEND_REDUCTION_DESCRIPTOR: {
+      cudnnDataType_t prec;
+      if (!desc->get(CUDNN_ATTR_REDUCTION_OPERATOR, desc->red_op) || !desc->get(CUDNN_ATTR_REDUCTION_COMP_TYPE, prec))
+        st = graph_refuse(CUDNN_STATUS_BAD_PARAM, "reduction: operator and comp type are required");
+      else if ((desc->red_op != CUDNN_REDUCE_TENSOR_ADD && desc->red_op != CUDNN_REDUCE_TENSOR_MAX) || prec != CUDNN_DATA_FLOAT)
+        st = graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "reduction: only ADD and MAX in FLOAT are modelled");
+      break;
+    }
+    case CUDNN_BACKEND_MATMUL_DESCRIPTOR: {
+      cudnnDataType_t prec;
+      if (!desc->get(CUDNN_ATTR_MATMUL_COMP_TYPE, prec))
+        st = graph_refuse(CUDNN_STATUS_BAD_PARAM, "matmul: comp type is required");
+      else if (prec != CUDNN_DATA_FLOAT)
+        st = graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "matmul: only FLOAT comp type is modelled");
+      break;
+    }
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
+      st = finalize_op(*desc);
+      break;
+    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR: st = finalize_graph(*desc); break;
+    case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR: {
+      Desc* g = desc->desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+      cudnnBackendHeurMode_t mode;
+      if (g == nullptr || !desc->get(CUDNN_ATTR_ENGINEHEUR_MODE, mode))
+        st = graph_refuse(CUDNN_STATUS_BAD_PARAM, "engine heuristics: a finalized graph and a mode are required");
+      else if (const char* e = std::getenv("BATON_CUDNN_EMU_NO_ENGINES"); e != nullptr && std::string(e) == "1")
+        st = graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "engine heuristics: no engine supports the graph "
+                                                      "(BATON_CUDNN_EMU_NO_ENGINES=1)");
+      else
+        desc->graph = g->graph;
+      break;
+    }
+    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR: case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
+      if (!desc->graph) st = graph_refuse(CUDNN_STATUS_BAD_PARAM, "engine / engine config: only filled by the heuristics here");
+      break;
+    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: {
+      Desc* cfg = desc->desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      if (cfg == nullptr) {
+        st = graph_refuse(CUDNN_STATUS_BAD_PARAM, "execution plan: a finalized engine config is required");
+      } else {
+        desc->graph = cfg->graph;
+        desc->engine = cfg->engine;
+      }
+      break;
+    }
+    case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: {
+      const Attr* u = desc->find(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS);
+      const Attr* p = desc->find(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS);
+      if (u == nullptr || p == nullptr || u->count != p->count) {
+        st = graph_refuse(CUDNN_STATUS_BAD_PARAM, "variant pack: as many uids as data pointers are required");
+      } else {
+        for (int64_t i = 0; i < u->count; i++) {
+          desc->uids.push_back(u->at<int64_t>(i));
+          desc->ptrs.push_back(p->at<void*>(i));
+        }
+        desc->get(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, desc->workspace);
+      }
+      break;
+    }
+    default: st = graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "cudnnBackendFinalize: descriptor type not modelled");
+  }
+  if (st == CUDNN_STATUS_SUCCESS) desc->finalized = true;
+  return st;
+}
+
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const d, cudnnBackendAttributeName_t name,
+                                       cudnnBackendAttributeType_t type, int64_t requested, int64_t* count,
+                                       void* values) {
+  const Desc* desc = static_cast<const Desc*>(d);
+  if (desc == nullptr || count == nullptr || !desc->finalized)
+    return graph_refuse(CUDNN_STATUS_BAD_PARAM, "cudnnBackendGetAttribute: null or not finalized");
+  auto put_i64 = [&](int64_t v) {
+    if (type != CUDNN_TYPE_INT64 || requested < 1 || values == nullptr)
+      return graph_refuse(CUDNN_STATUS_BAD_PARAM, "cudnnBackendGetAttribute: an INT64 is read here");
+    *count = 1;
+    *static_cast<int64_t*>(values) = v;
+    return CUDNN_STATUS_SUCCESS;
+  };
+  if (desc->type == CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR && name == CUDNN_ATTR_ENGINEHEUR_RESULTS) {
+    if (type != CUDNN_TYPE_BACKEND_DESCRIPTOR) return graph_refuse(CUDNN_STATUS_BAD_PARAM, "heuristics results are descriptors");
+    *count = values == nullptr ? kEngines : std::min(requested, kEngines);
+    for (int64_t i = 0; values != nullptr && i < *count; i++) {
+      Desc* cfg = static_cast<Desc*>(static_cast<cudnnBackendDescriptor_t*>(values)[i]);
+      if (cfg == nullptr || cfg->type != CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)
+        return graph_refuse(CUDNN_STATUS_BAD_PARAM, "heuristics results: pass created ENGINECFG descriptors");
+      cfg->graph = desc->graph;
+      cfg->engine = i;
+      cfg->finalized = true;
+    }
+    return CUDNN_STATUS_SUCCESS;
+  }
+  if (desc->type == CUDNN_BACKEND_ENGINECFG_DESCRIPTOR && name == CUDNN_ATTR_ENGINECFG_ENGINE) {
+    Desc* e = values == nullptr ? nullptr : static_cast<Desc*>(*static_cast<cudnnBackendDescriptor_t*>(values));
+    if (type != CUDNN_TYPE_BACKEND_DESCRIPTOR || requested < 1 || e == nullptr || e->type != CUDNN_BACKEND_ENGINE_DESCRIPTOR)
+      return graph_refuse(CUDNN_STATUS_BAD_PARAM, "engine config's engine: pass one created ENGINE descriptor");
+    e->graph = desc->graph;
+    e->engine = desc->engine;
+    e->finalized = true;
+    *count = 1;
+    return CUDNN_STATUS_SUCCESS;
+  }
+  if (desc->type == CUDNN_BACKEND_ENGINE_DESCRIPTOR && name == CUDNN_ATTR_ENGINE_GLOBAL_INDEX) return put_i64(desc->engine);
+  if (desc->type == CUDNN_BACKEND_ENGINE_DESCRIPTOR &&
+      (name == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE || name == CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE)) {
+    const bool numerical = name == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE;
+    if (type != (numerical ? CUDNN_TYPE_NUMERICAL_NOTE : CUDNN_TYPE_BEHAVIOR_NOTE))
+      return graph_refuse(CUDNN_STATUS_BAD_PARAM, "engine notes: wrong attribute type");
+    const bool nondet = desc->engine == kNondeterministicEngine;
+    *count = numerical ? (nondet ? 2 : 1) : 1;
+    if (values != nullptr && requested >= *count) {
+      if (numerical) {
+        auto* n = static_cast<cudnnBackendNumericalNote_t*>(values);
+        n[0] = CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
+        if (nondet) n[1] = CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+      } else {
+        static_cast<cudnnBackendBehaviorNote_t*>(values)[0] = CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+      }
+    }
+    return CUDNN_STATUS_SUCCESS;
+  }
+  if (desc->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR && name == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)
+    return put_i64(desc->graph->workspace);
+  return graph_refuse(CUDNN_STATUS_NOT_SUPPORTED, "cudnnBackendGetAttribute: attribute " + std::to_string(int(name)) +
+                                                      " of descriptor type " + std::to_string(int(desc->type)) +
+                                                      " is not modelled");
+}
+
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t pack) {
+  const Desc* p = static_cast<const Desc*>(plan);
+  const Desc* v = static_cast<const Desc*>(pack);
+  if (handle == nullptr || p == nullptr || v == nullptr || !p->finalized || !v->finalized ||
+      p->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR || v->type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)
+    return graph_refuse(CUDNN_STATUS_BAD_PARAM, "cudnnBackendExecute: a handle, a finalized plan and variant pack");
+  if (p->engine == kNondeterministicEngine)
+    return graph_refuse(CUDNN_STATUS_BAD_PARAM, "cudnnBackendExecute: engine 0 is NONDETERMINISTIC and baton promises "
+                                                "bitwise determinism: a caller must skip it");
+  const GGraph& g = *p->graph;
+  if (g.workspace > 0 && v->workspace == nullptr)
+    return graph_refuse(CUDNN_STATUS_BAD_PARAM, "cudnnBackendExecute: the plan needs a workspace, none given");
+  Run r;
+  for (size_t i = 0; i < v->uids.size(); i++) r.ptr[v->uids[i]] = v->ptrs[i];
+  for (const auto& [uid, t] : g.non_virtual)
+    if (r.ptr.count(uid) == 0 || r.ptr[uid] == nullptr)
+      return graph_refuse(CUDNN_STATUS_BAD_PARAM, "cudnnBackendExecute: tensor uid " + std::to_string(uid) +
+                                                      " has no pointer in the variant pack");
+  if (g.workspace > 0) std::memset(v->workspace, 0xFF, size_t(g.workspace));
+  for (const GOp& op : g.ops)
+    if (cudnnStatus_t st = run_op(r, op); st != CUDNN_STATUS_SUCCESS) return st;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // extern "C"

@@ -17,6 +17,10 @@
 #   unit.test_cuda_bf16_model_emulated tests/gpu/test_cuda_bf16_model.cpp, unchanged.
 #   unit.test_cuda_cnn_emulated       tests/gpu/test_cuda_cnn.cpp, unchanged (the CNN ops: baton's
 #                                     cuDNN calls and the kernels around them, not cuDNN).
+#   unit.test_cudnn_sdpa_emulated     tests/gpu/test_cudnn_sdpa.cpp, unchanged: precision.attention =
+#                                     "cudnn", baton's cuDNN graphs run by cudnn_emu.cpp's graph
+#                                     interpreter; ..._no_engines: the same with the shim offering
+#                                     no engine (BATON_CUDNN_EMU_NO_ENGINES=1), the error path.
 # The two backend programs need src/model (and src/optim): their sources are compiled into the
 # test programs, since the baton_model/baton_optim targets link the real baton_backend (cudart,
 # cuBLAS, the device kernels). src/config, src/dist and src/core are linked as they are (they do not
@@ -117,6 +121,17 @@ add_test(NAME unit.test_cuda_cnn_model_emulated COMMAND test_cuda_cnn_model_emul
 add_executable(test_cuda_cnn_emulated ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_cuda_cnn.cpp)
 target_link_libraries(test_cuda_cnn_emulated PRIVATE baton_backend_emulated GTest::gtest GTest::gtest_main)
 add_test(NAME unit.test_cuda_cnn_emulated COMMAND test_cuda_cnn_emulated)
+# precision.attention = "cudnn" (the backend only).
+add_executable(test_cudnn_sdpa_emulated ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_cudnn_sdpa.cpp)
+target_link_libraries(test_cudnn_sdpa_emulated PRIVATE baton_backend_emulated GTest::gtest GTest::gtest_main)
+add_test(NAME unit.test_cudnn_sdpa_emulated
+         COMMAND test_cudnn_sdpa_emulated --gtest_filter=-CudnnSdpa.NoEngineIsAClearError)
+add_test(NAME unit.test_cudnn_sdpa_emulated_no_engines
+         COMMAND test_cudnn_sdpa_emulated --gtest_filter=CudnnSdpa.NoEngineIsAClearError)
+# The second fails, not skips, if the switch did not reach it.
+set_tests_properties(unit.test_cudnn_sdpa_emulated unit.test_cudnn_sdpa_emulated_no_engines PROPERTIES
+                     LABELS unit TIMEOUT 300 FAIL_REGULAR_EXPRESSION "skipped: no CUDA device|needs BATON_CUDNN_EMU")
+set_tests_properties(unit.test_cudnn_sdpa_emulated_no_engines PROPERTIES ENVIRONMENT BATON_CUDNN_EMU_NO_ENGINES=1)
 set_tests_properties(unit.test_cuda_ops_emulated unit.test_cuda_bf16_model_emulated
                      unit.test_cuda_cnn_emulated unit.test_cuda_cnn_model_emulated PROPERTIES
                      LABELS unit TIMEOUT 300 PROCESSORS 2

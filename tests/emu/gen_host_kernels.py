@@ -31,12 +31,17 @@ the emulation fails the build instead of testing something else):
      loads/stores (plain accesses), the fast-math intrinsics (__expf, __logf, __powf, __sinf,
      __fdividef, ...: mapped to the PRECISE host functions, so not bit-exact to the device),
      __launch_bounds__(n) (a check of the block size first in the kernel's body), <<<>>> (--whole),
-     and inline PTX `asm` that is an mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (operands
-     parsed from the asm's operand lists, so the call passes exactly the registers the PTX names).
+     __cvta_generic_to_shared (the emulator's shared window), and inline PTX `asm` of one
+     instruction among mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32,
+     ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16, cp.async.{ca,cg}.shared.global
+     (with or without src-size), cp.async.commit_group, cp.async.wait_group N and
+     cp.async.wait_all (operands parsed from the asm's operand lists and checked against the
+     constraints the instruction needs, so the call passes exactly the registers the PTX names).
      Refused, each with its own message: atomics (the kernels have none by design: determinism),
-     any other asm, __shared__ outside a function, __constant__/__managed__, warp votes and
-     matches, fences, clocks, cp.async, wmma, cooperative groups, `__CUDA_ARCH__` branches,
-     and <<<>>> in the default mode.
+     any other asm (several instructions in one asm statement included), __shared__ outside a
+     function, __constant__/__managed__, warp votes and matches, fences, clocks, other cvta
+     conversions, wmma, cooperative groups, `__CUDA_ARCH__` branches, and <<<>>> in the default
+     mode.
   4. Drops what a host compiler does not need: __global__/__device__/__host__,
      `#pragma unroll`; __forceinline__ -> inline, __noinline__ -> nothing, __align__(n) ->
      alignas(n). threadIdx/blockIdx/blockDim/gridDim are cuda_emu.h's thread-locals, the bf16
@@ -238,7 +243,22 @@ def inline_device_headers(path, text, root, seen, deps):
 MMA_TEMPLATE = re.compile(
     r'^\s*mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32\s*'
     r'\{([^}]*)\}\s*,\s*\{([^}]*)\}\s*,\s*\{([^}]*)\}\s*,\s*\{([^}]*)\}\s*;\s*$')
+# ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared[::cta].b16 {regs}, [addr];
+LDMATRIX_TEMPLATE = re.compile(
+    r'^\s*ldmatrix\.sync\.aligned\.m8n8\.x([124])(\.trans)?\.shared(?:::cta)?\.b16\s*'
+    r'\{([^}]*)\}\s*,\s*\[\s*(%\d+)\s*\]\s*;\s*$')
+# cp.async.{ca,cg}.shared[::cta].global [dst], [src], cp-size[, src-size];
+CP_ASYNC_TEMPLATE = re.compile(
+    r'^\s*cp\.async\.(ca|cg)\.shared(?:::cta)?\.global\s*\[\s*(%\d+)\s*\]\s*,\s*\[\s*(%\d+)\s*\]'
+    r'\s*,\s*(%\d+|\d+)\s*(?:,\s*(%\d+|\d+)\s*)?;\s*$')
+CP_ASYNC_COMMIT_TEMPLATE = re.compile(r'^\s*cp\.async\.commit_group\s*;\s*$')
+CP_ASYNC_WAIT_TEMPLATE = re.compile(r'^\s*cp\.async\.wait_group\s+(%\d+|\d+)\s*;\s*$')
+CP_ASYNC_WAIT_ALL_TEMPLATE = re.compile(r'^\s*cp\.async\.wait_all\s*;\s*$')
 OPERAND = re.compile(r'^\s*"([^"]*)"\s*\((.*)\)\s*$', re.S)
+KNOWN_ASM = ('mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, '
+             'ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16, '
+             'cp.async.{ca,cg}.shared.global, cp.async.commit_group, cp.async.wait_group, '
+             'cp.async.wait_all')
 
 
 def translate_asm(path, text, pos, stmt):
@@ -248,14 +268,6 @@ def translate_asm(path, text, pos, stmt):
     sections = split_top(inner, ':')
     literal = ''.join(re.findall(r'"((?:[^"\\]|\\.)*)"', sections[0]))
     template = literal.replace('\\n', '').replace('\\t', ' ')
-    m = MMA_TEMPLATE.match(template)
-    if not m:
-        fail(path, text, pos,
-             f'inline asm the emulator does not know: "{template.strip()[:90]}". cuda_emu.h models '
-             f'only mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32; add the instruction to '
-             f'cuda_emu.h and to translate_asm in tests/emu/gen_host_kernels.py')
-    if len(sections) < 3:
-        fail(path, text, pos, 'mma asm without output and input operand lists')
 
     def operands(sec):
         if not sec.strip():
@@ -268,34 +280,74 @@ def translate_asm(path, text, pos, stmt):
             res.append((om.group(1), om.group(2).strip()))
         return res
 
-    outs, ins = operands(sections[1]), operands(sections[2])
+    outs = operands(sections[1]) if len(sections) > 1 else []
+    ins = operands(sections[2]) if len(sections) > 2 else []
     ops = outs + ins  # %N numbering: outputs first, then inputs
 
-    def group(idx, count, what, allowed):
-        refs = [r.strip() for r in m.group(idx).split(',')]
-        if len(refs) != count or not all(re.fullmatch(r'%\d+', r) for r in refs):
-            fail(path, text, pos, f'mma {what} operand group should be {count} %N references, '
-                                  f'got "{m.group(idx)}"')
-        exprs = []
-        for r in refs:
-            k = int(r[1:])
-            if k >= len(ops):
-                fail(path, text, pos, f'mma {what}: {r} names no operand')
-            cons, expr = ops[k]
-            if cons not in allowed:
-                fail(path, text, pos, f'mma {what}: operand {r} has constraint "{cons}", '
-                                      f'expected one of {allowed}')
-            exprs.append(expr)
-        return exprs
+    def ref(r, what, allowed, literal_ok=False):
+        """The C++ expression of one operand reference (%N, or a literal number if allowed)."""
+        r = r.strip()
+        if literal_ok and re.fullmatch(r'\d+', r):
+            return r
+        if not re.fullmatch(r'%\d+', r):
+            fail(path, text, pos, f'{what}: expected a %N operand reference, got "{r}"')
+        k = int(r[1:])
+        if k >= len(ops):
+            fail(path, text, pos, f'{what}: {r} names no operand')
+        cons, expr = ops[k]
+        if cons not in allowed:
+            fail(path, text, pos, f'{what}: {r} has constraint "{cons}", expected one of '
+                                  f'{", ".join(allowed)}')
+        return expr
 
-    d = group(1, 4, 'D', ('+f', '=f'))
-    a = group(2, 4, 'A', ('r',))
-    b = group(3, 2, 'B', ('r',))
-    c = group(4, 4, 'C', ('f', '+f'))
-    call = (f'{{ const auto cuda_emu_d = ::cuda_emu::mma_m16n8k16_row_col_f32_bf16_bf16_f32('
-            f'{{{", ".join(c)}}}, {{{", ".join(a)}}}, {{{", ".join(b)}}}); '
-            + ' '.join(f'{e} = cuda_emu_d[{i}];' for i, e in enumerate(d)) + ' }')
-    return call
+    def group(refs_text, count, what, allowed):
+        refs = [r.strip() for r in refs_text.split(',')]
+        if len(refs) != count:
+            fail(path, text, pos, f'{what} operand group should be {count} %N references, '
+                                  f'got "{refs_text}"')
+        return [ref(r, what, allowed) for r in refs]
+
+    m = MMA_TEMPLATE.match(template)
+    if m:
+        if len(sections) < 3:
+            fail(path, text, pos, 'mma asm without output and input operand lists')
+        d = group(m.group(1), 4, 'mma D', ('+f', '=f'))
+        a = group(m.group(2), 4, 'mma A', ('r',))
+        b = group(m.group(3), 2, 'mma B', ('r',))
+        c = group(m.group(4), 4, 'mma C', ('f', '+f'))
+        return (f'{{ const auto cuda_emu_d = ::cuda_emu::mma_m16n8k16_row_col_f32_bf16_bf16_f32('
+                f'{{{", ".join(c)}}}, {{{", ".join(a)}}}, {{{", ".join(b)}}}); '
+                + ' '.join(f'{e} = cuda_emu_d[{i}];' for i, e in enumerate(d)) + ' }')
+    m = LDMATRIX_TEMPLATE.match(template)
+    if m:
+        num, trans = int(m.group(1)), m.group(2) is not None
+        regs = group(m.group(3), num, 'ldmatrix destination', ('=r',))
+        addr = ref(m.group(4), 'ldmatrix address', ('r',))
+        return (f'{{ const auto cuda_emu_r = ::cuda_emu::ldmatrix_m8n8_b16<{num}, '
+                f'{"true" if trans else "false"}>({addr}); '
+                + ' '.join(f'{e} = cuda_emu_r[{i}];' for i, e in enumerate(regs)) + ' }')
+    m = CP_ASYNC_TEMPLATE.match(template)
+    if m:
+        if outs:
+            fail(path, text, pos, 'cp.async has no output operands')
+        dst = ref(m.group(2), 'cp.async destination', ('r',))
+        src = ref(m.group(3), 'cp.async source', ('l',))
+        size = ref(m.group(4), 'cp.async copy size', ('n',), literal_ok=True)
+        args = [dst, src, size]
+        if m.group(5):
+            args.append(ref(m.group(5), 'cp.async src-size', ('r', 'n'), literal_ok=True))
+        return f'::cuda_emu::cp_async_{m.group(1)}({", ".join(args)});'
+    if CP_ASYNC_COMMIT_TEMPLATE.match(template):
+        return '::cuda_emu::cp_async_commit_group();'
+    m = CP_ASYNC_WAIT_TEMPLATE.match(template)
+    if m:
+        return f'::cuda_emu::cp_async_wait_group({ref(m.group(1), "cp.async.wait_group", ("n",), literal_ok=True)});'
+    if CP_ASYNC_WAIT_ALL_TEMPLATE.match(template):
+        return '::cuda_emu::cp_async_wait_all();'
+    fail(path, text, pos,
+         f'inline asm the emulator does not know: "{template.strip()[:90]}". cuda_emu.h models '
+         f'only {KNOWN_ASM} (one instruction per asm statement); add the instruction to cuda_emu.h '
+         f'and to translate_asm in tests/emu/gen_host_kernels.py')
 
 
 def rewrite_asm(path, text):
@@ -333,6 +385,8 @@ SIMPLE_REWRITES = [
      r'::cuda_emu::\1('),
     (re.compile(r'\b__frsqrt_rn\s*\('), '::cuda_emu::rsqrtf('),
     (re.compile(r'(?<![\w:.])rsqrtf?\s*\('), lambda m: '::cuda_emu::' + m.group(0)),
+    # The shared-window address of a shared-memory pointer (ldmatrix and cp.async operands).
+    (re.compile(r'\b__cvta_generic_to_shared\s*\('), '::cuda_emu::cvta_generic_to_shared('),
 ]
 EXTERN_SHARED = re.compile(
     r'\bextern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:<>, ]*?)\s+'
@@ -568,7 +622,7 @@ def generate(src, root, whole=False, allow_no_kernels=False):
     header = (
         f'// GENERATED by tests/emu/gen_host_kernels.py from {os.path.relpath(src, root)}: do not '
         f'edit.\n// {what} as host C++ for the CPU emulator (tests/emu/cuda_emu.h).\n'
-        f'// Kernels: {", ".join(sorted(set(kernels))) or "none (host code only)"}; rewritten: {n["asm"]} inline mma asm, '
+        f'// Kernels: {", ".join(sorted(set(kernels))) or "none (host code only)"}; rewritten: {n["asm"]} inline asm statements, '
         f'{n["launches"]} launches, {n["static_shared"]} static __shared__ declarations.\n'
         + ('' if whole else '#pragma once\n') +
         f'#include "cuda_emu.h"\n#line 1 "{src}"\n')

@@ -2,8 +2,8 @@
 """Unit tests of gen_host_kernels.py's rewrites and refusals on small CUDA snippets (ctest
 unit.test_gen_host_kernels). The kernels of kernels/ themselves are covered by the emulated
 builds; these pin the patterns: launches, static shared memory, __launch_bounds__, intrinsics,
-line preservation, and the refusals (atomics, <<<>>> without --whole, __shared__ outside a
-function, unknown asm)."""
+line preservation, the inline PTX it translates (mma, ldmatrix, cp.async), and the refusals
+(atomics, <<<>>> without --whole, __shared__ outside a function, unknown asm)."""
 import os
 import re
 import sys
@@ -82,6 +82,36 @@ class Rewrites(unittest.TestCase):
         self.assertIn('::cuda_emu::rsqrtf(1.f) + ::cuda_emu::ldg(&x[5]) + ::cuda_emu::saturatef(',
                       body)
 
+    def test_ldmatrix_and_cp_async(self):
+        src = ('__device__ void f(uint32_t (&r)[4], uint32_t& x, uint32_t a, const void* g, int n) {\n'
+               '  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n"\n'
+               '               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));\n'
+               '  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(x)'
+               ' : "r"(a + 16));\n'
+               '  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n" :: "r"(a), "l"(g),'
+               ' "r"(n) : "memory");\n'
+               '  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(a), "l"(g), "n"(8));\n'
+               '  asm volatile("cp.async.commit_group;\\n" ::: "memory");\n'
+               '  asm volatile("cp.async.wait_group %0;\\n" ::"n"(1) : "memory");\n'
+               '  asm volatile("cp.async.wait_group 0;");\n'
+               '  asm volatile("cp.async.wait_all;");\n'
+               '  x = uint32_t(__cvta_generic_to_shared(g));\n}\n'
+               '__global__ void k(float* x) {}\n')
+        body = run(src)
+        self.assertIn('{ const auto cuda_emu_r = ::cuda_emu::ldmatrix_m8n8_b16<4, false>(a); '
+                      'r[0] = cuda_emu_r[0]; r[1] = cuda_emu_r[1]; r[2] = cuda_emu_r[2]; '
+                      'r[3] = cuda_emu_r[3]; }', body)
+        self.assertIn('::cuda_emu::ldmatrix_m8n8_b16<1, true>(a + 16); x = cuda_emu_r[0]; }', body)
+        self.assertIn('::cuda_emu::cp_async_cg(a, g, 16, n);', body)
+        self.assertIn('::cuda_emu::cp_async_ca(a, g, 8);', body)
+        self.assertIn('::cuda_emu::cp_async_commit_group();', body)
+        self.assertIn('::cuda_emu::cp_async_wait_group(1);', body)
+        self.assertIn('::cuda_emu::cp_async_wait_group(0);', body)
+        self.assertIn('::cuda_emu::cp_async_wait_all();', body)
+        self.assertIn('x = uint32_t(::cuda_emu::cvta_generic_to_shared(g));', body)
+        self.assertNotIn('asm', body)
+        self.assertEqual(body.count('\n'), src.count('\n') + 1)  # lines kept
+
     def test_default_mode_cuts_at_the_banner(self):
         body = run('__global__ void k(float* x) {}\n' + BANNER + 'void go(float* x) { k<<<1, 1>>>(x); }\n',
                    whole=False)
@@ -113,6 +143,25 @@ class Refusals(unittest.TestCase):
         self.refused('__global__ void k(int* x) { asm volatile("membar.gl;"); }\n', r'inline asm')
         self.refused('__global__ void k(int* x) { x[0] = __ballot_sync(~0u, 1); }\n',
                      r'__ballot_sync')
+
+    def test_asm_forms_without_emulation(self):
+        # ldmatrix of another shape, a wrong constraint, a missing destination register, a bulk
+        # copy, a cp.async from a 32-bit source operand, two instructions in one asm statement.
+        self.refused('__global__ void k(int* x, unsigned a) { asm volatile("ldmatrix.sync.aligned.'
+                     'm16n16.x1.trans.shared.b8 {%0, %1}, [%2];" : "=r"(x[0]), "=r"(x[1]) : "r"(a)); }\n',
+                     r'inline asm')
+        self.refused('__global__ void k(int* x, unsigned a) { asm volatile("ldmatrix.sync.aligned.'
+                     'm8n8.x1.shared.b16 {%0}, [%1];" : "=l"(x[0]) : "r"(a)); }\n', r'constraint "=l"')
+        self.refused('__global__ void k(int* x, unsigned a) { asm volatile("ldmatrix.sync.aligned.'
+                     'm8n8.x2.shared.b16 {%0}, [%1];" : "=r"(x[0]) : "r"(a)); }\n', r'should be 2')
+        self.refused('__global__ void k(int* x, unsigned a) { asm volatile("cp.async.bulk.shared::'
+                     'cluster.global [%0], [%1], 16;" :: "r"(a), "l"(x)); }\n', r'inline asm')
+        self.refused('__global__ void k(int* x, unsigned a) { asm volatile("cp.async.cg.shared.'
+                     'global [%0], [%1], 16;" :: "r"(a), "r"(a)); }\n', r'cp.async source')
+        self.refused('__global__ void k(int* x) { asm volatile("cp.async.commit_group;\\n'
+                     'cp.async.wait_group 0;"); }\n', r'inline asm')
+        self.refused('__global__ void k(int* x) { x[0] = int(__cvta_generic_to_global(x)); }\n',
+                     r'__cvta_generic_to_global')
 
     def test_bad_launch_configuration(self):
         self.refused('__global__ void k(float* x) {}\nvoid go(float* x) { k<<<1>>>(x); }\n',

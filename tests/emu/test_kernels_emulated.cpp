@@ -41,6 +41,22 @@ namespace {
 
 constexpr double kSum = 1e-5, kDoubleSum = 1e-12;
 
+}  // namespace
+}  // namespace baton::kernels
+// The runtime shim's count of cudaGetLastError calls: one per launch, as every launcher checks each
+// launch (cuda_emu_runtime.cpp).
+extern "C" long long cuda_emu_launch_checks(void);
+namespace baton::kernels {
+namespace {
+
+// Kernel launches `f` makes.
+template <class F>
+long long launches(F&& f) {
+  const long long before = cuda_emu_launch_checks();
+  f();
+  return cuda_emu_launch_checks() - before;
+}
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
@@ -140,7 +156,11 @@ TEST(KernelsEmulated, GeluFp32) {
 // ---- layernorm fp32 --------------------------------------------------------------------------
 
 TEST(KernelsEmulated, LayernormFp32) {
-  for (auto [N, C] : std::vector<std::pair<int, int>>{{1, 1}, {3, 7}, {9, 33}, {70, 768}, {130, 40}}) {
+  // The backward's shapes: one row; rows shorter and longer than a warp; C = 2000 (3 warps per
+  // block), 7000 (one warp, 56000 bytes of shared memory: the opt-in); N = 5000 (157 row chunks;
+  // chunks of more than 32 rows: LayernormBackwardBf16ManyRowChunks).
+  for (auto [N, C] : std::vector<std::pair<int, int>>{
+           {1, 1}, {3, 7}, {9, 33}, {70, 768}, {130, 40}, {1, 2000}, {5, 7000}, {5000, 24}}) {
     const std::string sh = " " + std::to_string(N) + "x" + std::to_string(C);
     const size_t NC = size_t(N) * C;
     const std::vector<float> a = randn(NC, N + C, 2.0f, 0.5f), b = randn(NC, N + C + 1, 0.5f),
@@ -184,17 +204,29 @@ TEST(KernelsEmulated, LayernormFp32) {
     layernorm_forward(o2.p, m2.p, s2.p, res.p, dwt.p, dbias.p, N, C, nullptr);
     expect_bits(o2.get(), o.get(), "layernorm_forward vs residual_layernorm_forward" + sh);
     const size_t ns = layernorm_backward_scratch_floats(N, C);
-    for (int mask = 1; mask < 8; mask++) {  // bit 0 dinp, bit 1 dweight, bit 2 dbias
+    std::vector<float> fused[3];  // mask 7's dinp, dweight, dbias: every other mask has their bits
+    for (int mask : {7, 1, 2, 3, 4, 5, 6}) {  // bit 0 dinp, bit 1 dweight, bit 2 dbias
       Dev<float> di(dinp0), gw(dw0), gb(db0), scratch(ns);
-      layernorm_backward(mask & 1 ? di.p : nullptr, mask & 1 ? di.p : nullptr, mask & 2 ? gw.p : nullptr,
-                         mask & 4 ? gb.p : nullptr, ddy.p, res.p, dwt.p, m.p, s.p, N, C, scratch.p, ns, nullptr);
+      // One kernel reads dout and inp for all three outputs; a second adds the parameter partials.
+      EXPECT_EQ(launches([&] {
+                  layernorm_backward(mask & 1 ? di.p : nullptr, mask & 1 ? di.p : nullptr, mask & 2 ? gw.p : nullptr,
+                                     mask & 4 ? gb.p : nullptr, ddy.p, res.p, dwt.p, m.p, s.p, N, C, scratch.p, ns,
+                                     nullptr);
+                }),
+                mask == 1 ? 1 : 2)
+          << sh << " mask " << mask;
       const std::string wm = sh + " mask " + std::to_string(mask);
-      if (mask & 1) expect_rel(di.get(), dinp, kSum, "layernorm_backward dinp" + wm);
-      else expect_bits(di.get(), dinp0, "layernorm_backward dinp untouched" + wm);
-      if (mask & 2) expect_rel(gw.get(), dw, kSum, "layernorm_backward dweight" + wm);
-      else expect_bits(gw.get(), dw0, "layernorm_backward dweight untouched" + wm);
-      if (mask & 4) expect_rel(gb.get(), db, kSum, "layernorm_backward dbias" + wm);
-      else expect_bits(gb.get(), db0, "layernorm_backward dbias untouched" + wm);
+      const std::vector<float> got[3] = {di.get(), gw.get(), gb.get()};
+      if (mask == 7)
+        for (int k = 0; k < 3; k++) fused[k] = got[k];
+      if (mask & 1) expect_rel(got[0], dinp, kSum, "layernorm_backward dinp" + wm);
+      else expect_bits(got[0], dinp0, "layernorm_backward dinp untouched" + wm);
+      if (mask & 2) expect_rel(got[1], dw, kSum, "layernorm_backward dweight" + wm);
+      else expect_bits(got[1], dw0, "layernorm_backward dweight untouched" + wm);
+      if (mask & 4) expect_rel(got[2], db, kSum, "layernorm_backward dbias" + wm);
+      else expect_bits(got[2], db0, "layernorm_backward dbias untouched" + wm);
+      for (int k = 0; k < 3; k++)
+        if (mask & (1 << k)) expect_bits(got[k], fused[k], "layernorm_backward split == fused, output " + std::to_string(k) + wm);
     }
     // dinp = dres + ... from another buffer: the in-place result's bits; null dres: zero first.
     Dev<float> in_place(dinp0), zeroed(std::vector<float>(NC, 0.0f)), dres(dinp0), other(NC), other0(NC);
@@ -209,6 +241,90 @@ TEST(KernelsEmulated, LayernormFp32) {
     expect_bits(other0.get(), zeroed.get(), "layernorm_backward dinp = 0 + ..." + sh);
     expect_bits(dres.get(), dinp0, "layernorm_backward dres untouched" + sh);
   }
+}
+
+// The bf16 backward where tests/gpu/test_bf16_kernels.cpp's shapes stop (N <= 300): many row
+// chunks, with 16-byte (C % 8 == 0) and element-wise rows, against a double reference from the same
+// bf16 values and fp32 statistics; one kernel for everything plus the partials' finish.
+TEST(KernelsEmulated, LayernormBackwardBf16ManyRowChunks) {
+  for (auto [N, C] : std::vector<std::pair<int, int>>{{33000, 8}, {5000, 13}, {2100, 48}}) {
+    const std::string sh = " " + std::to_string(N) + "x" + std::to_string(C);
+    const size_t NC = size_t(N) * C;
+    auto bf = [](const std::vector<float>& v) {
+      std::vector<__nv_bfloat16> b(v.size());
+      for (size_t i = 0; i < v.size(); i++) b[i] = __float2bfloat16_rn(v[i]);
+      return b;
+    };
+    auto f = [](__nv_bfloat16 b) { return double(__bfloat162float(b)); };
+    const std::vector<__nv_bfloat16> x = bf(randn(NC, N + C, 2.0f, 0.5f)), dy = bf(randn(NC, N + C + 1)),
+                                     w = bf(randn(C, C + 2, 0.1f, 1.0f)), dinp0 = bf(randn(NC, N + C + 3, 0.5f));
+    const std::vector<float> dw0 = randn(C, C + 4), db0 = randn(C, C + 5);
+    std::vector<float> mean(N), rstd(N);
+    std::vector<double> rdinp(NC), rdw(dw0.begin(), dw0.end()), rdb(db0.begin(), db0.end());
+    for (int n = 0; n < N; n++) {
+      double mu = 0, var = 0;
+      for (int c = 0; c < C; c++) mu += f(x[size_t(n) * C + c]);
+      mu /= C;
+      for (int c = 0; c < C; c++) var += (f(x[size_t(n) * C + c]) - mu) * (f(x[size_t(n) * C + c]) - mu);
+      mean[n] = float(mu);
+      rstd[n] = float(1.0 / std::sqrt(var / C + 1e-5));
+      const double m = mean[n], sd = rstd[n];
+      double gs = 0, gxs = 0;
+      for (int c = 0; c < C; c++) {
+        const size_t i = size_t(n) * C + c;
+        const double g = f(dy[i]) * f(w[c]), xhat = (f(x[i]) - m) * sd;
+        gs += g, gxs += g * xhat;
+        rdw[c] += f(dy[i]) * xhat;
+        rdb[c] += f(dy[i]);
+      }
+      for (int c = 0; c < C; c++) {
+        const size_t i = size_t(n) * C + c;
+        const double xhat = (f(x[i]) - m) * sd;
+        rdinp[i] = f(dinp0[i]) + sd * (f(dy[i]) * f(w[c]) - gs / C - xhat * gxs / C);
+      }
+    }
+    const size_t ns = layernorm_backward_scratch_floats(N, C);
+    Dev<__nv_bfloat16> dx(x), ddy(dy), dwt(w), di(dinp0), di2(dinp0);
+    Dev<float> m(mean), s(rstd), gw(dw0), gb(db0), gw2(dw0), scratch(ns);
+    EXPECT_EQ(launches([&] {
+                layernorm_backward(di.p, di.p, gw.p, gb.p, ddy.p, dx.p, dwt.p, m.p, s.p, N, C, scratch.p, ns, nullptr);
+              }),
+              2)
+        << sh;
+    std::vector<float> got(NC);
+    const std::vector<__nv_bfloat16> gdi = di.get();
+    for (size_t i = 0; i < NC; i++) got[i] = __bfloat162float(gdi[i]);
+    expect_rel(got, rdinp, 4e-3, "layernorm_backward bf16 dinp" + sh);  // one bf16 rounding
+    expect_rel(gw.get(), rdw, kSum, "layernorm_backward bf16 dweight" + sh);
+    expect_rel(gb.get(), rdb, kSum, "layernorm_backward bf16 dbias" + sh);
+    // dinp alone: one launch, the fused call's bits; dweight alone: the fused call's bits.
+    EXPECT_EQ(launches([&] {
+                layernorm_backward(di2.p, di2.p, nullptr, nullptr, ddy.p, dx.p, dwt.p, m.p, s.p, N, C, nullptr, 0,
+                                   nullptr);
+              }),
+              1)
+        << sh;
+    const std::vector<__nv_bfloat16> gdi2 = di2.get();
+    EXPECT_EQ(std::memcmp(gdi.data(), gdi2.data(), NC * sizeof(gdi[0])), 0) << "dinp alone vs fused" << sh;
+    layernorm_backward(static_cast<__nv_bfloat16*>(nullptr), nullptr, gw2.p, nullptr, ddy.p, dx.p, nullptr, m.p, s.p,
+                       N, C, scratch.p, ns, nullptr);
+    expect_bits(gw2.get(), gw.get(), "dweight alone vs fused" + sh);
+  }
+}
+
+// Rows too long for one warp's column sums in shared memory (8 * C bytes > 227 KiB): a precondition.
+TEST(KernelsEmulated, LayernormBackwardLongRowsArePrecondition) {
+  const int N = 2, C = 30000;
+  Dev<float> x(size_t(N) * C), ms(N), g(C);
+  const size_t ns = layernorm_backward_scratch_floats(N, C);
+  Dev<float> scratch(ns);
+  EXPECT_THROW(layernorm_backward(nullptr, nullptr, g.p, nullptr, x.p, x.p, nullptr, ms.p, ms.p, N, C, scratch.p, ns,
+                                  nullptr),
+               std::invalid_argument);
+  // dinp alone needs no shared sums: any C.
+  Dev<float> w(C), di(size_t(N) * C);
+  EXPECT_NO_THROW(layernorm_backward(di.p, nullptr, nullptr, nullptr, x.p, x.p, w.p, ms.p, ms.p, N, C, nullptr, 0,
+                                     nullptr));
 }
 
 // ---- embedding fp32 --------------------------------------------------------------------------
@@ -306,6 +422,62 @@ TEST(KernelsEmulated, AdamWIsTheFormula) {
   expect_bits(dp.get(), rp, "adamw param");
 }
 
+// The multi-tensor AdamW: one launch whatever the number of tensors, each tensor's results the bits
+// of adamw_step on it alone (with its own weight decay); the gaps between tensors untouched.
+TEST(KernelsEmulated, AdamWMultiTensorIsOneLaunchOfThePerTensorBits) {
+  // Lengths around the 2048-element chunk, empty ones (first, inside, last) and one of many chunks.
+  const std::vector<size_t> lens = {0, 1, 2047, 2048, 0, 2049, 5000, 70001, 3, 0};
+  std::vector<AdamWTensor> t;
+  size_t flat = 7, state = 0;  // params with gaps (odd offsets), state back to back
+  for (size_t i = 0; i < lens.size(); i++) {
+    AdamWTensor e;
+    e.param_offset = flat;
+    e.state_offset = state;
+    e.n = lens[i];
+    e.weight_decay = i % 3 == 0 ? 0.0f : 0.1f * float(i);
+    t.push_back(e);
+    flat += lens[i] + 5;
+    state += lens[i];
+  }
+  const size_t blocks = adamw_multi_plan(t.data(), t.size());
+  size_t expect_blocks = 0;
+  for (size_t n : lens) expect_blocks += (n + kAdamWChunk - 1) / kAdamWChunk;
+  EXPECT_EQ(blocks, expect_blocks);
+  const std::vector<float> p0 = randn(flat, 41), gr = randn(flat, 42), m0 = randn(state, 43, 0.1f);
+  std::vector<float> v0 = randn(state, 44, 0.01f);
+  for (auto& v : v0) v = std::fabs(v);
+  const AdamWParams p{1e-3f, 0.9f, 0.95f, 1e-8f, 123.0f /* unused: per tensor */, 0.7f, 0.271f, 0.0975f};
+  // Reference: adamw_step per tensor (a launch each).
+  Dev<float> rp(p0), rg(gr), rm(m0), rv(v0);
+  for (const AdamWTensor& e : t) {
+    AdamWParams q = p;
+    q.weight_decay = e.weight_decay;
+    adamw_step(rp.p + e.param_offset, rg.p + e.param_offset, rm.p + e.state_offset, rv.p + e.state_offset, e.n, q,
+               nullptr);
+  }
+  Dev<float> dp(p0), dg(gr), dm(m0), dv(v0);
+  Dev<AdamWTensor> table(t);
+  const long long before = cuda_emu_launch_checks();
+  adamw_step_multi(dp.p, dg.p, dm.p, dv.p, table.p, t.size(), blocks, p, nullptr);
+  EXPECT_EQ(cuda_emu_launch_checks() - before, 1) << "one launch for " << t.size() << " tensors";
+  expect_bits(dp.get(), rp.get(), "adamw_step_multi params (gaps untouched)");
+  expect_bits(dm.get(), rm.get(), "adamw_step_multi m");
+  expect_bits(dv.get(), rv.get(), "adamw_step_multi v");
+  expect_bits(dg.get(), gr, "adamw_step_multi grads untouched");
+  // The per-tensor weight decay is used: a mutation applying p.weight_decay would differ.
+  bool changed = false;
+  for (size_t i = 0; i < p0.size() && !changed; i++) changed = dp.get()[i] != p0[i];
+  EXPECT_TRUE(changed);
+  // Only empty tensors: no launch at all.
+  std::vector<AdamWTensor> empty(3);
+  EXPECT_EQ(adamw_multi_plan(empty.data(), empty.size()), 0u);
+  Dev<AdamWTensor> etable(empty);
+  const long long before_empty = cuda_emu_launch_checks();
+  adamw_step_multi(dp.p, dg.p, dm.p, dv.p, etable.p, empty.size(), 0, p, nullptr);
+  EXPECT_EQ(cuda_emu_launch_checks() - before_empty, 0);
+  EXPECT_THROW(adamw_step_multi(dp.p, dg.p, dm.p, dv.p, nullptr, t.size(), blocks, p, nullptr), std::invalid_argument);
+}
+
 // SGD (momentum, Nesterov, L2 or decoupled decay): kernels/sgd.cu's (and cpu_sgd.cpp's) fp32
 // expression order, bit for bit.
 TEST(KernelsEmulated, SgdIsTheFormula) {
@@ -345,27 +517,101 @@ TEST(KernelsEmulated, SumSquaresAndAccumulateSum) {
   }
 }
 
+// The gradient norm's span table: two launches for any number of spans, each span's result the
+// bits of sum_squares on it alone (the contract Backend::sum_squares_spans keeps by adding them in
+// span order on the host).
+TEST(KernelsEmulated, SumSquaresSpansAreThePerSpanBitsInTwoLaunches) {
+  const size_t n = 400001;
+  const std::vector<float> x = randn(n, 51);
+  Dev<float> dx(x);
+  const std::vector<std::vector<std::pair<size_t, size_t>>> lists = {
+      {{5, 1}},
+      {{0, 0}, {0, 1}, {16, 12345}, {20000, 0}, {20032, 200000}, {220032, 16384}, {236416, 16385}, {252801, 147200},
+       {n, 0}},
+      {{3, 0}, {9, 0}}};
+  for (const auto& list : lists) {
+    std::vector<SumSqSpan> spans;
+    for (const auto& [o, k] : list) spans.push_back({o, k, 0});
+    const size_t chunks = sum_squares_spans_plan(spans.data(), spans.size());
+    Dev<SumSqSpan> table(spans);
+    Dev<double> partials(chunks), results(spans.size());
+    const long long before = cuda_emu_launch_checks();
+    sum_squares_spans(results.p, dx.p, table.p, spans.size(), chunks, partials.p, nullptr);
+    EXPECT_EQ(cuda_emu_launch_checks() - before, chunks > 0 ? 2 : 1) << spans.size() << " spans";
+    const std::vector<double> got = results.get();
+    for (size_t i = 0; i < spans.size(); i++) {
+      const size_t ns = sum_squares_scratch_doubles(spans[i].n);
+      Dev<double> scratch(ns);
+      sum_squares(scratch.p + ns - 1, dx.p + spans[i].offset, spans[i].n, scratch.p, ns, nullptr);
+      EXPECT_EQ(got[i], scratch.get()[ns - 1]) << "span " << i << " of " << spans.size();
+      double ref = 0;
+      for (size_t j = 0; j < spans[i].n; j++) ref += double(x[spans[i].offset + j]) * x[spans[i].offset + j];
+      expect_rel(std::vector<double>{got[i]}, {ref}, kDoubleSum, "sum_squares_spans span " + std::to_string(i));
+    }
+  }
+}
+
+// dst[c] + the column sums in the kernels' documented order (reduce.cu): per row chunk, 8 fp32
+// strands (rows r0 + k, r0 + k + 8, ...) added in strand order; the chunks' sums in chunk order.
+template <typename T, typename ToF>
+std::vector<float> column_sum_in_order(const std::vector<T>& x, const std::vector<float>& d0, int N, int C, ToF to_f) {
+  const int rows = column_chunk_rows(N), chunks = (N + rows - 1) / rows;
+  std::vector<float> out(C);
+  for (int c = 0; c < C; c++) {
+    float total = 0.0f;
+    for (int ch = 0; ch < chunks; ch++) {
+      const int r0 = ch * rows, r1 = std::min(N, r0 + rows);
+      float part = 0.0f;
+      for (int k = 0; k < 8; k++) {
+        float strand = 0.0f;
+        for (int r = r0 + k; r < r1; r += 8) strand += to_f(x[size_t(r) * C + c]);
+        part += strand;
+      }
+      total += part;
+    }
+    out[c] = d0[c] + total;
+  }
+  return out;
+}
+
+// The bias gradients' column sums, fp32 and bf16 input: 16-byte loads where C is a multiple of the
+// vector (4 fp32, 8 bf16) and the input 16-byte aligned, element-wise otherwise (odd C, or the input
+// one element off): both the documented fixed order, bit for bit, and within kSum of the sums in
+// double. N = 4161: 65-row chunks, 64 of them; C = 70: a partial last vector and a partial block.
 TEST(KernelsEmulated, ColumnSumOverRowChunks) {
-  // N = 4161: 65-row chunks, 64 of them; C = 70: three 32-column blocks, the last partial.
-  for (auto [N, C] : std::vector<std::pair<int, int>>{{1, 1}, {63, 33}, {64, 32}, {300, 5}, {4161, 70}}) {
+  for (auto [N, C] : std::vector<std::pair<int, int>>{
+           {1, 1}, {1, 8}, {63, 33}, {64, 32}, {300, 5}, {300, 36}, {4161, 70}, {4161, 264}, {20000, 16}}) {
+    const std::string sh = " " + std::to_string(N) + "x" + std::to_string(C);
     const std::vector<float> x = randn(size_t(N) * C, N + C), d0 = randn(C, C);
-    std::vector<double> ref(d0.begin(), d0.end());
-    for (int n = 0; n < N; n++)
-      for (int c = 0; c < C; c++) ref[c] += x[size_t(n) * C + c];
-    const size_t ns = column_sum_scratch_floats(N, C);
-    Dev<float> dx(x), dst(d0), scratch(ns);
-    column_sum(dst.p, dx.p, N, C, scratch.p, ns, nullptr);
-    expect_rel(dst.get(), ref, kSum, "column_sum " + std::to_string(N) + "x" + std::to_string(C));
-    // The bf16-input overload (the bf16 dense layer's dbias): the same sums of the bf16 values.
     std::vector<__nv_bfloat16> xb(x.size());
-    std::vector<double> refb(d0.begin(), d0.end());
     for (size_t i = 0; i < x.size(); i++) xb[i] = __float2bfloat16_rn(x[i]);
+    std::vector<double> ref(d0.begin(), d0.end()), refb(d0.begin(), d0.end());
     for (int n = 0; n < N; n++)
-      for (int c = 0; c < C; c++) refb[c] += double(__bfloat162float(xb[size_t(n) * C + c]));
-    Dev<__nv_bfloat16> dxb(xb);
-    Dev<float> dstb(d0);
-    column_sum(dstb.p, dxb.p, N, C, scratch.p, ns, nullptr);
-    expect_rel(dstb.get(), refb, kSum, "column_sum bf16 " + std::to_string(N) + "x" + std::to_string(C));
+      for (int c = 0; c < C; c++) {
+        ref[c] += x[size_t(n) * C + c];
+        refb[c] += double(__bfloat162float(xb[size_t(n) * C + c]));
+      }
+    const std::vector<float> order = column_sum_in_order(x, d0, N, C, [](float v) { return v; });
+    const std::vector<float> orderb =
+        column_sum_in_order(xb, d0, N, C, [](__nv_bfloat16 v) { return __bfloat162float(v); });
+    const size_t ns = column_sum_scratch_floats(N, C);
+    Dev<float> scratch(ns);
+    for (size_t off : {0, 1}) {  // off = 1: the input one element past a 16-byte boundary
+      const std::string what = sh + " offset " + std::to_string(off);
+      std::vector<float> xo(off, 0.0f);
+      xo.insert(xo.end(), x.begin(), x.end());
+      std::vector<__nv_bfloat16> xbo(off, __float2bfloat16_rn(0.0f));
+      xbo.insert(xbo.end(), xb.begin(), xb.end());
+      Dev<float> dx(xo), dst(d0);
+      EXPECT_EQ(launches([&] { column_sum(dst.p, dx.p + off, N, C, scratch.p, ns, nullptr); }), 2) << what;
+      expect_bits(dst.get(), order, "column_sum fixed order" + what);
+      expect_rel(dst.get(), ref, kSum, "column_sum" + what);
+      Dev<__nv_bfloat16> dxb(xbo);
+      Dev<float> dstb(d0);
+      EXPECT_EQ(launches([&] { column_sum(dstb.p, dxb.p + off, N, C, scratch.p, ns, nullptr); }), 2) << what;
+      expect_bits(dstb.get(), orderb, "column_sum bf16 fixed order" + what);
+      expect_rel(dstb.get(), refb, kSum, "column_sum bf16" + what);
+    }
   }
 }
 

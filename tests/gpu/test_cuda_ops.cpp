@@ -34,9 +34,26 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "optim/adamw.h"
+
+// The CUDA emulator's count of launches (tests/emu/cuda_emu_runtime.cpp: the launchers' one
+// cudaGetLastError per launch); null against the real cudart (weak), where the counts are not checked.
+extern "C" long long cuda_emu_launch_checks(void) __attribute__((weak));
 
 namespace baton {
 namespace {
+
+// Kernel launches `f` makes on the emulator; -1 on a real device.
+template <class F>
+long long emu_launches(F&& f) {
+  if (cuda_emu_launch_checks == nullptr) {
+    f();
+    return -1;
+  }
+  const long long before = cuda_emu_launch_checks();
+  f();
+  return cuda_emu_launch_checks() - before;
+}
 
 struct Tol {
   double rtol, atol;
@@ -195,6 +212,17 @@ TEST_F(CudaOps, SumSquaresSpansEqualThePerSpanCalls) {
   EXPECT_EQ(gpu_->sum_squares_spans(x.g, spans), per_span);
   EXPECT_NEAR(gpu_->sum_squares_spans(x.g, spans), cpu, kSumsq.rtol * cpu);
   EXPECT_EQ(gpu_->sum_squares_spans(x.g, {}), 0.0);
+  // Two launches whatever the number of spans (the table is uploaded for a new list, then reused).
+  double twice = 0;
+  const long long k = emu_launches([&] { twice = gpu_->sum_squares_spans(x.g, spans); });
+  if (k >= 0) EXPECT_EQ(k, 2);
+  EXPECT_EQ(twice, per_span);
+  // Another list after it (the cached table replaced): still the per-span sums.
+  const std::vector<std::pair<size_t, size_t>> other = {{7, 70000}, {100000, 16384}, {0, 0}};
+  double per_other = 0;
+  for (const auto& [o, n2] : other) per_other += gpu_->sum_squares(x.g + o, n2);
+  EXPECT_EQ(gpu_->sum_squares_spans(x.g, other), per_other);
+  EXPECT_EQ(gpu_->sum_squares_spans(x.g, spans), per_span);
 }
 
 TEST_F(CudaOps, Gelu) {
@@ -515,6 +543,86 @@ TEST_F(CudaOps, AdamW) {
       p.set(p.host_cpu());
     }
   }
+}
+
+// The multi-tensor AdamW (one launch for every segment): the bits of adamw_step per segment on the
+// GPU, and the CPU's adamw_step_segments within the AdamW tolerance; steps reuse the uploaded
+// table, a changed list (another weight decay) replaces it.
+TEST_F(CudaOps, AdamWStepSegmentsIsOneLaunchOfThePerSegmentBits) {
+  const std::vector<size_t> lens = {1, 0, 2047, 2049, 300001, 768, 5};
+  std::vector<AdamWSegment> segs;
+  size_t flat = 3, state = 0;
+  for (size_t i = 0; i < lens.size(); i++) {
+    segs.push_back({.flat = flat, .state = state, .n = lens[i], .weight_decay = i % 2 ? 0.1f : 0.0f});
+    flat += lens[i] + 13;  // gaps between the tensors stay untouched
+    state += lens[i];
+  }
+  auto pi = randn(flat, 40), gi = randn(flat, 41, 0.01f);
+  Pair p(*cpu_, *gpu_, flat, &pi), g(*cpu_, *gpu_, flat, &gi), m(*cpu_, *gpu_, state), v(*cpu_, *gpu_, state);
+  Pair q(*cpu_, *gpu_, flat, &pi), mq(*cpu_, *gpu_, state), vq(*cpu_, *gpu_, state);  // per segment
+  for (int64_t step = 1; step <= 4; step++) {
+    if (step == 4)
+      for (auto& s : segs) s.weight_decay += 0.05f;
+    AdamWArgs a;
+    a.lr = 1e-3f;
+    a.step = step;
+    a.grad_scale = 0.5f;
+    a.weight_decay = 7.0f;  // replaced by each segment's
+    const long long k = emu_launches([&] { gpu_->adamw_step_segments(p.g, g.g, m.g, v.g, segs, a); });
+    if (k >= 0) EXPECT_EQ(k, 1) << "step " << step;
+    cpu_->adamw_step_segments(p.c, g.c, m.c, v.c, segs, a);
+    for (const AdamWSegment& s : segs) {
+      AdamWArgs b = a;
+      b.weight_decay = s.weight_decay;
+      gpu_->adamw_step(q.g + s.flat, g.g + s.flat, mq.g + s.state, vq.g + s.state, s.n, b);
+    }
+    const std::string tag = " step=" + std::to_string(step);
+    EXPECT_EQ(p.host_gpu(), q.host_gpu()) << "params vs per segment" << tag;
+    EXPECT_EQ(m.host_gpu(), mq.host_gpu()) << "m vs per segment" << tag;
+    EXPECT_EQ(v.host_gpu(), vq.host_gpu()) << "v vs per segment" << tag;
+    m.expect(kAdamParam, "adamw_step_segments m" + tag);
+    v.expect(kAdamParam, "adamw_step_segments v" + tag);
+    p.expect(kAdamParam, "adamw_step_segments param" + tag);
+    m.set(m.host_cpu());  // compare each step alone
+    v.set(v.host_cpu());
+    p.set(p.host_cpu());
+    mq.set(m.host_cpu());
+    vq.set(v.host_cpu());
+    q.set(p.host_cpu());
+  }
+  const auto gaps = p.host_gpu();
+  for (size_t i = 0; i + 1 < segs.size(); i++)
+    for (size_t j = segs[i].flat + segs[i].n; j < segs[i + 1].flat; j++) ASSERT_EQ(gaps[j], pi[j]) << "gap " << j;
+}
+
+// The optimizer calls adamw_step_segments: on the GPU its parameters after three steps are the
+// bits of the per-segment calls (the optimizer's former loop) with the same arguments.
+TEST_F(CudaOps, AdamWOptimizerIsThePerSegmentLoop) {
+  const std::vector<UpdateSegment> segs = {{.flat = 0, .state = 0, .n = 1000, .decay = true},
+                                           {.flat = 1000, .state = 1000, .n = 5000, .decay = false},
+                                           {.flat = 8000, .state = 6000, .n = 4097, .decay = true}};
+  const size_t flat = 12097, state = 10097;
+  OptimConfig cfg;
+  cfg.weight_decay = 0.1;
+  auto pi = randn(flat, 42), gi = randn(flat, 43, 0.01f);
+  Pair p(*cpu_, *gpu_, flat, &pi), g(*cpu_, *gpu_, flat, &gi), q(*cpu_, *gpu_, flat, &pi), m(*cpu_, *gpu_, state),
+      v(*cpu_, *gpu_, state);
+  AdamW opt(*gpu_, segs, state, cfg);
+  for (int64_t step = 1; step <= 3; step++) {
+    opt.step(p.g, g.g, 1e-3, 0.5f, step);
+    AdamWArgs a;
+    a.lr = 1e-3f;
+    a.beta1 = float(cfg.beta1);
+    a.beta2 = float(cfg.beta2);
+    a.eps = float(cfg.eps);
+    a.step = step;
+    a.grad_scale = 0.5f;
+    for (const UpdateSegment& s : segs) {
+      a.weight_decay = s.decay ? 0.1f : 0.0f;
+      gpu_->adamw_step(q.g + s.flat, g.g + s.flat, m.g + s.state, v.g + s.state, s.n, a);
+    }
+  }
+  EXPECT_EQ(p.host_gpu(), q.host_gpu());
 }
 
 TEST_F(CudaOps, OpsAreDeterministic) {

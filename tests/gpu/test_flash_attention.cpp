@@ -219,7 +219,7 @@ struct GpuResult {
 GpuResult gpu_run(const Case& c, bool bf16) {
   const Shape& s = c.s;
   GpuResult r;
-  const size_t scratch_n = kernels::flash_attention_backward_scratch_floats(s.B, s.T, s.NH);
+  const size_t scratch_n = kernels::flash_attention_backward_scratch_floats(s.B, s.T, c.C, s.NH);
   Dev<float> lse(c.lse.size()), lse_in(c.lse), scratch(scratch_n);
   lse.fill_nan();
   if (!bf16) {
@@ -409,12 +409,15 @@ TEST(FlashAttentionGpu, Preconditions) {
                std::invalid_argument);
   EXPECT_THROW(kernels::flash_attention_backward(
                    fake, fake, fake, fake, fake, 1, 8, 128, 2, fake,
-                   kernels::flash_attention_backward_scratch_floats(1, 8, 2) - 1, nullptr),
+                   kernels::flash_attention_backward_scratch_floats(1, 8, 128, 2) - 1, nullptr),
                std::invalid_argument);                             // scratch too small
   auto* bfake = reinterpret_cast<__nv_bfloat16*>(uintptr_t(258));  // not 16-byte aligned
   EXPECT_THROW(kernels::flash_attention_forward(bfake, fake, bfake, 1, 8, 128, 2, nullptr),
                std::invalid_argument);
-  EXPECT_EQ(kernels::flash_attention_backward_scratch_floats(2, 100, 3), size_t(600));
+  // D: B*NH*T = 600 floats (a multiple of 4); the bf16 dQ partial sums: B*NH = 6 heads of 32, two
+  // query tiles -> 3 tile pairs at or below the diagonal of 64 x 32 floats each.
+  EXPECT_EQ(kernels::flash_attention_backward_scratch_floats(2, 100, 96, 3),
+            size_t(600) + size_t(6) * 3 * 64 * 32);
 }
 
 }  // namespace

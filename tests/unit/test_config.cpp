@@ -17,6 +17,7 @@
 #include "config/config_diff.h"
 #include "config/config_keys.h"
 #include "config/device_emulation.h"
+#include "backend/device.h"
 #include "core/error.h"
 
 namespace baton {
@@ -158,6 +159,7 @@ scatter_gather = true
 [precision]
 device = "cuda"
 compute = "bf16"
+attention = "cudnn"
 
 [checkpoint]
 dir = "/ckpt/run1"
@@ -921,6 +923,61 @@ TEST(DeviceEmulation, Refusals) {
     EXPECT_THAT(f.hint, HasSubstr("hetero.virtual_workers")) << key;
   }
   check_trainable(wsp_config({"hetero.jitter=0.5", "hetero.slowdown=[1, 3]"}));
+}
+
+// precision.attention (issue 20): the three values; a kernel named explicitly is an error with a hint
+// wherever it could not take effect -- not a GPT, not bf16, the CPU, a head size the kernel lacks.
+TEST(ConfigPrecisionAttention, AcceptedValues) {
+  EXPECT_EQ(Config{}.precision.attention, "auto");
+  const std::string gpu = "[precision]\ndevice = \"cuda\"\ncompute = \"bf16\"\n";
+  for (const char* k : {"auto", "flash", "cudnn"}) {
+    const Config c = load_config_string(gpu + "attention = \"" + k + "\"\n", "x.toml");
+    EXPECT_EQ(c.precision.attention, k);
+    EXPECT_EQ(to_string(parse_attention_kernel(k)), std::string(k));
+    EXPECT_EQ(load_config_string(c.to_toml(), "resolved.toml"), c);  // written to the run directory
+  }
+  // --set reaches it (baton bench / train)
+  EXPECT_EQ(load_config_string(gpu, "x.toml", {"precision.attention=cudnn"}).precision.attention, "cudnn");
+  // "auto" is fine everywhere, fp32 and the CPU included.
+  EXPECT_EQ(load_config_string("[precision]\ndevice = \"cpu\"\nattention = \"auto\"\n", "x.toml")
+                .precision.attention,
+            "auto");
+}
+
+TEST(ConfigPrecisionAttention, ErrorsWithHints) {
+  const std::string gpu = "[precision]\ndevice = \"cuda\"\ncompute = \"bf16\"\n";
+  const Failure bad = load_fails(gpu + "attention = \"cudnn-sdpa\"\n");
+  EXPECT_CONFIG_ERROR(bad, "x.toml:4", "precision.attention");
+  EXPECT_THAT(bad.hint, HasSubstr("\"cudnn\""));
+  EXPECT_CONFIG_ERROR(load_fails("[precision]\ndevice = \"cuda\"\nattention = \"cudnn\"\n"), "x.toml:3",
+                      "precision.compute = \"fp32\"", "bf16");
+  EXPECT_CONFIG_ERROR(load_fails("[precision]\ndevice = \"cpu\"\ncompute = \"bf16\"\nattention = \"flash\"\n"),
+                      "x.toml:4", "precision.device = \"cpu\"");
+  EXPECT_CONFIG_ERROR(load_fails("[model]\nkind = \"resnet\"\n" + gpu + "attention = \"cudnn\"\n"), "x.toml:6",
+                      "model.kind = \"resnet\"");
+  // Head sizes: 768 / 12 = 64 suits both; 480 / 12 = 40 only cuDNN (a multiple of 8); 540 / 12 = 45
+  // neither; 1632 / 12 = 136 is beyond cuDNN's 128.
+  const auto heads = [&](int d_model, const char* k) {
+    return fmt::format("[model]\nd_model = {}\nn_head = 12\n{}attention = \"{}\"\n", d_model, gpu, k);
+  };
+  EXPECT_EQ(load_config_string(heads(768, "flash"), "x.toml").precision.attention, "flash");
+  EXPECT_EQ(load_config_string(heads(480, "cudnn"), "x.toml").precision.attention, "cudnn");
+  EXPECT_CONFIG_ERROR(load_fails(heads(480, "flash")), "x.toml:7", "head size 40");
+  EXPECT_CONFIG_ERROR(load_fails(heads(540, "cudnn")), "x.toml:7", "head size 45");
+  EXPECT_CONFIG_ERROR(load_fails(heads(1632, "cudnn")), "x.toml:7", "head size 136");
+}
+
+// The device is known only when the backend is chosen: "auto" that lands on the CPU refuses a GPU
+// kernel there (backend/device.cpp), "auto" attention is fine.
+TEST(ConfigPrecisionAttention, CpuBackendRefusesAGpuKernel) {
+  for (AttentionKernel k : {AttentionKernel::FLASH, AttentionKernel::CUDNN}) {
+    const Failure f = failure_of([&] { choose_backend("cpu", DType::BF16, 0, k); });
+    ASSERT_TRUE(f.thrown);
+    EXPECT_THAT(f.what, HasSubstr(std::string("precision.attention = \"") + to_string(k) + "\""));
+    EXPECT_THAT(f.hint, HasSubstr("precision.attention = \"auto\""));
+  }
+  EXPECT_EQ(choose_backend("cpu", DType::BF16, 0, AttentionKernel::AUTO).device, "cpu");
+  EXPECT_TRUE(failure_of([] { parse_attention_kernel("fa2"); }).thrown);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backend/cuda/cudnn_ops.h"
+#include "backend/cuda/cudnn_sdpa.h"
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -200,7 +201,12 @@ class EventClock final : public Backend::OpClock {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, DType act) : device_(device), act_(act), bf16_(act == DType::BF16) {
+  CudaBackend(int device, DType act, AttentionKernel attention)
+      : device_(device), act_(act), bf16_(act == DType::BF16), attention_(attention) {
+    BATON_REQUIRE(attention == AttentionKernel::AUTO || act == DType::BF16,
+                  fmt::format("precision.attention = \"{}\" is a bf16 kernel, but precision.compute = \"{}\"",
+                              to_string(attention), dtype_name(act)),
+                  "set precision.compute = \"bf16\", or precision.attention = \"auto\"");
     BATON_REQUIRE(act == DType::F32 || act == DType::BF16,
                   fmt::format("the CUDA backend cannot compute in {}", dtype_name(act)),
                   "use precision.compute = \"bf16\" or \"fp32\"");
@@ -232,6 +238,7 @@ class CudaBackend final : public Backend {
       if (st.done != nullptr) cudaEventDestroy(st.done);
     }
     cnn_.reset();  // before the arena and the stream it uses
+    sdpa_.reset();
     lt_.reset();
     if (host_double_ != nullptr) cudaFreeHost(host_double_);
     cublasDestroy(cublas_);
@@ -250,7 +257,8 @@ class CudaBackend final : public Backend {
     return fmt::format("cuBLASLt: {} heuristic queries, {} cached plans, {} GEMMs whose epilogue (bias, GELU, "
                        "dGELU) ran as a separate kernel instead of fused{}",
                        lt_->heuristic_queries(), lt_->cached_plans(), lt_->fallback_calls(),
-                       lt_->fused_epilogues() ? "" : " (fused epilogues switched off)");
+                       lt_->fused_epilogues() ? "" : " (fused epilogues switched off)") +
+           (sdpa_ ? "; " + sdpa_->summary() : std::string());
   }
   std::string memory_summary() const override {
     const CudaMemoryStats st = arena_.stats();
@@ -359,14 +367,21 @@ class CudaBackend final : public Backend {
 
   double sum_squares_spans(const float* x, const std::vector<std::pair<size_t, size_t>>& spans) override {
     if (spans.empty()) return 0;
-    // One partials buffer reused span after span (the stream orders the kernels), one result per
-    // span after it, one copy back and one synchronisation; the host adds in span order.
-    size_t nd = 1;
-    for (const auto& [offset, n] : spans) nd = std::max(nd, kernels::sum_squares_scratch_doubles(n));
-    double* scratch = static_cast<double*>(scratch_bytes((nd + spans.size()) * sizeof(double)));
-    double* results = scratch + nd;
-    for (size_t i = 0; i < spans.size(); ++i)
-      kernels::sum_squares(results + i, x + spans[i].first, spans[i].second, scratch, nd, stream_);
+    // Two launches for all the spans (kernels::sum_squares_spans: the per-span results, the bits of
+    // one sum_squares each), one copy back and one synchronisation; the host adds in span order.
+    // The span table is uploaded when the list changes (a gradient norm's spans are the same every
+    // step), then reused.
+    if (spans != sumsq_spans_) {
+      std::vector<kernels::SumSqSpan> table(spans.size());
+      for (size_t i = 0; i < spans.size(); ++i) table[i] = {spans[i].first, spans[i].second, 0};
+      sumsq_chunks_ = kernels::sum_squares_spans_plan(table.data(), table.size());
+      upload_table(sumsq_table_, sumsq_table_size_, table.data(), table.size() * sizeof(table[0]));
+      sumsq_spans_ = spans;
+    }
+    double* scratch = static_cast<double*>(scratch_bytes((sumsq_chunks_ + spans.size()) * sizeof(double)));
+    double* results = scratch + sumsq_chunks_;
+    kernels::sum_squares_spans(results, x, static_cast<const kernels::SumSqSpan*>(sumsq_table_), spans.size(),
+                               sumsq_chunks_, scratch, stream_);
     span_sums_.resize(spans.size());
     cuda_check(cudaMemcpyAsync(span_sums_.data(), results, spans.size() * sizeof(double), cudaMemcpyDeviceToHost,
                                stream_),
@@ -456,11 +471,30 @@ class CudaBackend final : public Backend {
   // otherwise, and in fp32, the materialised fp32 attention (state = probabilities [B,NH,T,T]),
   // in bf16 through fp32 copies of qkv/out/dout.
   bool flash(int C, int NH) const { return bf16_ && kernels::flash_attention_supported(C / NH); }
+  // precision.attention (attention_kernel.h): true = cuDNN's fused attention (cudnn_sdpa.h, the
+  // flash kernel's state); a kernel named explicitly that cannot run this shape is an Error.
+  bool cudnn_attention(int C, int NH) const {
+    BATON_REQUIRE(attention_ != AttentionKernel::FLASH || flash(C, NH),
+                  fmt::format("precision.attention = \"flash\": the flash kernel has no head size {} (C {} / NH {})",
+                              C / NH, C, NH),
+                  "use head size 32, 64 or 128, or precision.attention = \"auto\"");
+    BATON_REQUIRE(attention_ != AttentionKernel::CUDNN || CudnnSdpa::supported_head_size(C / NH),
+                  fmt::format("precision.attention = \"cudnn\": cuDNN's fused attention has no head size {} "
+                              "(C {} / NH {}; a multiple of 8 up to 128)", C / NH, C, NH),
+                  "use precision.attention = \"auto\", or a d_model / n_head giving such a head size");
+    return attention_ == AttentionKernel::CUDNN;
+  }
+  CudnnSdpa& sdpa() {
+    if (!sdpa_) sdpa_ = std::make_unique<CudnnSdpa>(stream_, [this](size_t bytes) { return scratch_bytes(bytes); });
+    return *sdpa_;
+  }
   size_t attention_state_floats(int B, int T, int C, int NH) const override {
+    if (cudnn_attention(C, NH)) return size_t(B) * NH * T;
     return flash(C, NH) ? size_t(B) * NH * T : size_t(B) * NH * T * T;
   }
   void attention_forward(void* out, float* att, const void* qkv, int B, int T, int C,
                          int NH) override {
+    if (cudnn_attention(C, NH)) return sdpa().forward(out, att, qkv, B, T, C, NH);
     if (flash(C, NH))
       return kernels::flash_attention_forward(H(out), att, CH(qkv), B, T, C, NH, stream_);
     if (bf16_) {
@@ -474,8 +508,9 @@ class CudaBackend final : public Backend {
   }
   void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv,
                           const float* att, int B, int T, int C, int NH) override {
+    if (cudnn_attention(C, NH)) return sdpa().backward(dqkv, dout, out, qkv, att, B, T, C, NH);
     if (flash(C, NH)) {
-      const size_t nf = kernels::flash_attention_backward_scratch_floats(B, T, NH);
+      const size_t nf = kernels::flash_attention_backward_scratch_floats(B, T, C, NH);
       float* scratch = static_cast<float*>(scratch_bytes(std::max<size_t>(nf, 1) * sizeof(float)));
       return kernels::flash_attention_backward(H(dqkv), CH(dout), CH(out), CH(qkv), att, B, T, C,
                                                NH, scratch, nf, stream_);
@@ -620,6 +655,36 @@ class CudaBackend final : public Backend {
   }
   void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
                   const AdamWArgs& a) override {
+    kernels::adamw_step(param, grad, m, v, n, adamw_params(a), stream_);
+  }
+  // One launch for every segment (kernels::adamw_step_multi). The segment table is uploaded when
+  // the list changes (the optimizer passes the same one every step), then reused.
+  void adamw_step_segments(float* params, const float* grads, float* m, float* v,
+                           const std::vector<AdamWSegment>& segs, const AdamWArgs& a) override {
+    const kernels::AdamWParams p = adamw_params(a);
+    if (segs.empty()) return;
+    if (segs != adamw_segs_) {
+      std::vector<kernels::AdamWTensor> table(segs.size());
+      for (size_t i = 0; i < segs.size(); ++i)
+        table[i] = {.param_offset = segs[i].flat, .state_offset = segs[i].state, .n = segs[i].n,
+                    .weight_decay = segs[i].weight_decay};
+      adamw_blocks_ = kernels::adamw_multi_plan(table.data(), table.size());
+      upload_table(adamw_table_, adamw_table_size_, table.data(), table.size() * sizeof(table[0]));
+      adamw_segs_ = segs;
+    }
+    kernels::adamw_step_multi(params, grads, m, v, static_cast<const kernels::AdamWTensor*>(adamw_table_),
+                              segs.size(), adamw_blocks_, p, stream_);
+  }
+
+ private:
+  static constexpr size_t kCublasWorkspace = size_t(32) << 20;
+  static constexpr size_t kStagingBytes = size_t(1) << 20;  // per upload slot (256k tokens)
+  struct Staging {
+    void* host = nullptr;  // pinned
+    cudaEvent_t done = nullptr;
+  };
+
+  static kernels::AdamWParams adamw_params(const AdamWArgs& a) {
     BATON_ASSERT(a.step >= 1, "adamw_step: step must be 1-based, got {}", a.step);
     kernels::AdamWParams p;
     p.lr = a.lr;
@@ -631,17 +696,16 @@ class CudaBackend final : public Backend {
     // As the CPU twin: bias corrections in double, rounded to float.
     p.bc1 = float(1.0 - std::pow(double(a.beta1), double(a.step)));
     p.bc2 = float(1.0 - std::pow(double(a.beta2), double(a.step)));
-    kernels::adamw_step(param, grad, m, v, n, p, stream_);
+    return p;
   }
-
- private:
-  static constexpr size_t kCublasWorkspace = size_t(32) << 20;
-  static constexpr size_t kStagingBytes = size_t(1) << 20;  // per upload slot (256k tokens)
-  struct Staging {
-    void* host = nullptr;  // pinned
-    cudaEvent_t done = nullptr;
-  };
-
+  // A kernel's cached table (segments, spans) to device memory of its own (not the op scratch,
+  // which the next op reuses); synchronous, so the host table may go at once. Only when the list
+  // changes, i.e. at the first step.
+  void upload_table(void*& buf, size_t& size, const void* host, size_t bytes) {
+    grow(buf, size, bytes);  // the stream orders this after the kernels that read the old table
+    cuda_check(cudaMemcpyAsync(buf, host, bytes, cudaMemcpyHostToDevice, stream_), "table upload");
+    cuda_check(cudaStreamSynchronize(stream_), "table upload");
+  }
   // The op scratch: grows to the largest request (first step), then reused. Safe to hand out to
   // consecutive ops because they are ordered on the one stream.
   void* scratch_bytes(size_t bytes) { return grow(scratch_, scratch_size_, bytes); }
@@ -668,6 +732,8 @@ class CudaBackend final : public Backend {
   int device_;
   DType act_;
   bool bf16_;
+  AttentionKernel attention_;            // precision.attention
+  std::unique_ptr<CudnnSdpa> sdpa_;      // cuDNN's fused attention, from its first call on
   std::unique_ptr<kernels::LtGemm> lt_;  // bf16 GEMMs (cuBLASLt)
   std::unique_ptr<CudnnOps> cnn_;        // the CNN ops (cuDNN), from the first one on
   void* widen_ = nullptr;
@@ -679,6 +745,15 @@ class CudaBackend final : public Backend {
   void* scratch_ = nullptr;
   size_t scratch_size_ = 0;
   double* host_double_ = nullptr;
+  // adamw_step_segments' and sum_squares_spans' device tables and the lists they were built from.
+  std::vector<AdamWSegment> adamw_segs_;
+  void* adamw_table_ = nullptr;
+  size_t adamw_table_size_ = 0;
+  size_t adamw_blocks_ = 0;
+  std::vector<std::pair<size_t, size_t>> sumsq_spans_;
+  void* sumsq_table_ = nullptr;
+  size_t sumsq_table_size_ = 0;
+  size_t sumsq_chunks_ = 0;
   std::vector<double> span_sums_;  // sum_squares_spans' per-span results (pageable: read after a sync)
   std::array<Staging, 8> staging_{};  // upload ring (to_device)
   size_t next_staging_ = 0;
@@ -687,8 +762,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, DType act) {
-  return std::make_unique<CudaBackend>(device, act);
+std::unique_ptr<Backend> make_cuda_backend(int device, DType act, AttentionKernel attention) {
+  return std::make_unique<CudaBackend>(device, act, attention);
 }
 
 namespace {

@@ -9,13 +9,16 @@
 #include <cstddef>
 #include <memory>
 
+#include "backend/attention_kernel.h"
 #include "backend/backend.h"
 
 namespace baton {
 
 // Throws baton::Error when there is no usable CUDA device `device`. `act`: F32, or BF16 for
 // mixed precision (bf16 activations and compute weights, cuBLASLt GEMMs, flash attention).
-std::unique_ptr<Backend> make_cuda_backend(int device = 0, DType act = DType::F32);
+// `attention`: which attention kernel (attention_kernel.h); FLASH and CUDNN need BF16.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0, DType act = DType::F32,
+                                           AttentionKernel attention = AttentionKernel::AUTO);
 
 struct CudaMemoryStats {
   size_t reserved_bytes = 0;     // cudaMalloc'd by the arena (held until the backend is destroyed)

@@ -143,7 +143,8 @@ TrainSession::TrainSession(const Config& cfg, dist::Comm& world,
   // ---- device, communicators ----
   // Each rank of a node takes its own GPU (local rank % visible GPUs).
   choice_ = choose_backend(cfg_.precision.device, parse_compute_dtype(cfg_.precision.compute),
-                           world.size() > 1 ? dist::node_local().local_rank : 0);
+                           world.size() > 1 ? dist::node_local().local_rank : 0,
+                           parse_attention_kernel(cfg_.precision.attention));
   // baton bench with BATON_OP_TIMES=1: every backend op timed (the op-time table).
   if (options.op_times) {
     auto timed = std::make_unique<OpTimedBackend>(std::move(choice_.backend));
