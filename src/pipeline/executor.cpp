@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <thread>
 
 #include "core/error.h"
 #include "pipeline/schedules.h"
@@ -52,7 +54,9 @@ Executor::Executor(Program program, int rank, dist::Comm& comm, ExecOptions opti
   plan_posts();
   // Weight versions alive together (the ring a Stage keeps): the one count the planner's memory
   // formula uses too (pipeline/stage_memory.h).
-  versions_ = weight_ring_size(instructions());
+  BATON_ASSERT(!opt_.backwards_while_waiting || (!flush && spec.vp == 1),
+               "backwards_while_waiting needs an asynchronous program with one chunk per rank");
+  versions_ = opt_.backwards_while_waiting ? weight_ring_size_ahead(instructions()) : weight_ring_size(instructions());
 }
 
 void Executor::plan_posts() {
@@ -105,12 +109,24 @@ void Executor::apply_retarget(Stage& stage) {
                    old[i].microbatch, op_mnemonic(old[i].op));
     }
   }
+  // Instructions that ran ahead (backwards_while_waiting) are done in the new list too.
+  std::vector<char> done(list.size(), 0);
+  for (size_t i = pc_; i < done_.size(); ++i) {
+    if (!done_[i]) continue;
+    const auto it = std::find_if(list.begin() + static_cast<std::ptrdiff_t>(pc_), list.end(), [&](const Instr& in) {
+      return in.op == old[i].op && in.stage == old[i].stage && in.microbatch == old[i].microbatch;
+    });
+    BATON_ASSERT(it != list.end(), "retarget: micro-batch {}'s {} ran ahead but the shorter program lacks it",
+                 old[i].microbatch, op_mnemonic(old[i].op));
+    done[static_cast<size_t>(it - list.begin())] = 1;
+  }
   program_ = std::move(next);
   recv_ = std::move(recv);
+  done_ = std::move(done);
   plan_posts();
   to_post_.assign(list.size() + 1, {});
   for (size_t j = pc_; j < list.size(); ++j) {
-    if (!is_recv(list[j].op) || recv_[j]) continue;
+    if (!is_recv(list[j].op) || recv_[j] || done_[j]) continue;
     if (post_after_[j] < static_cast<int>(pc_)) post(stage, static_cast<int>(j));  // its point has passed
     else to_post_[post_after_[j] + 1].push_back(static_cast<int>(j));
   }
@@ -171,6 +187,7 @@ void Executor::start(Stage& stage) {
   started_ = true;
   recv_.clear();
   recv_.resize(list.size());
+  done_.assign(list.size(), 0);
   sends_.clear();
   to_post_.assign(list.size() + 1, {});
   for (size_t i = 0; i < list.size(); ++i)
@@ -235,6 +252,85 @@ void Executor::compute(Stage& stage, const Instr& in, ExecStats& st, double star
   (weight ? st.wgt_count : st.bwd_count)[c]++;
 }
 
+bool Executor::forward_waits(Stage& stage, size_t i) {
+  const Instr& in = instructions()[i];
+  if (in.op == Op::RECV_ACT) return recv_[i] && !recv_[i]->test();
+  if (in.op == Op::FWD) return !stage.forward_ready(in.stage, in.microbatch);
+  return false;
+}
+
+std::pair<size_t, size_t> Executor::backward_ahead(size_t i, bool* pending) {
+  const std::vector<Instr>& list = instructions();
+  const int k = list[i].microbatch;
+  *pending = false;
+  size_t j = i + 1;
+  while (j < list.size() && (done_[j] || (list[j].op != Op::RECV_GRAD && list[j].op != Op::BWD))) {
+    if (!done_[j] && (list[j].op == Op::FWD || list[j].op == Op::RECV_ACT) && list[j].microbatch != k)
+      return {0, 0};  // a later forward comes first
+    ++j;
+  }
+  // Only a minibatch this rank has forwarded (forwards run in order: one before k).
+  if (j >= list.size() || list[j].microbatch >= k) return {0, 0};
+  *pending = true;
+  if (list[j].op == Op::RECV_GRAD && !(recv_[j] && recv_[j]->test())) return {0, 0};
+  size_t e = j;
+  while (e < list.size() && list[e].op != Op::OPT_STEP) {
+    const Op op = list[e].op;
+    BATON_ASSERT(op != Op::FWD && op != Op::LOAD && op != Op::RECV_ACT && op != Op::SEND_ACT,
+                 "backwards_while_waiting: micro-batch {}'s backward group holds a forward op", list[j].microbatch);
+    ++e;
+  }
+  BATON_ASSERT(e < list.size(), "backwards_while_waiting: micro-batch {}'s backward has no update", list[j].microbatch);
+  return {j, e + 1};
+}
+
+void Executor::execute(Stage& stage, ExecStats& st, size_t i, double t0) {
+  const Instr& in = instructions()[i];
+  const double start = now();
+  double begin = start;  // where the instruction's own work starts (after waits for sends)
+  switch (in.op) {
+    case Op::RECV_ACT:
+    case Op::RECV_GRAD:
+      receive(stage, i);
+      st.recv_wait += now() - start;
+      break;
+    case Op::SEND_ACT:
+    case Op::SEND_GRAD: st.bytes_sent += send(stage, in); break;
+    case Op::FWD:
+    case Op::BWD:
+    case Op::BWD_INPUT:
+    case Op::BWD_WEIGHT:
+      // The slot's previous output may still be on its way.
+      begin = after_send_wait(wait_sends(in.slot), in, start);
+      compute(stage, in, st, start);
+      st.compute += now() - start;
+      st.last_compute_end = now() - t0;
+      break;
+    case Op::LOAD:  // the slot's data buffers; its pending sends read other buffers
+      stage.load(in.stage, in.microbatch, in.slot);
+      break;
+    case Op::REDUCE_TIED:
+      stage.reduce_tied(in.stage);
+      st.update += now() - start;
+      break;
+    case Op::REDUCE_GRADS:
+      // Flush kinds: every message of the step has been sent; finish them before the
+      // collectives. Asynchronous kinds keep their sends in flight across updates.
+      if (program_.traits().synchronous()) begin = after_send_wait(wait_all_sends(), in, start);
+      stage.reduce_grads(in.stage);
+      st.update += now() - start;
+      break;
+    case Op::OPT_STEP:
+      stage.optimizer_step(in.stage, in.weight_version);
+      st.update += now() - start;
+      ++updates_done_;
+      ++st.updates;
+      break;
+  }
+  if (opt_.record) st.trace.push_back(in);
+  if (opt_.timeline) opt_.timeline->instr(in, begin, now());
+}
+
 void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
   const int vp = program_.spec.vp;
   for (auto* v : {&st.fwd, &st.bwd, &st.wgt}) v->assign(vp, 0);
@@ -244,50 +340,31 @@ void Executor::advance(Stage& stage, ExecStats& st, int stop_after_updates) {
   // The list is read afresh each time: retarget() may replace it after any instruction.
   while (pc_ < instructions().size() && updates_done_ < stop_after_updates) {
     const size_t i = pc_;
-    const Instr& in = instructions()[i];
-    const double start = now();
-    double begin = start;  // where the instruction's own work starts (after waits for sends)
-    switch (in.op) {
-      case Op::RECV_ACT:
-      case Op::RECV_GRAD:
-        receive(stage, i);
-        st.recv_wait += now() - start;
-        break;
-      case Op::SEND_ACT:
-      case Op::SEND_GRAD: st.bytes_sent += send(stage, in); break;
-      case Op::FWD:
-      case Op::BWD:
-      case Op::BWD_INPUT:
-      case Op::BWD_WEIGHT:
-        // The slot's previous output may still be on its way.
-        begin = after_send_wait(wait_sends(in.slot), in, start);
-        compute(stage, in, st, start);
-        st.compute += now() - start;
-        st.last_compute_end = now() - t0;
-        break;
-      case Op::LOAD:  // the slot's data buffers; its pending sends read other buffers
-        stage.load(in.stage, in.microbatch, in.slot);
-        break;
-      case Op::REDUCE_TIED:
-        stage.reduce_tied(in.stage);
-        st.update += now() - start;
-        break;
-      case Op::REDUCE_GRADS:
-        // Flush kinds: every message of the step has been sent; finish them before the
-        // collectives. Asynchronous kinds keep their sends in flight across updates.
-        if (program_.traits().synchronous()) begin = after_send_wait(wait_all_sends(), in, start);
-        stage.reduce_grads(in.stage);
-        st.update += now() - start;
-        break;
-      case Op::OPT_STEP:
-        stage.optimizer_step(in.stage, in.weight_version);
-        st.update += now() - start;
-        ++updates_done_;
-        ++st.updates;
-        break;
+    if (done_[i]) {  // ran ahead; its receives were posted then
+      ++pc_;
+      continue;
     }
-    if (opt_.record) st.trace.push_back(in);
-    if (opt_.timeline) opt_.timeline->instr(in, begin, now());
+    if (opt_.backwards_while_waiting && forward_waits(stage, i)) {
+      bool pending = false;
+      const auto [b, e] = backward_ahead(i, &pending);
+      if (b < e) {  // the oldest forwarded minibatch's backward and update, before the forward
+        for (size_t j = b; j < e; ++j) {
+          execute(stage, st, j, t0);
+          done_[j] = 1;
+          for (int r : to_post_[j + 1]) post(stage, r);
+        }
+        if (pending_) apply_retarget(stage);
+        continue;  // the forward is tried again (or the call ends at its update count)
+      }
+      if (pending) {  // a backward will become ready: poll it and the forward
+        const double start = now();
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        st.recv_wait += now() - start;
+        continue;
+      }
+      // Nothing else to run: wait in the forward itself.
+    }
+    execute(stage, st, i, t0);
     ++pc_;
     if (pending_) apply_retarget(stage);  // posts what the new list needs now
     else for (int j : to_post_[i + 1]) post(stage, j);

@@ -77,6 +77,9 @@ class Stage {
   // names (asynchronous kinds; flush programs name the current weights and may ignore it);
   // -1 = the current (latest) weights (evaluation).
   virtual void select_version(int /*stage*/, int /*weight_version*/) {}
+  // ExecOptions::backwards_while_waiting: false while the forward of `microbatch` through `stage`
+  // could not start without waiting (WSP: a pull that has not arrived gates it). Must not block.
+  virtual bool forward_ready(int /*stage*/, int /*microbatch*/) { return true; }
 };
 
 // Wall-clock account of one run (seconds).
@@ -104,6 +107,15 @@ struct ExecOptions {
   // `run.trace`: every instruction with its wall-clock span, and the waits for earlier sends
   // (null: off, one branch per instruction).
   Timeline* timeline = nullptr;
+  // A dynamic order (hetpipe under WSP; HetPipe §4–5: a VW's stages keep computing while a pull
+  // gates the next minibatch): when this rank's next forward cannot start — its activation has not
+  // arrived, or Stage::forward_ready says a pull gates it — the backward of the oldest minibatch it
+  // has forwarded whose output gradient has arrived runs first (with its update: one group of the
+  // list, up to its OPT_STEP), then the forward is tried again; while neither can run the rank
+  // polls both. Backwards stay in minibatch order, forwards too; each minibatch reads the version
+  // its Instr names. Updates happen earlier than the static list has them, so more versions are
+  // alive at once: the ring is weight_ring_size_ahead (pipeline/stage_memory.h). One chunk per rank.
+  bool backwards_while_waiting = false;
 };
 
 class Executor {
@@ -156,12 +168,20 @@ class Executor {
   std::map<int, std::vector<dist::RequestPtr>> sends_;  // in-flight sends, by slot
   std::vector<std::vector<int>> to_post_;                 // receives to post after instruction j
   std::unique_ptr<Program> pending_;                      // retarget(): applied after the current instruction
+  std::vector<char> done_;                                // ran ahead of pc_ (backwards_while_waiting)
 
   void start(Stage& stage);
   // When each receive of the list may be posted (post_after_).
   void plan_posts();
   void apply_retarget(Stage& stage);
   void advance(Stage& stage, ExecStats& st, int stop_after_updates);
+  // One instruction of the list (the body of advance's loop), timed into st; t0: the call's start.
+  void execute(Stage& stage, ExecStats& st, size_t i, double t0);
+  // backwards_while_waiting: whether instruction i starts a forward that cannot start yet, and the
+  // first group of backward instructions after i that may run before it (its first and one past its
+  // last index; empty when none: its gradient has not arrived, or there is no such group).
+  bool forward_waits(Stage& stage, size_t i);
+  std::pair<size_t, size_t> backward_ahead(size_t i, bool* pending);
   // The pieces of advance: a receive's wait (and scatter/gather), a send (returns its bytes), a
   // compute op (timed into st).
   void receive(Stage& stage, size_t i);

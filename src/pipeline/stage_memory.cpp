@@ -75,6 +75,46 @@ int weight_ring_size(const std::vector<Instr>& list) {
   return versions;
 }
 
+std::vector<Instr> backwards_first(const std::vector<Instr>& list) {
+  std::vector<Instr> out;
+  std::vector<char> moved(list.size(), 0);
+  // The groups of backward instructions, by their first index: [first, one past the OPT_STEP).
+  const auto group_end = [&](size_t j) {
+    while (j < list.size() && list[j].op != Op::OPT_STEP) ++j;
+    return std::min(j + 1, list.size());
+  };
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (moved[i]) continue;
+    const Instr& in = list[i];
+    if (in.op == Op::RECV_ACT || in.op == Op::FWD) {
+      // Every later backward group of an earlier micro-batch, in order, before this forward (the
+      // executor runs them only in minibatch order and only before a later forward).
+      for (size_t j = i + 1; j < list.size(); ++j) {
+        if (moved[j]) continue;
+        const Op op = list[j].op;
+        if (op == Op::FWD || op == Op::RECV_ACT || op == Op::LOAD || op == Op::SEND_ACT) {
+          if (list[j].microbatch != in.microbatch) break;
+          continue;
+        }
+        if (op != Op::RECV_GRAD && op != Op::BWD) continue;
+        if (list[j].microbatch >= in.microbatch) break;  // backwards run in order
+        const size_t e = group_end(j);
+        for (size_t g = j; g < e; ++g) {
+          out.push_back(list[g]);
+          moved[g] = 1;
+        }
+        j = e - 1;
+      }
+    }
+    out.push_back(in);
+  }
+  return out;
+}
+
+int weight_ring_size_ahead(const std::vector<Instr>& list) {
+  return std::max(weight_ring_size(list), weight_ring_size(backwards_first(list)));
+}
+
 std::vector<StageCounts> hetpipe_stage_counts(int pp, int nm) {
   BATON_ASSERT(pp >= 1 && nm >= 1, "hetpipe counts: pp {}, Nm {}", pp, nm);
   if (pp == 1) return {{.slots = 1, .weight_versions = 0}};
@@ -86,7 +126,7 @@ std::vector<StageCounts> hetpipe_stage_counts(int pp, int nm) {
   std::vector<StageCounts> counts;
   for (int s = 0; s < pp; ++s)
     counts.push_back({.slots = std::max(1, peaks.activations[s]) + kEvaluationSlots,
-                      .weight_versions = weight_ring_size(p.ranks[s])});
+                      .weight_versions = weight_ring_size_ahead(p.ranks[s])});
   return counts;
 }
 

@@ -81,6 +81,14 @@ StageMemory stage_memory(std::span<const LayerBytes> layers, bool first, bool la
 // (Executor::weight_versions): the largest n − (oldest version a later compute op reads) + 1 over
 // its OPT_STEPs n; 1 when it has none.
 int weight_ring_size(const std::vector<Instr>& list);
+// The same for a rank that runs backwards ahead of a waiting forward (ExecOptions::
+// backwards_while_waiting): the ring of the list with every backward group moved as early as that
+// allows (backwards_first), which bounds every order the executor can take.
+int weight_ring_size_ahead(const std::vector<Instr>& list);
+// `list` with each backward group (from a RECV_GRAD or BWD to its OPT_STEP) moved before the first
+// forward (RECV_ACT or FWD) of a later micro-batch that precedes it: the earliest order
+// backwards_while_waiting can produce.
+std::vector<Instr> backwards_first(const std::vector<Instr>& list);
 
 // The StepRunner reserves, for an asynchronous program, one activation slot more than the
 // schedule's peak: evaluation runs in it while the program is in flight.

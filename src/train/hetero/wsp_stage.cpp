@@ -210,12 +210,14 @@ void WspStage::read_board() {
 void WspStage::before_forward(int64_t minibatch, int64_t reads, WeightVersions* versions, int64_t base) {
   if (s_.turns) s_.turns->begin(Turn::FORWARD, minibatch);
   if (const std::optional<int> needs = clock_.waiting_for()) {
-    request(*needs);
-    // A pull that has returned (the client tries it beside the compute) is merged now (fresher
-    // weights); the one that gates this minibatch is waited for, sleeping (dist/server_client.h).
-    std::optional<Pulled> got;
+    // A pull that has returned (the client tries it beside the compute; or forward_ready took it
+    // while the pipeline ran backwards) is merged now (fresher weights); the one that gates this
+    // minibatch is waited for, sleeping (dist/server_client.h).
+    std::optional<Pulled> got = std::exchange(early_, std::nullopt);
     const bool gated = !clock_.startable();
-    if (!gated) {
+    if (!got) request(*needs);
+    if (got) {
+    } else if (!gated) {
       got = take();
     } else {
       const double start = pipeline::Timeline::now();
@@ -248,6 +250,15 @@ void WspStage::before_forward(int64_t minibatch, int64_t reads, WeightVersions* 
                "VW {}: minibatch {} staleness {} > s_global", s_.vw, p, staleness_);
   tags_.erase(tags_.begin(), held);
   if (s_.turns) s_.turns->end();
+}
+
+bool WspStage::forward_ready(int64_t /*minibatch*/) {
+  if (follows() || early_ || clock_.startable()) return true;
+  const std::optional<int> needs = clock_.waiting_for();
+  if (!needs) return true;
+  request(*needs);
+  early_ = take();
+  return early_.has_value();
 }
 
 void WspStage::after_update(int64_t update, WeightVersions* versions, int64_t base) {
@@ -461,6 +472,7 @@ class Follower final : public WspStage {
     count_sent(0, sendbuf_.size());
   }
   void request(int64_t) override {}
+  bool follows() const override { return true; }
   std::optional<Pulled> take() override { return std::nullopt; }  // the leader's pulls come when they gate
   Pulled wait_gated() override { return receive(); }
   Pulled meeting_pull() override { return receive(); }

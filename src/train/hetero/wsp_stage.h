@@ -100,6 +100,7 @@ struct WspStageSetup {
   bool local_client = false;  // hetero.placement = "local": every stage its own server client
   bool background = false;    // the clients' pushes and pulls on a thread (dist/server_client.h)
   WspTurns* turns = nullptr;  // deterministic mode, on a VW's first stage: its turns (wsp_turns.h)
+  bool reorder = false;       // backwards may run while a forward waits (not in deterministic mode)
   dist::StopBoard* board = nullptr;        // where stops are posted (null: stops only at meetings)
   pipeline::Timeline* timeline = nullptr;  // run.trace: push, pull and server-wait spans
 };
@@ -133,6 +134,13 @@ class WspStage : public UpdateHooks {
   void bind(SequentialModel& model, const GlobalParams& global, dist::ParamServer& server, std::vector<float>& w0);
 
   void before_forward(int64_t minibatch, int64_t reads, WeightVersions* versions, int64_t base) override;
+  // False while the pull that gates `minibatch` has not returned (it is then kept for
+  // before_forward); never blocks. A follower's gate is its leader's, which has passed by the time
+  // the minibatch's activation arrives: always true there.
+  bool forward_ready(int64_t minibatch) override;
+  // Backwards may run while a forward waits (pipeline::ExecOptions::backwards_while_waiting) —
+  // except in deterministic mode, whose turns fix the order.
+  bool reorders() const override { return s_.reorder; }
   void after_update(int64_t update, WeightVersions* versions, int64_t base) override;
   void after_compute(int64_t minibatch, WorkTime t) override;
   std::optional<int64_t> end_at() const override { return stop_at_; }
@@ -179,6 +187,7 @@ class WspStage : public UpdateHooks {
   virtual void push(int64_t wave, const std::vector<float>& u) = 0;  // ũ_s, local layout
   virtual void request(int64_t needs) = 0;            // the end of a clock asks for c_global ≥ needs
   virtual std::optional<Pulled> take() = 0;           // a pull that has returned (never blocks)
+  virtual bool follows() const { return false; }      // the follower role (its leader pulls)
   virtual Pulled wait_gated() = 0;                    // the pull the next minibatch needs (blocks)
   virtual Pulled meeting_pull() = 0;                  // every VW drained: the pull of every pushed wave
   virtual void drain_client() {}
@@ -243,6 +252,7 @@ class WspStage : public UpdateHooks {
   std::unique_ptr<WspTraceFile> trace_;
   int64_t c_global_ = 0;
   int staleness_ = 0;
+  std::optional<Pulled> early_;  // a pull forward_ready took: merged by the gated minibatch's before_forward
   double push_ = 0, stretched_ = 0;
   bool stop_posted_ = false;
   std::optional<int64_t> stop_at_;

@@ -56,6 +56,7 @@ class WspSync final : public VirtualWorkerSync {
                                   .local_client = cfg.hetero.placement == Placement::LOCAL,
                                   .background = server_thread(cfg, world),
                                   .turns = turns_.on() && stage_ == 0 ? &turns_ : nullptr,
+                                  .reorder = !cfg.hetero.deterministic,
                                   .board = board_.get()});
   }
 

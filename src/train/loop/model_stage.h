@@ -50,6 +50,10 @@ class ModelStage final : public pipeline::Stage {
   // Called before each training forward of one of this rank's stages, after its weight version
   // (the Instr's; -1 for flush kinds) was selected (WSP's pulls in a pipelined virtual worker:
   // train/hetero/wsp_stage.h).
+  void set_forward_ready(std::function<bool(int stage, int microbatch)> fn) { forward_ready_ = std::move(fn); }
+  bool forward_ready(int stage, int microbatch) override {
+    return !forward_ready_ || !w_.training || forward_ready_(stage, microbatch);
+  }
   void set_before_forward(std::function<void(int stage, int microbatch, int version)> fn) {
     before_forward_ = std::move(fn);
   }
@@ -91,6 +95,7 @@ class ModelStage final : public pipeline::Stage {
   WeightVersions* versions_;
   UpdateFn on_update_;
   std::function<void(int, int, int)> before_forward_;
+  std::function<bool(int, int)> forward_ready_;
   int selected_version_ = -1;  // the last select_version()'s
   std::function<void(int, WorkTime)> after_compute_;
   StageWork w_;

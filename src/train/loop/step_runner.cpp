@@ -64,6 +64,11 @@ StepRunner::StepRunner(const StepRunnerSetup& setup) : s_(setup) {
     stage_->set_after_compute([this](int microbatch, WorkTime t) {
       s_.hooks->after_compute(traits_->synchronous() ? step_ + 1 : segment_start_ + microbatch + 1, t);
     });
+    if (pipelined && s_.hooks->reorders()) {
+      reorder_ = true;
+      stage_->set_forward_ready(
+          [this](int, int microbatch) { return s_.hooks->forward_ready(segment_start_ + microbatch + 1); });
+    }
     if (pipelined)
       stage_->set_before_forward([this](int, int microbatch, int version) {
         s_.hooks->before_forward(segment_start_ + microbatch + 1, segment_start_ + version, versions_.get(),
@@ -109,6 +114,7 @@ pipeline::ExecOptions StepRunner::exec_options() const {
   pipeline::ExecOptions o;
   o.record = s_.record;
   o.timeline = s_.timeline;
+  o.backwards_while_waiting = reorder_;
   if (s_.scatter_gather) {
     const TensorParallel& tp = s_.model->tp();
     BATON_ASSERT(tp.active() && !tp.sp(), "scatter/gather needs tp > 1 without sequence parallelism");

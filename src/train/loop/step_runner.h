@@ -70,6 +70,11 @@ class UpdateHooks {
   // train.steps (WSP's agreed stop): the runner cuts its asynchronous program there, so that the
   // pipeline drains at that minibatch (Executor::retarget). Asked after each before_forward.
   virtual std::optional<int64_t> end_at() const { return std::nullopt; }
+  // Whether this rank's forward of `minibatch` could start now without waiting for the server
+  // (asked, never blocking, before a forward when reorders()); and whether the pipelined program
+  // may run backwards while a forward waits (pipeline::ExecOptions::backwards_while_waiting).
+  virtual bool forward_ready(int64_t /*minibatch*/) { return true; }
+  virtual bool reorders() const { return false; }
 };
 
 struct StepRunnerSetup {
@@ -160,6 +165,7 @@ class StepRunner {
   // The current run: its LR and trainer step, and the updates it made.
   double lr_ = 0;
   int64_t step_ = 0, segment_start_ = 0, segment_end_ = 0, next_step_ = 0;
+  bool reorder_ = false;  // backwards may run while a forward waits (UpdateHooks::reorders)
   int updates_ = 0;
   double sum_loss_ = 0, sum_norm_ = 0, sum_own_sumsq_ = 0, loss_sum_ = 0;
   int buckets_early_ = 0;
