@@ -29,17 +29,8 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
 __global__ void __launch_bounds__(kMultiThreads)
     adamw_multi_kernel(float* param, const float* grad, float* m, float* v, const AdamWTensor* table,
                        int count, AdamWParams p) {
-  // This block's tensor: the last entry whose first_block <= blockIdx.x (an empty tensor shares its
-  // first_block with the next one and so is never picked). Every thread searches the same ~log2
-  // (count) entries (broadcast loads), which saves a barrier.
   const size_t b = blockIdx.x;
-  int lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (table[mid].first_block <= b) lo = mid;
-    else hi = mid - 1;
-  }
-  const AdamWTensor t = table[lo];
+  const AdamWTensor t = entry_of_block(table, count, b, &AdamWTensor::first_block);
   const size_t begin = (b - t.first_block) * kAdamWChunk, end = min(t.n, begin + kAdamWChunk);
   float* pp = param + t.param_offset;
   const float* gp = grad + t.param_offset;
@@ -61,12 +52,7 @@ void adamw_step(float* param, const float* grad, float* m, float* v, size_t n,
 }
 
 size_t adamw_multi_plan(AdamWTensor* t, size_t count) {
-  size_t blocks = 0;
-  for (size_t i = 0; i < count; i++) {
-    t[i].first_block = blocks;
-    blocks += (t[i].n + kAdamWChunk - 1) / kAdamWChunk;
-  }
-  return blocks;
+  return plan_block_table(t, count, kAdamWChunk, &AdamWTensor::first_block);
 }
 
 void adamw_step_multi(float* param, const float* grad, float* m, float* v, const AdamWTensor* table,

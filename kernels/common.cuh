@@ -30,6 +30,19 @@ inline void check_launch(const char* op) { check_cuda(cudaGetLastError(), op); }
 
 inline constexpr int ceil_div(long long a, long long b) { return int((a + b - 1) / b); }
 
+// A multi-tensor kernel's table (entries in tensor order, each with its length `n`): sets each
+// entry's first block (member `first`) for ceil(n / chunk) blocks per entry and returns the total
+// (entry_of_block maps a block back).
+template <typename Entry>
+size_t plan_block_table(Entry* table, size_t count, size_t chunk, size_t Entry::*first) {
+  size_t blocks = 0;
+  for (size_t i = 0; i < count; i++) {
+    table[i].*first = blocks;
+    blocks += (table[i].n + chunk - 1) / chunk;
+  }
+  return blocks;
+}
+
 #ifdef __CUDACC__
 template <typename T>
 __device__ __forceinline__ T warp_sum(T v) {
@@ -54,6 +67,20 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   r = warp_sum(r);
   __syncthreads();
   return r;
+}
+// Multi-tensor kernels map block b to the entry of a table in tensor order whose chunks it falls in:
+// the last entry with (entry.*first) <= b (an empty entry shares its first block with the next
+// one and so is never picked). Every thread searches the same ~log2(count) entries (broadcast
+// loads), which saves a barrier.
+template <typename Entry>
+__device__ __forceinline__ Entry entry_of_block(const Entry* table, int count, size_t b, size_t Entry::*first) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table[mid].*first <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  return table[lo];
 }
 __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;

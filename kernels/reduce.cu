@@ -46,13 +46,7 @@ __global__ void sumsq_spans_partial_kernel(double* partial, const float* x, cons
                                            int count) {
   __shared__ double scratch[32];
   const size_t b = blockIdx.x;
-  int lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (spans[mid].first_partial <= b) lo = mid;
-    else hi = mid - 1;
-  }
-  const SumSqSpan sp = spans[lo];
+  const SumSqSpan sp = entry_of_block(spans, count, b, &SumSqSpan::first_partial);
   const size_t begin = (b - sp.first_partial) * kSqChunk;
   const double acc = sumsq_chunk(x + sp.offset, begin, min(sp.n, begin + kSqChunk), scratch);
   if (threadIdx.x == 0) partial[b] = acc;
@@ -160,12 +154,7 @@ void sum_squares(double* result, const float* x, size_t n, double* scratch, size
 }
 
 size_t sum_squares_spans_plan(SumSqSpan* spans, size_t count) {
-  size_t chunks = 0;
-  for (size_t i = 0; i < count; i++) {
-    spans[i].first_partial = chunks;
-    chunks += (spans[i].n + kSqChunk - 1) / kSqChunk;
-  }
-  return chunks;
+  return plan_block_table(spans, count, kSqChunk, &SumSqSpan::first_partial);
 }
 
 void sum_squares_spans(double* results, const float* x, const SumSqSpan* spans, size_t count,

@@ -215,14 +215,15 @@ void WspStage::before_forward(int64_t minibatch, int64_t reads, WeightVersions* 
     // minibatch is waited for, sleeping (dist/server_client.h).
     std::optional<Pulled> got = std::exchange(early_, std::nullopt);
     const bool gated = !clock_.startable();
-    if (!got) request(*needs);
-    if (got) {
-    } else if (!gated) {
-      got = take();
-    } else {
-      const double start = pipeline::Timeline::now();
-      got = wait_gated();
-      span(pipeline::Activity::WSP_WAIT, start);
+    if (!got) {
+      request(*needs);
+      if (!gated) {
+        got = take();
+      } else {
+        const double start = pipeline::Timeline::now();
+        got = wait_gated();
+        span(pipeline::Activity::WSP_WAIT, start);
+      }
     }
     if (got) {
       const double start = pipeline::Timeline::now();
