@@ -62,6 +62,42 @@ TEST(Bf16, BackendCastMatchesHostConversion) {
   }
 }
 
+// The elementwise ops that run on bf16 tensors in one pass (GELU forward and backward, the residual
+// add) store exactly what the emulation's rule gives: the fp32 op on the widened inputs, rounded
+// once — checked against the fp32 backend's op on the same values, bit for bit, at lengths that
+// leave tails of every size and cross the pieces and the threading threshold, and in place.
+TEST(Bf16, ElementwiseOpsAreTheFp32OpRounded) {
+  auto b16 = make_cpu_backend(DType::BF16), b32 = make_cpu_backend(DType::F32);
+  Rng rng(7);
+  for (size_t n : {size_t(1), size_t(3), size_t(4), size_t(1023), size_t(1025), size_t(40001)}) {
+    std::vector<uint16_t> a(n), b(n);
+    std::vector<float> af(n), bf(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = f32_to_bf16(3.0f * rng.normal());
+      b[i] = f32_to_bf16(rng.normal());
+      af[i] = bf16_to_f32(a[i]);
+      bf[i] = bf16_to_f32(b[i]);
+    }
+    std::vector<float> want(n);
+    std::vector<uint16_t> got(n);
+    const auto same = [&](const char* op) {
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], f32_to_bf16(want[i])) << op << " n " << n << " at " << i;
+    };
+    b32->gelu_forward(want.data(), af.data(), n);
+    b16->gelu_forward(got.data(), a.data(), n);
+    same("gelu_forward");
+    b32->gelu_backward(want.data(), af.data(), bf.data(), n);
+    b16->gelu_backward(got.data(), a.data(), b.data(), n);
+    same("gelu_backward");
+    got = b;  // in place: dinp == dout, as matmul_backward_gelu calls it
+    b16->gelu_backward(got.data(), a.data(), got.data(), n);
+    same("gelu_backward in place");
+    b32->residual_forward(want.data(), af.data(), bf.data(), n);
+    b16->residual_forward(got.data(), a.data(), b.data(), n);
+    same("residual_forward");
+  }
+}
+
 GptDims small_dims() { return test::small_gpt_dims(); }
 
 std::vector<double> train_curve(DType act, int steps) {

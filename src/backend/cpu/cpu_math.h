@@ -67,30 +67,31 @@ inline float exp_approx(float x) { return exp4(splat(x))[0]; }
 inline float gelu(float x) { return gelu4(splat(x))[0]; }
 inline float gelu_grad(float x) { return gelu_grad4(splat(x))[0]; }
 
-// f over n floats of `in` (and `in2`, multiplied in, when not null) into `out`, 4 at a time; the
-// last n % 4 through the same code on a padded copy. out may equal in or in2.
+// f on 4 floats of `in` (times `in2` when not null) into `out`; len < 4 (a loop's tail) through the
+// same code on a copy padded with 0 (in2 with 1).
 template <class F>
-inline void map4(float* out, const float* in, const float* in2, size_t n, F f) {
-  const size_t full = n / 4;
-#pragma omp parallel for schedule(static) if (n >= (size_t(1) << 15))
-  for (size_t b = 0; b < full; ++b) {
-    f32x4 x, y;
-    std::memcpy(&x, in + 4 * b, sizeof x);
-    y = f(x);
-    if (in2) {
-      f32x4 z;
-      std::memcpy(&z, in2 + 4 * b, sizeof z);
-      y *= z;
-    }
-    std::memcpy(out + 4 * b, &y, sizeof y);
-  }
-  const size_t rest = n - 4 * full;
-  if (rest == 0) return;
+inline void map4_block(float* out, const float* in, const float* in2, size_t len, F f) {
   f32x4 x = splat(0.0f), z = splat(1.0f);
-  std::memcpy(&x, in + 4 * full, rest * sizeof(float));
-  if (in2) std::memcpy(&z, in2 + 4 * full, rest * sizeof(float));
-  const f32x4 y = f(x) * z;
-  std::memcpy(out + 4 * full, &y, rest * sizeof(float));
+  std::memcpy(&x, in, len * sizeof(float));
+  if (in2) std::memcpy(&z, in2, len * sizeof(float));
+  const f32x4 y = in2 ? f(x) * z : f(x);
+  std::memcpy(out, &y, len * sizeof(float));
+}
+
+// f over n floats, 4 at a time, the last n % 4 padded (map4_block). out may equal in or in2.
+// Threads from 2^15 floats up; `serial` for callers already inside a parallel loop (an OpenMP
+// region, even of one thread, costs microseconds: per piece of a chunked loop it adds up).
+template <class F>
+inline void map4(float* out, const float* in, const float* in2, size_t n, F f, bool serial = false) {
+  const size_t full = n / 4;
+  const auto block = [&](size_t b) { map4_block(out + 4 * b, in + 4 * b, in2 ? in2 + 4 * b : nullptr, 4, f); };
+  if (serial || n < (size_t(1) << 15)) {
+    for (size_t b = 0; b < full; ++b) block(b);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < full; ++b) block(b);
+  }
+  if (n > 4 * full) map4_block(out + 4 * full, in + 4 * full, in2 ? in2 + 4 * full : nullptr, n - 4 * full, f);
 }
 
 }  // namespace baton::cpu_math
