@@ -639,6 +639,44 @@ TEST_P(CudaCnn, BatchNormBackwardMatchesReferenceAndAccumulates) {
   }
 }
 
+// Issue 25 item 1 on the GPU: batch norm's statistics and backward sums over the fashion ResNet's
+// stem (250 images of 28 × 28: 196,000 values per channel), activations whose mean is large against
+// their spread, against fp64 — the CPU backend's CnnOps.BatchNormIsAccurateOverLargeBatches on the
+// CUDA path (cuDNN's batch norm). fp32 only (bf16 inputs are the limit there). Limits: the issue's
+// 1e-6 on the means, the CPU's measured figures a few times over for the rest; the measured values
+// are printed for the first run's record.
+TEST_P(CudaCnn, BatchNormIsAccurateOverLargeBatches) {
+  if (act_ != DType::F32) GTEST_SKIP() << "fp32 only";
+  const BnShape s{250, 4, 28 * 28};
+  const size_t n = size_t(s.N) * s.C * s.HW;
+  Vec x = randn(n, 41, 0.5f);
+  for (size_t i = 0; i < n; ++i) x[i] += 3.0f + float((i / s.HW) % s.C);
+  Vec dy = randn(n, 42, 1e-3f);
+  for (size_t i = 0; i < n; ++i) dy[i] += 2e-4f * (x[i] - 3.0f);  // a gradient correlated with x
+  const BnInputs in{x, randn(s.C, 43), randn(s.C, 44), dy, Vec(s.C, 0.0f), Vec(s.C, 0.0f)};
+  const BnRef ref = bn_forward_ref(in.x, in.gamma, in.beta, s, kEps, nullptr, nullptr);
+  const BnOut g = bn_forward_on(*gpu_, in, s, nullptr, nullptr);
+  const Vec mean = to_float(ref.mean), var = to_float(ref.var);
+  const BnGrads rg = bn_backward_ref(in.dy, in.x, mean, var, in.gamma, s, kEps);
+  const BnGradOut gg = bn_backward_on(*gpu_, in, mean, var, s, true);
+  const auto worst = [](const Vec& got, const DVec& want) {
+    double w = 0, scale = 0;
+    for (double v : want) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < got.size(); ++i) w = std::max(w, std::abs(got[i] - want[i]) / scale);
+    return w;
+  };
+  const double e_mean = worst(g.mean, ref.mean), e_var = worst(g.var, ref.var), e_y = worst(g.y, ref.y);
+  const double e_dx = worst(gg.dx, rg.dx), e_dg = worst(gg.dgamma, rg.dgamma), e_db = worst(gg.dbeta, rg.dbeta);
+  std::printf("batch norm over %d values per channel on the GPU, relative to fp64: mean %.1e, var %.1e, y %.1e, "
+              "dgamma %.1e, dbeta %.1e, dx %.1e\n", s.N * s.HW, e_mean, e_var, e_y, e_dg, e_db, e_dx);
+  EXPECT_LT(e_mean, 1e-6);
+  EXPECT_LT(e_var, 1e-6);
+  EXPECT_LT(e_y, 1e-6);
+  EXPECT_LT(e_dg, 1e-5);
+  EXPECT_LT(e_db, 1e-6);
+  EXPECT_LT(e_dx, 1e-6);
+}
+
 // One value per channel has no variance: refused with an Error (not a NaN); inference is fine.
 TEST_P(CudaCnn, BatchNormTrainingOnOneValuePerChannelIsRefused) {
   const BnShape s{1, 4, 1};

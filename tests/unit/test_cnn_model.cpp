@@ -3,17 +3,25 @@
 // resnet50().parameters())) (the planner's description of these layers: test_plan_cnn.cpp), finite-
 // difference gradients of small ResNets and VGGs (batch norm, dropout, pooling, shortcuts),
 // batch norm's running statistics and evaluation mode, dropout masks independent of the
-// micro-batch split, the top-1/top-5 metrics, and the errors for networks that cannot be built.
+// micro-batch split, the top-1/top-5 metrics, the errors for networks that cannot be built, and the
+// fashion config's first step against fp64 (batch means and every gradient tensor).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "../support/cnn_reference.h"
+#include "../support/cnn_reference_grad.h"
+#include "data/idx_images.h"
+#include "data/image_loader.h"
 #include "model/cnn.h"
 #include "model/conv_unit.h"
 #include "model/sequential_model.h"
@@ -110,6 +118,19 @@ Batch random_batch(const CnnDims& d, int B, uint64_t seed) {
   return b;
 }
 
+// One training-mode forward and backward of `m` on `batch` (the gradients of the mean loss, left in
+// m.grads()): the mean loss, and the parameters in double by torchvision name for the references.
+std::pair<double, std::map<std::string, reference::D>> training_step_gradients(SequentialModel& m, const Batch& batch) {
+  m.zero_grads();
+  const double loss = m.forward(0, batch.view(), true, 1.0f / batch.B) / batch.B;
+  m.backward(0);
+  const ParamTable& t = m.table();
+  std::map<std::string, reference::D> params;
+  for (int i = 0; i < t.size(); ++i)
+    params[t.spec(i).name] = reference::D(t.at(m.params(), i), t.at(m.params(), i) + t.numel(i));
+  return {loss, params};
+}
+
 // baton's training-mode loss and gradients against the double-precision reference of
 // tests/support/cnn_reference.h: the loss, and per parameter tensor the directional derivative
 // along a random direction by central differences of the reference in double, with h = 1e-8 (at
@@ -127,13 +148,10 @@ void check_against_reference(const CnnDims& d, int B, double rel, const RefLoss&
   m.set_seed(5);
   m.reserve(B, 1, 1);
   const Batch batch = random_batch(d, B, 12);
-  m.zero_grads();
-  const double loss = m.forward(0, batch.view(), true, 1.0f / B) / B;
-  m.backward(0);
   const ParamTable& t = m.table();
-  std::map<std::string, reference::D> params;
-  for (int i = 0; i < t.size(); ++i)
-    params[t.spec(i).name] = reference::D(t.at(m.params(), i), t.at(m.params(), i) + t.numel(i));
+  auto step = training_step_gradients(m, batch);
+  const double loss = step.first;
+  std::map<std::string, reference::D>& params = step.second;
   const reference::Params P = [&](const std::string& name) -> const reference::D& {
     auto it = params.find(name);
     EXPECT_NE(it, params.end()) << name;
@@ -298,6 +316,75 @@ TEST(CnnModel, TopOneAndTopFiveHits) {
     else EXPECT_LT(top5, B);
     EXPECT_EQ(m.take_metric_sums(), (std::vector<double>{0, 0}));  // reset
   }
+}
+
+// Issue 25 item 1: the first step of configs/fashion-resnet.toml — ResNet-18 of width 1/4 on the
+// first 250 Fashion-MNIST training images (normalised by the training set's statistics, no
+// augmentation, seed 1234: the config's and its defaults' values) — in fp32 against the fp64
+// reference of tests/support/cnn_reference_grad.h on the same weights and images. Batch norm sums
+// 196,000 values per channel in the stem and layer1; summed one at a time in fp32 (oneDNN 2.6's
+// kernel, what baton used before issue 25) the batch means were 3.3e-4 from fp64 and gradients
+// 2–5% off. Measured here: see the printed line (limits a few times above it).
+TEST(CnnModel, FashionFirstStepMatchesFp64) {
+  const std::string fashion = "/usr/share/datasets/fashion-mnist";
+  if (!std::filesystem::exists(fashion))
+    GTEST_SKIP() << "skipped: " << fashion << " not installed (apt install dataset-fashion-mnist)";
+  const IdxImages images = IdxImages::open(fashion + "/train-images-idx3-ubyte.gz");
+  const IdxLabels labels = IdxLabels::open(fashion + "/train-labels-idx1-ubyte.gz");
+  const int B = 250;
+  const uint64_t seed = 1234;
+  const ImageLoader loader(images, labels, B, seed, {.normalize = ChannelStats::of(images)});
+  Batch batch{std::vector<float>(size_t(B) * 28 * 28), std::vector<int32_t>(B), B};
+  loader.train_rows(0, 0, B, batch.x.data(), batch.y.data());
+
+  const CnnDims d = dims(ModelKind::RESNET, 18, 28, 1, 10, 0.25);
+  auto be = make_cpu_backend();
+  SequentialModel m(make_cnn(d), *be);
+  m.init_weights(seed);
+  m.set_seed(seed);
+  m.reserve(B, 1, 1);
+  const ParamTable& t = m.table();
+  auto step = training_step_gradients(m, batch);
+  const double loss = step.first;
+  std::map<std::string, reference::D>& params = step.second;
+  reference::ResNetGrad ref(params);
+  const reference::Act x{reference::D(batch.x.begin(), batch.x.end()), B, 1, 28, 28};
+  const double ref_loss = ref.loss_and_grad(x, batch.y, {2, 2, 2, 2}, {16, 32, 64, 128}, 10);
+  EXPECT_NEAR(loss, ref_loss, 1e-7 * ref_loss);  // measured 1.7e-8
+
+  // Batch means, from the running means after one step (0.9·0 + 0.1·μ), relative to the channel's
+  // spread where the mean is near zero: |Δμ| / max(|μ|, σ).
+  double worst_mean = 0;
+  std::string worst_mean_at;
+  int bns = 0;
+  for (const auto& [bn, mean] : ref.bn_means()) {
+    const float* rm = t.buffer_at(m.buffers(), t.find_buffer(bn + ".running_mean"));
+    const reference::D& var = ref.bn_vars().at(bn);
+    for (size_t c = 0; c < mean.size(); ++c) {
+      const double e = std::abs(double(rm[c]) / 0.1 - mean[c]) / std::max(std::abs(mean[c]), std::sqrt(var[c]));
+      if (e > worst_mean) worst_mean = e, worst_mean_at = bn;
+    }
+    ++bns;
+  }
+  EXPECT_EQ(bns, 20);  // the stem, 16 in the blocks, 3 shortcuts
+  // Every gradient tensor: ‖g32 − g64‖ / ‖g64‖.
+  double worst_grad = 0;
+  std::string worst_grad_at;
+  for (int i = 0; i < t.size(); ++i) {
+    const reference::D& g64 = ref.grads().at(t.spec(i).name);
+    const float* g32 = t.at(m.grads(), i);
+    double diff = 0, norm = 0;
+    for (size_t k = 0; k < g64.size(); ++k) {
+      diff += std::pow(double(g32[k]) - g64[k], 2);
+      norm += g64[k] * g64[k];
+    }
+    const double e = std::sqrt(diff / norm);
+    if (e > worst_grad) worst_grad = e, worst_grad_at = t.spec(i).name;
+  }
+  std::printf("fashion first step, fp32 against fp64: loss %.3e, batch means %.1e (%s), gradients %.1e (%s) relative\n",
+              std::abs(loss - ref_loss) / ref_loss, worst_mean, worst_mean_at.c_str(), worst_grad, worst_grad_at.c_str());
+  EXPECT_LE(worst_mean, 1e-6) << worst_mean_at;
+  EXPECT_LE(worst_grad, 5e-3) << worst_grad_at;  // the issue's limit, 0.5%
 }
 
 }  // namespace
