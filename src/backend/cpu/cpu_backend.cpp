@@ -31,34 +31,24 @@ namespace {
 
 using cpu_detail::kSerialBelow;
 
-void widen(float* dst, const uint16_t* src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(src[i]);
-}
+void widen(float* dst, const uint16_t* src, size_t n) { cpu_math::widen_bf16(dst, src, n); }
+void narrow(uint16_t* dst, const float* src, size_t n) { cpu_math::narrow_bf16(dst, src, n); }
 
-void narrow(uint16_t* dst, const float* src, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kSerialBelow)
-  for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
-}
-
-// f over n bf16 values of `in` (times `in2` when not null) into `out`: widen -> cpu_math::map4 ->
-// narrow, the emulation's arithmetic element by element (so its bits), but a piece of kPiece values
-// at a time through buffers that stay in L1, instead of three passes over fp32 copies of the whole
-// tensors (a GPT-2 bf16 step spent ~7% of its time in GELU's copies). kPiece is a multiple of 4, so
-// only the last piece has map4's padded tail, as the whole tensor would. out may equal in or in2.
-template <class F>
-void map4_bf16(uint16_t* out, const uint16_t* in, const uint16_t* in2, size_t n, F f) {
+// GELU (grad = false) or its backward (grad = true, in2 = the output's gradient) over n bf16 values:
+// widen -> cpu_math::gelu_map -> narrow, the emulation's arithmetic element by element (so its
+// bits), but a piece of kPiece values at a time through buffers that stay in L1, instead of three
+// passes over fp32 copies of the whole tensors. out may equal in or in2.
+void gelu_map_bf16(uint16_t* out, const uint16_t* in, const uint16_t* in2, size_t n, bool grad) {
   constexpr size_t kPiece = 1024;
   const size_t pieces = (n + kPiece - 1) / kPiece;
 #pragma omp parallel for schedule(static) if (n >= kSerialBelow)
   for (size_t c = 0; c < pieces; ++c) {
     alignas(64) float x[kPiece], z[kPiece];
     const size_t at = c * kPiece, len = std::min(kPiece, n - at);
-    for (size_t k = 0; k < len; ++k) x[k] = bf16_to_f32(in[at + k]);
-    if (in2)
-      for (size_t k = 0; k < len; ++k) z[k] = bf16_to_f32(in2[at + k]);
-    cpu_math::map4(x, x, in2 ? z : nullptr, len, f, /*serial=*/true);
-    for (size_t k = 0; k < len; ++k) out[at + k] = f32_to_bf16(x[k]);
+    cpu_math::widen_bf16(x, in + at, len, /*serial=*/true);
+    if (grad) cpu_math::widen_bf16(z, in2 + at, len, /*serial=*/true);
+    cpu_math::gelu_map(x, x, z, len, grad, /*serial=*/true);
+    cpu_math::narrow_bf16(out + at, x, len, /*serial=*/true);
   }
 }
 
@@ -331,14 +321,14 @@ class CpuBackend final : public Backend {
 
   void gelu_forward(void* out, const void* inp, size_t n) override {
     if (act_ == DType::BF16)
-      return map4_bf16(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(inp), nullptr, n, cpu_math::gelu4);
+      return gelu_map_bf16(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(inp), nullptr, n, false);
     F32View o(act_, out, n, F32View::OUT), i(act_, inp, n);
     ops_.gelu_forward(o, i, n);
   }
   void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
     if (act_ == DType::BF16)
-      return map4_bf16(static_cast<uint16_t*>(dinp), static_cast<const uint16_t*>(inp),
-                       static_cast<const uint16_t*>(dout), n, cpu_math::gelu_grad4);
+      return gelu_map_bf16(static_cast<uint16_t*>(dinp), static_cast<const uint16_t*>(inp),
+                           static_cast<const uint16_t*>(dout), n, true);
     F32View di(act_, dinp, n, F32View::OUT), i(act_, inp, n), d(act_, dout, n);
     ops_.gelu_backward(di, i, d, n);
   }

@@ -54,12 +54,12 @@ double CpuOps::sum_squares(const float* x, size_t n) {
 // GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2), through cpu_math.h's
 // vectorisable form: gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))) = x sigma(2u), k = sqrt(2/pi).
 void CpuOps::gelu_forward(float* out, const float* inp, size_t n) {
-  cpu_math::map4(out, inp, nullptr, n, cpu_math::gelu4);
+  cpu_math::gelu_map(out, inp, nullptr, n, /*grad=*/false);
 }
 
 void CpuOps::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
   // Overwrites dinp (Backend contract); dinp may equal dout (each block reads before it writes).
-  cpu_math::map4(dinp, inp, dout, n, cpu_math::gelu_grad4);
+  cpu_math::gelu_map(dinp, inp, dout, n, /*grad=*/true);
 }
 
 void CpuOps::dropout(float* y, const float* x, int rows, int row_elems, float p, uint64_t seed,

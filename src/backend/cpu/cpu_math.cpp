@@ -1,0 +1,133 @@
+// cpu_math.h's functions on 16-float vectors, built per instruction set (target_clones) with
+// -ffp-contract=off (src/backend/CMakeLists.txt): the same bits on every CPU.
+#include "backend/cpu/cpu_math.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+
+namespace baton::cpu_math {
+namespace {
+
+using f32v = float __attribute__((vector_size(64)));
+using i32v = int32_t __attribute__((vector_size(64)));
+constexpr size_t kLanes = sizeof(f32v) / sizeof(float);
+
+[[gnu::always_inline]] inline f32v splat(float v) {
+  f32v r;
+  for (size_t i = 0; i < kLanes; ++i) r[i] = v;
+  return r;
+}
+[[gnu::always_inline]] inline f32v clamp(f32v x, float lo, float hi) {
+  x = x < splat(lo) ? splat(lo) : x;
+  return x > splat(hi) ? splat(hi) : x;
+}
+
+// e^x = 2^k e^r: x = k ln2 + r by Cody-Waite reduction (|r| <= ln2/2, ln2 split so that k ln2_hi is
+// exact), e^r by its Taylor polynomial to r^7 (truncation below 1e-8 relative), 2^k through the
+// exponent bits. Outside [-87, 88] x is clamped (e^-87 ~ 1.6e-38, e^88 ~ 1.7e38).
+[[gnu::always_inline]] inline f32v exp_v(f32v x) {
+  x = clamp(x, -87.0f, 88.0f);
+  // round(x / ln2) by the 1.5 * 2^23 trick (no rounding instruction on baseline x86-64).
+  const f32v kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const f32v r = (x - kf * 0.693359375f) + kf * 2.12194440e-4f;
+  f32v p = splat(1.0f / 5040.0f);
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const i32v bits = (__builtin_convertvector(kf, i32v) + 127) << 23;
+  return p * (f32v)bits;  // GCC: a cast between vectors of one size keeps the bits
+}
+
+// GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), written
+// as x sigma(2u) = x / (1 + e^(-2u)) — the same function without tanh's cancellation for x << 0.
+// The exponent is capped at 80 (e^80 ~ 5.5e34): below x ~ -8.6 the result is x e^-80, not ~0.
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+[[gnu::always_inline]] inline f32v gelu_v(f32v x) {
+  const f32v u = kGeluScale * (x + 0.044715f * x * x * x);
+  return x / (1.0f + exp_v(clamp(-2.0f * u, -1e30f, 80.0f)));
+}
+// d gelu / dx: with e = e^(-2u) and s = sigma(2u) = 1 / (1 + e), 0.5 (1 + tanh u) = s and
+// sech^2 u = 4 s (1 - s), where 1 - s = e s (no cancellation when s is near 1).
+[[gnu::always_inline]] inline f32v gelu_grad_v(f32v x) {
+  const f32v u = kGeluScale * (x + 0.044715f * x * x * x);
+  const f32v e = exp_v(clamp(-2.0f * u, -1e30f, 80.0f));
+  const f32v s = 1.0f / (1.0f + e);
+  const f32v du_dx = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+  return s + 2.0f * x * s * (e * s) * du_dx;
+}
+
+// One vector of `in` (times `in2`) into `out`; len < kLanes (a tail) on a copy padded with 0 (in2
+// with 1), through the same code.
+[[gnu::always_inline]] inline void gelu_block(float* out, const float* in, const float* in2, size_t len, bool grad) {
+  f32v x = splat(0.0f), z = splat(1.0f);
+  std::memcpy(&x, in, len * sizeof(float));
+  if (in2) std::memcpy(&z, in2, len * sizeof(float));
+  const f32v y = grad ? gelu_grad_v(x) * z : gelu_v(x);
+  std::memcpy(out, &y, len * sizeof(float));
+}
+
+// The serial loop, one clone per instruction set (GCC lowers the 16-float vectors to 4 SSE, 2 AVX
+// or 1 AVX-512 operation). The helpers above are always inlined: a call would run the default
+// (SSE2) code inside every clone.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void gelu_span(float* out, const float* in, const float* in2, size_t n, bool grad) {
+  const size_t full = n / kLanes;
+  for (size_t b = 0; b < full; ++b)
+    gelu_block(out + kLanes * b, in + kLanes * b, in2 ? in2 + kLanes * b : nullptr, kLanes, grad);
+  if (n > kLanes * full)
+    gelu_block(out + kLanes * full, in + kLanes * full, in2 ? in2 + kLanes * full : nullptr, n - kLanes * full, grad);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void widen_span(float* dst, const uint16_t* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void narrow_span(uint16_t* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+// span(at, len) over [0, n): at once when serial or small, else in pieces of kPiece (a multiple of
+// kLanes, so only the last piece of a GELU has a tail) across the OpenMP threads.
+template <class Span>
+void over_pieces(size_t n, bool serial, Span span) {
+  constexpr size_t kPiece = size_t(1) << 12;
+  if (serial || n < (size_t(1) << 15)) return span(size_t(0), n);
+  const size_t pieces = (n + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < pieces; ++c) span(c * kPiece, std::min(kPiece, n - c * kPiece));
+}
+
+float lane0(float x, f32v (*f)(f32v)) { return f(splat(x))[0]; }
+
+}  // namespace
+
+float exp_approx(float x) { return lane0(x, exp_v); }
+float gelu(float x) { return lane0(x, gelu_v); }
+float gelu_grad(float x) { return lane0(x, gelu_grad_v); }
+
+void gelu_map(float* out, const float* in, const float* in2, size_t n, bool grad, bool serial) {
+  if (!grad) in2 = nullptr;
+  over_pieces(n, serial, [&](size_t at, size_t len) {
+    gelu_span(out + at, in + at, in2 ? in2 + at : nullptr, len, grad);
+  });
+}
+
+void widen_bf16(float* dst, const uint16_t* src, size_t n, bool serial) {
+  over_pieces(n, serial, [&](size_t at, size_t len) { widen_span(dst + at, src + at, len); });
+}
+
+void narrow_bf16(uint16_t* dst, const float* src, size_t n, bool serial) {
+  over_pieces(n, serial, [&](size_t at, size_t len) { narrow_span(dst + at, src + at, len); });
+}
+
+}  // namespace baton::cpu_math
