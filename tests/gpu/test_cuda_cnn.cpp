@@ -667,8 +667,8 @@ TEST_P(CudaCnn, BatchNormIsAccurateOverLargeBatches) {
   };
   const double e_mean = worst(g.mean, ref.mean), e_var = worst(g.var, ref.var), e_y = worst(g.y, ref.y);
   const double e_dx = worst(gg.dx, rg.dx), e_dg = worst(gg.dgamma, rg.dgamma), e_db = worst(gg.dbeta, rg.dbeta);
-  std::printf("batch norm over %d values per channel on the GPU, relative to fp64: mean %.1e, var %.1e, y %.1e, "
-              "dgamma %.1e, dbeta %.1e, dx %.1e\n", s.N * s.HW, e_mean, e_var, e_y, e_dg, e_db, e_dx);
+  std::printf("batch norm over %d values per channel on the CUDA backend, relative to fp64: mean %.1e, var %.1e, "
+              "y %.1e, dgamma %.1e, dbeta %.1e, dx %.1e\n", s.N * s.HW, e_mean, e_var, e_y, e_dg, e_db, e_dx);
   EXPECT_LT(e_mean, 1e-6);
   EXPECT_LT(e_var, 1e-6);
   EXPECT_LT(e_y, 1e-6);
