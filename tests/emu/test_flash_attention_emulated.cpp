@@ -544,34 +544,18 @@ TEST(FlashAttentionEmulated, CpAsyncCompletesOnlyAtTheWait) {
                                   cuda_emu::cp_async_commit_group();
                                 }),
                std::runtime_error);
-  // Copies outside shared memory, misaligned, or of a size .cg does not have.
-  EXPECT_THROW(cuda_emu::launch(dim3(1), 32, 64,
-                                [&] {
-                                  cuda_emu::cp_async_cg(
-                                      uint32_t(cuda_emu::cvta_generic_to_shared(
-                                          cuda_emu::dynamic_smem<float>() + 16)),
-                                      src.data(), 16);
-                                  cuda_emu::cp_async_wait_all();
-                                }),
-               std::runtime_error);
-  EXPECT_THROW(cuda_emu::launch(dim3(1), 32, 64,
-                                [&] {
-                                  cuda_emu::cp_async_cg(
-                                      uint32_t(cuda_emu::cvta_generic_to_shared(
-                                          cuda_emu::dynamic_smem<float>() + 1)),
-                                      src.data(), 16);
-                                  cuda_emu::cp_async_wait_all();
-                                }),
-               std::runtime_error);
-  EXPECT_THROW(cuda_emu::launch(dim3(1), 32, 64,
-                                [&] {
-                                  cuda_emu::cp_async_cg(
-                                      uint32_t(cuda_emu::cvta_generic_to_shared(
-                                          cuda_emu::dynamic_smem<float>())),
-                                      src.data(), 8);
-                                  cuda_emu::cp_async_wait_all();
-                                }),
-               std::runtime_error);
+  // Copies outside shared memory (64 bytes of it), misaligned, or of a size .cg does not have:
+  // one copy of `bytes` to the float at `at`, waited for.
+  const auto copy_to = [&](int at, int bytes) {
+    cuda_emu::launch(dim3(1), 32, 64, [&] {
+      cuda_emu::cp_async_cg(uint32_t(cuda_emu::cvta_generic_to_shared(cuda_emu::dynamic_smem<float>() + at)),
+                            src.data(), bytes);
+      cuda_emu::cp_async_wait_all();
+    });
+  };
+  EXPECT_THROW(copy_to(16, 16), std::runtime_error);
+  EXPECT_THROW(copy_to(1, 16), std::runtime_error);
+  EXPECT_THROW(copy_to(0, 8), std::runtime_error);
 }
 
 // The emulator reports misuse instead of computing garbage.

@@ -259,9 +259,11 @@ class ResNetGrad {
     NodeP y = node(reference::global_avg(x->v));
     back_.push_back([x, y] {
       const int HW = x->v.H * x->v.W;
+      const Act& dy = y->grad();
+      D& dx = x->grad().v;
       for (int n = 0; n < x->v.N; ++n)
         for (int c = 0; c < x->v.C; ++c)
-          for (int i = 0; i < HW; ++i) x->grad().v[(size_t(n) * x->v.C + c) * HW + i] += y->grad().at(n, c, 0, 0) / HW;
+          for (int i = 0; i < HW; ++i) dx[(size_t(n) * x->v.C + c) * HW + i] += dy.at(n, c, 0, 0) / HW;
       y->release();
     });
     return y;
@@ -273,13 +275,15 @@ class ResNetGrad {
       const D& w = params_.at(name + ".weight");
       D &dw = grads_.at(name + ".weight"), &db = grads_.at(name + ".bias");
       const int N = x->v.N, I = x->v.C;
+      const D& dy = y->grad().v;
+      D& dx = x->grad().v;
       for (int n = 0; n < N; ++n)
         for (int o = 0; o < out; ++o) {
-          const double g = y->grad().v[size_t(n) * out + o];
+          const double g = dy[size_t(n) * out + o];
           db[o] += g;
           for (int i = 0; i < I; ++i) {
             dw[size_t(o) * I + i] += g * x->v.v[size_t(n) * I + i];
-            x->grad().v[size_t(n) * I + i] += g * w[size_t(o) * I + i];
+            dx[size_t(n) * I + i] += g * w[size_t(o) * I + i];
           }
         }
       y->release();

@@ -34,24 +34,6 @@ using cpu_detail::kSerialBelow;
 void widen(float* dst, const uint16_t* src, size_t n) { cpu_math::widen_bf16(dst, src, n); }
 void narrow(uint16_t* dst, const float* src, size_t n) { cpu_math::narrow_bf16(dst, src, n); }
 
-// GELU (grad = false) or its backward (grad = true, in2 = the output's gradient) over n bf16 values:
-// widen -> cpu_math::gelu_map -> narrow, the emulation's arithmetic element by element (so its
-// bits), but a piece of kPiece values at a time through buffers that stay in L1, instead of three
-// passes over fp32 copies of the whole tensors. out may equal in or in2.
-void gelu_map_bf16(uint16_t* out, const uint16_t* in, const uint16_t* in2, size_t n, bool grad) {
-  constexpr size_t kPiece = 1024;
-  const size_t pieces = (n + kPiece - 1) / kPiece;
-#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
-  for (size_t c = 0; c < pieces; ++c) {
-    alignas(64) float x[kPiece], z[kPiece];
-    const size_t at = c * kPiece, len = std::min(kPiece, n - at);
-    cpu_math::widen_bf16(x, in + at, len, /*serial=*/true);
-    if (grad) cpu_math::widen_bf16(z, in2 + at, len, /*serial=*/true);
-    cpu_math::gelu_map(x, x, z, len, grad, /*serial=*/true);
-    cpu_math::narrow_bf16(out + at, x, len, /*serial=*/true);
-  }
-}
-
 // Where F32View's widened copies live: a per-thread stack of floats, reused from op to op. Views
 // die in reverse order of creation (locals of one op), so a bump pointer suffices. Why not a
 // std::vector per view: its zero fill and the page faults of freshly mapped memory cost more than
@@ -321,14 +303,14 @@ class CpuBackend final : public Backend {
 
   void gelu_forward(void* out, const void* inp, size_t n) override {
     if (act_ == DType::BF16)
-      return gelu_map_bf16(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(inp), nullptr, n, false);
+      return cpu_math::gelu_map_bf16(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(inp), nullptr, n, false);
     F32View o(act_, out, n, F32View::OUT), i(act_, inp, n);
     ops_.gelu_forward(o, i, n);
   }
   void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
     if (act_ == DType::BF16)
-      return gelu_map_bf16(static_cast<uint16_t*>(dinp), static_cast<const uint16_t*>(inp),
-                           static_cast<const uint16_t*>(dout), n, true);
+      return cpu_math::gelu_map_bf16(static_cast<uint16_t*>(dinp), static_cast<const uint16_t*>(inp),
+                                     static_cast<const uint16_t*>(dout), n, true);
     F32View di(act_, dinp, n, F32View::OUT), i(act_, inp, n), d(act_, dout, n);
     ops_.gelu_backward(di, i, d, n);
   }

@@ -96,15 +96,19 @@ void narrow_span(uint16_t* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
-// span(at, len) over [0, n): at once when serial or small, else in pieces of kPiece (a multiple of
-// kLanes, so only the last piece of a GELU has a tail) across the OpenMP threads.
+// span(at, len) over [0, n) in pieces of kPiece (a multiple of kLanes, so only the last piece of a
+// GELU has a tail), across the OpenMP threads from 2^15 values up.
+constexpr size_t kPiece = size_t(1) << 12;
 template <class Span>
-void over_pieces(size_t n, bool serial, Span span) {
-  constexpr size_t kPiece = size_t(1) << 12;
-  if (serial || n < (size_t(1) << 15)) return span(size_t(0), n);
+void over_pieces(size_t n, Span span) {
   const size_t pieces = (n + kPiece - 1) / kPiece;
+  const auto piece = [&](size_t c) { span(c * kPiece, std::min(kPiece, n - c * kPiece)); };
+  if (n < (size_t(1) << 15)) {
+    for (size_t c = 0; c < pieces; ++c) piece(c);
+  } else {
 #pragma omp parallel for schedule(static)
-  for (size_t c = 0; c < pieces; ++c) span(c * kPiece, std::min(kPiece, n - c * kPiece));
+    for (size_t c = 0; c < pieces; ++c) piece(c);
+  }
 }
 
 float lane0(float x, f32v (*f)(f32v)) { return f(splat(x))[0]; }
@@ -115,19 +119,27 @@ float exp_approx(float x) { return lane0(x, exp_v); }
 float gelu(float x) { return lane0(x, gelu_v); }
 float gelu_grad(float x) { return lane0(x, gelu_grad_v); }
 
-void gelu_map(float* out, const float* in, const float* in2, size_t n, bool grad, bool serial) {
+void gelu_map(float* out, const float* in, const float* in2, size_t n, bool grad) {
   if (!grad) in2 = nullptr;
-  over_pieces(n, serial, [&](size_t at, size_t len) {
-    gelu_span(out + at, in + at, in2 ? in2 + at : nullptr, len, grad);
+  over_pieces(n, [&](size_t at, size_t len) { gelu_span(out + at, in + at, in2 ? in2 + at : nullptr, len, grad); });
+}
+
+void gelu_map_bf16(uint16_t* out, const uint16_t* in, const uint16_t* in2, size_t n, bool grad) {
+  over_pieces(n, [&](size_t at, size_t len) {
+    alignas(64) float x[kPiece], z[kPiece];
+    widen_span(x, in + at, len);
+    if (grad) widen_span(z, in2 + at, len);
+    gelu_span(x, x, grad ? z : nullptr, len, grad);
+    narrow_span(out + at, x, len);
   });
 }
 
-void widen_bf16(float* dst, const uint16_t* src, size_t n, bool serial) {
-  over_pieces(n, serial, [&](size_t at, size_t len) { widen_span(dst + at, src + at, len); });
+void widen_bf16(float* dst, const uint16_t* src, size_t n) {
+  over_pieces(n, [&](size_t at, size_t len) { widen_span(dst + at, src + at, len); });
 }
 
-void narrow_bf16(uint16_t* dst, const float* src, size_t n, bool serial) {
-  over_pieces(n, serial, [&](size_t at, size_t len) { narrow_span(dst + at, src + at, len); });
+void narrow_bf16(uint16_t* dst, const float* src, size_t n) {
+  over_pieces(n, [&](size_t at, size_t len) { narrow_span(dst + at, src + at, len); });
 }
 
 }  // namespace baton::cpu_math

@@ -21,14 +21,17 @@ float gelu(float x);
 float gelu_grad(float x);
 
 // out = gelu(in) (grad = false) or gelu'(in) · in2 (grad = true; in2 = the output's gradient) over n
-// floats; out may equal in or in2. Threads from 2^15 floats up unless `serial` (for callers already
-// inside a parallel loop: an OpenMP region, even of one thread, costs microseconds).
-void gelu_map(float* out, const float* in, const float* in2, size_t n, bool grad, bool serial = false);
+// floats; out may equal in or in2. Threads from 2^15 values up (every function here).
+void gelu_map(float* out, const float* in, const float* in2, size_t n, bool grad);
+// The same on bf16 tensors: per element widen, gelu_map's arithmetic, narrow (the CPU's bf16
+// emulation's bits), a piece at a time through buffers that stay in L1 instead of three passes over
+// fp32 copies of the whole tensors (a GPT-2 bf16 step spent ~7% of its time in GELU's copies).
+void gelu_map_bf16(uint16_t* out, const uint16_t* in, const uint16_t* in2, size_t n, bool grad);
 
 // bf16 <-> fp32 over n values with core/dtype.h's conversions (the same bits), built per instruction
 // set like the GELU: baseline x86-64 has no unsigned 32 -> 16-bit pack, and a GPT-2 bf16 step spent
-// 5% of its time refreshing the bf16 weights at half the memory bandwidth. Threaded as gelu_map.
-void widen_bf16(float* dst, const uint16_t* src, size_t n, bool serial = false);
-void narrow_bf16(uint16_t* dst, const float* src, size_t n, bool serial = false);
+// 5% of its time refreshing the bf16 weights at half the memory bandwidth.
+void widen_bf16(float* dst, const uint16_t* src, size_t n);
+void narrow_bf16(uint16_t* dst, const float* src, size_t n);
 
 }  // namespace baton::cpu_math

@@ -43,6 +43,7 @@
 #include <cfloat>
 #include <cstdint>
 #include <cmath>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <tuple>
@@ -105,6 +106,20 @@ class Graph {
     set(d, attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v, step);
   }
   void finalize(cudnnBackendDescriptor_t d, const char* step) { check(cudnnBackendFinalize(d), step); }
+  // An operation node of `type`: its descriptor-valued attributes (null ones left unset), finalized
+  // and appended to the graph; `step` names it in an error ("create …" / "finalize …").
+  struct DescAttr {
+    cudnnBackendAttributeName_t attr;
+    cudnnBackendDescriptor_t desc;
+    const char* step;
+  };
+  void add_op(cudnnBackendDescriptorType_t type, const std::string& step, std::initializer_list<DescAttr> attrs) {
+    cudnnBackendDescriptor_t op = make(type, ("create " + step).c_str());
+    for (const DescAttr& a : attrs)
+      if (a.desc != nullptr) set_desc(op, a.attr, a.desc, a.step);
+    finalize(op, ("finalize " + step).c_str());
+    ops_.push_back(op);
+  }
 
   // A tensor; `uid` < 0 makes a virtual one with the next free uid.
   cudnnBackendDescriptor_t tensor(int64_t uid, cudnnDataType_t type, std::vector<int64_t> dims,
@@ -143,14 +158,12 @@ class Graph {
     set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise precision");
     if (axis >= 0) set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "pointwise axis");
     finalize(pw, "finalize pointwise");
-    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "create pointwise op");
-    set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "pointwise op descriptor");
-    set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x, "pointwise op x");
-    if (b != nullptr) set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b, "pointwise op b");
-    if (t != nullptr) set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t, "pointwise op t");
-    set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y, "pointwise op y");
-    finalize(op, "finalize pointwise op");
-    ops_.push_back(op);
+    add_op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise op",
+           {{CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "pointwise op descriptor"},
+            {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x, "pointwise op x"},
+            {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b, "pointwise op b"},
+            {CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t, "pointwise op t"},
+            {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y, "pointwise op y"}});
   }
   void reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
     cudnnBackendDescriptor_t rd = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "create reduction");
@@ -158,12 +171,10 @@ class Graph {
     set(rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode, "reduction operator");
     set(rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec, "reduction precision");
     finalize(rd, "finalize reduction");
-    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "create reduction op");
-    set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd, "reduction op descriptor");
-    set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x, "reduction op x");
-    set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y, "reduction op y");
-    finalize(op, "finalize reduction op");
-    ops_.push_back(op);
+    add_op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "reduction op",
+           {{CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd, "reduction op descriptor"},
+            {CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x, "reduction op x"},
+            {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y, "reduction op y"}});
   }
   // c = a b over the last two dims (fp32 accumulation), batched over the first two.
   void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c) {
@@ -171,21 +182,17 @@ class Graph {
     const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
     set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec, "matmul precision");
     finalize(mm, "finalize matmul");
-    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "create matmul op");
-    set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, "matmul op descriptor");
-    set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a, "matmul op a");
-    set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b, "matmul op b");
-    set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c, "matmul op c");
-    finalize(op, "finalize matmul op");
-    ops_.push_back(op);
+    add_op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "matmul op",
+           {{CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, "matmul op descriptor"},
+            {CUDNN_ATTR_OPERATION_MATMUL_ADESC, a, "matmul op a"},
+            {CUDNN_ATTR_OPERATION_MATMUL_BDESC, b, "matmul op b"},
+            {CUDNN_ATTR_OPERATION_MATMUL_CDESC, c, "matmul op c"}});
   }
   // y: the same elements as x seen through y's dims and strides (a transpose here).
   void reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "create reshape op");
-    set_desc(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x, "reshape op x");
-    set_desc(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y, "reshape op y");
-    finalize(op, "finalize reshape op");
-    ops_.push_back(op);
+    add_op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape op",
+           {{CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x, "reshape op x"},
+            {CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y, "reshape op y"}});
   }
 
   // The operation graph, then the first deterministic engine configuration (heuristics mode A,
