@@ -96,11 +96,13 @@ target_compile_definitions(baton_backend_emulated PUBLIC BATON_HAVE_CUDA=1)
 target_link_libraries(baton_backend_emulated PUBLIC baton_core baton_kernels_blas_emulated baton_cudnn_emu
                       PRIVATE PkgConfig::OPENBLAS OpenMP::OpenMP_CXX baton_dnnl)
 target_compile_options(baton_backend_emulated PRIVATE -O3 -ffp-contract=fast)
-# Source-file options are per directory: cpu_math.cpp's (no fused multiply-adds, so its per-ISA
-# clones give the same bits) carried over from src/backend.
-set(cpu_math_src ${PROJECT_SOURCE_DIR}/src/backend/cpu/cpu_math.cpp)
-get_source_file_property(cpu_math_opts ${cpu_math_src} DIRECTORY ${PROJECT_SOURCE_DIR}/src/backend COMPILE_OPTIONS)
-set_source_files_properties(${cpu_math_src} PROPERTIES COMPILE_OPTIONS "${cpu_math_opts}")
+# Source-file options are per directory: the per-ISA files' (no fused multiply-adds, so their
+# target_clones give the same bits; src/backend/CMakeLists.txt) carried over from src/backend.
+foreach(per_isa cpu_math.cpp cpu_adamw.cpp)
+  set(per_isa_src ${PROJECT_SOURCE_DIR}/src/backend/cpu/${per_isa})
+  get_source_file_property(per_isa_opts ${per_isa_src} DIRECTORY ${PROJECT_SOURCE_DIR}/src/backend COMPILE_OPTIONS)
+  set_source_files_properties(${per_isa_src} PROPERTIES COMPILE_OPTIONS "${per_isa_opts}")
+endforeach()
 # src/model and src/optim (their targets link the real baton_backend).
 file(GLOB emu_model_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/model/*.cpp
      ${PROJECT_SOURCE_DIR}/src/optim/*.cpp)

@@ -225,6 +225,30 @@ TEST_F(CpuOps, SumSquaresIsDoubleAndDeterministic) {
   EXPECT_EQ(be->sum_squares(x.data(), 0), 0.0);
 }
 
+// The backend's sum of squares runs 16-wide on AVX-512, 8 or 4 on AVX2/SSE2 (cpu_math.cpp), and
+// promises the same bits on every CPU: its order written out here in scalar code (pieces of 4096,
+// 16 lanes each summing every 16th square, a fixed tree over the lanes, pieces added in order)
+// must equal it exactly — an order that followed the vector width would not.
+TEST_F(CpuOps, SumSquaresHasOneOrderOnEveryCpu) {
+  auto scalar = [](const float* x, size_t n) {
+    double total = 0;
+    for (size_t at = 0; at < n; at += 4096) {
+      const size_t len = std::min<size_t>(4096, n - at);
+      double lane[16] = {};
+      for (size_t i = 0; i < len; ++i) lane[i % 16] += double(x[at + i]) * double(x[at + i]);
+      for (size_t j = 0; j < 8; ++j) lane[j] += lane[j + 8];
+      for (size_t w = 4; w >= 1; w /= 2)
+        for (size_t j = 0; j < w; ++j) lane[j] += lane[j + w];
+      total += lane[0];
+    }
+    return total;
+  };
+  for (size_t n : {size_t(1), size_t(15), size_t(17), size_t(4095), size_t(4097), size_t(300001)}) {
+    VecF x = random_vec(n, 5, -3, 3);
+    EXPECT_EQ(be->sum_squares(x.data(), n), scalar(x.data(), n)) << "n " << n;
+  }
+}
+
 // ---- matmul ------------------------------------------------------------------------------------
 
 struct MatShape {
@@ -830,6 +854,38 @@ TEST_F(CpuOps, AdamWTwoStepsMatchFormula) {
   a.grad_scale = 1.0f;
   be->adamw_step(q.data(), gq.data(), mq.data(), vq.data(), 1, a);
   EXPECT_NEAR(q[0], 1.0 + 0.01 - 0.01 * 0.1, 1e-6);
+}
+
+// AdamW runs per instruction set (cpu_adamw.cpp, target_clones, no fused multiply-adds): every
+// clone must store the bits of the plain float formula evaluated one element at a time, in the
+// order the source writes it — on this machine the AVX-512 clone against this file's scalar code.
+TEST_F(CpuOps, AdamWHasTheScalarBitsOnEveryCpu) {
+  const size_t n = 70001;  // threaded, and a tail in every piece size
+  VecF p = random_vec(n, 61), g = random_vec(n, 62), m = random_vec(n, 63, -0.1f, 0.1f), v = random_vec(n, 64, 0, 0.1f);
+  VecF q = p, mq = m, vq = v;
+  AdamWArgs a;
+  a.lr = 3e-4f;
+  a.beta1 = 0.9f;
+  a.beta2 = 0.95f;
+  a.eps = 1e-8f;
+  a.weight_decay = 0.1f;
+  a.grad_scale = 0.7f;
+  a.step = 3;
+  be->adamw_step(p.data(), g.data(), m.data(), v.data(), n, a);
+  const float bc1 = float(1.0 - std::pow(double(a.beta1), 3.0)), bc2 = float(1.0 - std::pow(double(a.beta2), 3.0));
+  for (size_t i = 0; i < n; ++i) {
+    volatile float gi = g[i] * a.grad_scale;  // volatile: one rounding per operation, as the kernel
+    volatile float mi = a.beta1 * mq[i] + (1.0f - a.beta1) * gi;
+    volatile float g2 = (1.0f - a.beta2) * gi * gi;
+    volatile float vi = a.beta2 * vq[i] + g2;
+    volatile float mhat = mi / bc1, vhat = vi / bc2;
+    volatile float den = std::sqrt(float(vhat)) + a.eps;
+    volatile float upd = mhat / den + a.weight_decay * q[i];
+    q[i] -= a.lr * upd;
+    ASSERT_EQ(m[i], float(mi)) << i;
+    ASSERT_EQ(v[i], float(vi)) << i;
+    ASSERT_EQ(p[i], q[i]) << i;
+  }
 }
 
 // ---- determinism -------------------------------------------------------------------------------

@@ -5,8 +5,11 @@
 // kernels' own summation order (tests/gpu/ check the kernels against the CPU ops).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <limits>
 #include <vector>
 
@@ -64,8 +67,9 @@ TEST(Bf16, BackendCastMatchesHostConversion) {
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_EQ(h[i], f32_to_bf16(x[i])) << i;
     ASSERT_EQ(bits(back[i]), bits(round_bf16(x[i]))) << i;
-    if (std::isfinite(x[i]))
+    if (std::isfinite(x[i])) {
       ASSERT_LE(std::fabs(back[i] - x[i]), std::ldexp(std::fabs(x[i]), -8));  // half an ulp (8-bit mantissa)
+    }
   }
 }
 
@@ -102,6 +106,105 @@ TEST(Bf16, ElementwiseOpsAreTheFp32OpRounded) {
     b32->residual_forward(want.data(), af.data(), bf.data(), n);
     b16->residual_forward(got.data(), a.data(), b.data(), n);
     same("residual_forward");
+  }
+}
+
+// The row ops that run on bf16 tensors row by row (layernorm forward and backward, the fused
+// residual + layernorm, the embedding gather) store what the emulation's rule gives: the fp32 op on
+// the widened inputs, outputs rounded once; their fp32 outputs (mean, rstd, dweight, dbias) equal
+// the fp32 op's bit for bit. Shapes cross the threading threshold (N·C ≥ 2^15) and not.
+TEST(Bf16, RowOpsAreTheFp32OpRounded) {
+  auto b16 = make_cpu_backend(DType::BF16), b32 = make_cpu_backend(DType::F32);
+  Rng rng(11);
+  auto bf16_vec = [&](size_t n, float scale, float shift = 0.0f) {
+    std::vector<uint16_t> v(n);
+    for (auto& x : v) x = f32_to_bf16(shift + scale * rng.normal());
+    return v;
+  };
+  auto widened = [](const std::vector<uint16_t>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = bf16_to_f32(v[i]);
+    return f;
+  };
+  auto rounded = [](const std::vector<float>& f) {
+    std::vector<uint16_t> v(f.size());
+    for (size_t i = 0; i < f.size(); ++i) v[i] = f32_to_bf16(f[i]);
+    return v;
+  };
+  for (auto [N, C] : {std::pair{3, 5}, std::pair{7, 64}, std::pair{256, 192}, std::pair{64, 768}}) {
+    SCOPED_TRACE(testing::Message() << "N " << N << " C " << C);
+    const size_t n = size_t(N) * C;
+    const auto x = bf16_vec(n, 2.0f, 0.5f), w = bf16_vec(C, 0.3f, 1.0f), b = bf16_vec(C, 0.1f), dy = bf16_vec(n, 1.0f),
+               r = bf16_vec(n, 1.0f);
+    const auto xf = widened(x), wf = widened(w), bf = widened(b), dyf = widened(dy), rf = widened(r);
+    // forward
+    std::vector<uint16_t> out(n);
+    std::vector<float> out32(n), mean(N), rstd(N), mean32(N), rstd32(N);
+    b16->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    b32->layernorm_forward(out32.data(), mean32.data(), rstd32.data(), xf.data(), wf.data(), bf.data(), N, C);
+    EXPECT_EQ(out, rounded(out32));
+    EXPECT_EQ(mean, mean32);
+    EXPECT_EQ(rstd, rstd32);
+    // residual + layernorm: the layernorm of the stored (rounded) residual
+    std::vector<uint16_t> res(n);
+    std::vector<float> res32(n);
+    b16->residual_layernorm_forward(res.data(), out.data(), mean.data(), rstd.data(), x.data(), r.data(), w.data(),
+                                    b.data(), N, C);
+    b32->residual_forward(res32.data(), xf.data(), rf.data(), n);
+    EXPECT_EQ(res, rounded(res32));
+    const auto resf = widened(rounded(res32));
+    b32->layernorm_forward(out32.data(), mean32.data(), rstd32.data(), resf.data(), wf.data(), bf.data(), N, C);
+    EXPECT_EQ(out, rounded(out32));
+    EXPECT_EQ(mean, mean32);
+    EXPECT_EQ(rstd, rstd32);
+    // backward: dres null, separate, in place; and the weight part alone
+    for (int mode = 0; mode < 4; ++mode) {
+      SCOPED_TRACE(testing::Message() << "backward mode " << mode);
+      std::vector<uint16_t> dx = mode == 2 ? r : std::vector<uint16_t>(n);
+      std::vector<float> dx32 = mode == 2 ? rf : std::vector<float>(n), dw(C, 0.25f), db(C, -0.5f), dw32 = dw,
+                         db32 = db;
+      const void* dres = mode == 1 ? static_cast<const void*>(r.data()) : mode == 2 ? dx.data() : nullptr;
+      const float* dres32 = mode == 1 ? rf.data() : mode == 2 ? dx32.data() : nullptr;
+      b16->layernorm_backward(mode == 3 ? nullptr : dx.data(), dres, dw.data(), db.data(), dy.data(), x.data(),
+                              w.data(), mean32.data(), rstd32.data(), N, C);
+      b32->layernorm_backward(mode == 3 ? nullptr : dx32.data(), dres32, dw32.data(), db32.data(), dyf.data(),
+                              xf.data(), wf.data(), mean32.data(), rstd32.data(), N, C);
+      if (mode != 3) {
+        EXPECT_EQ(dx, rounded(dx32));
+      }
+      EXPECT_EQ(dw, dw32);
+      EXPECT_EQ(db, db32);
+    }
+    // embedding: a vocab shard [2, 2 + 5) (tokens outside it give zeros), with and without wpe
+    const int T = std::min(N, 4), B = N / T, rows = 5, start = 2;
+    const auto wte = bf16_vec(size_t(rows) * C, 1.0f), wpe = bf16_vec(size_t(T) * C, 1.0f);
+    const auto wtef = widened(wte), wpef = widened(wpe);
+    std::vector<int32_t> tokens(size_t(B) * T);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 3 % 9);
+    for (bool pos : {true, false}) {
+      std::vector<uint16_t> e(size_t(B) * T * C, 0x7fc0);
+      std::vector<float> e32(e.size());
+      b16->embedding_forward(e.data(), tokens.data(), wte.data(), pos ? wpe.data() : nullptr, B, T, C, start, rows);
+      b32->embedding_forward(e32.data(), tokens.data(), wtef.data(), pos ? wpef.data() : nullptr, B, T, C, start,
+                             rows);
+      EXPECT_EQ(e, rounded(e32)) << "wpe " << pos;
+    }
+  }
+  // attention (head slices widened into the kernel's packed operands, outputs through fp32 blocks)
+  for (auto [B, T, C, NH] : {std::array{1, 5, 12, 3}, std::array{2, 64, 96, 4}, std::array{3, 67, 64, 2}}) {
+    SCOPED_TRACE(testing::Message() << "attention B " << B << " T " << T << " C " << C << " NH " << NH);
+    const size_t n = size_t(B) * T * C;
+    const auto qkv = bf16_vec(3 * n, 1.0f), dout = bf16_vec(n, 1.0f);
+    const auto qkvf = widened(qkv), doutf = widened(dout);
+    std::vector<uint16_t> out(n), dqkv(3 * n);
+    std::vector<float> out32(n), dqkv32(3 * n), att(size_t(B) * NH * T * T), att32(att.size());
+    b16->attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    b32->attention_forward(out32.data(), att32.data(), qkvf.data(), B, T, C, NH);
+    EXPECT_EQ(out, rounded(out32));
+    EXPECT_EQ(att, att32);
+    b16->attention_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), att.data(), B, T, C, NH);
+    b32->attention_backward(dqkv32.data(), doutf.data(), out32.data(), qkvf.data(), att32.data(), B, T, C, NH);
+    EXPECT_EQ(dqkv, rounded(dqkv32));
   }
 }
 

@@ -32,24 +32,7 @@ void CpuOps::residual_forward(float* out, const float* a, const float* b, size_t
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-double CpuOps::sum_squares(const float* x, size_t n) {
-  // Fixed-size chunks summed in index order: the result does not depend on the thread count, and
-  // an OpenMP reduction clause (whose combining order is unspecified) is avoided on purpose.
-  constexpr size_t kChunk = 1 << 14;
-  const size_t nchunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(nchunks, 0.0);
-#pragma omp parallel for schedule(static) if (n >= kSerialBelow)
-  for (size_t c = 0; c < nchunks; c++) {
-    const size_t begin = c * kChunk, end = std::min(n, begin + kChunk);
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (size_t i = begin; i < end; i++) s += double(x[i]) * double(x[i]);
-    partial[c] = s;
-  }
-  double total = 0.0;
-  for (double s : partial) total += s;
-  return total;
-}
+double CpuOps::sum_squares(const float* x, size_t n) { return cpu_math::sum_squares(x, n); }
 
 // GELU, tanh approximation (Hendrycks & Gimpel 2016, as in GPT-2), through cpu_math.h's
 // vectorisable form: gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))) = x sigma(2u), k = sqrt(2/pi).

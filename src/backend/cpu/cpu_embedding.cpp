@@ -7,36 +7,52 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace baton {
 
-void CpuOps::embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                   const float* wpe, int B, int T, int C, int vocab_start,
-                                   int vocab_rows) {
-  BATON_ASSERT(B >= 0 && T >= 0 && C > 0, "embedding_forward: bad shape B={} T={} C={}", B, T, C);
-  const int N = B * T;
+namespace {
+
+inline float load(float x) { return x; }
+inline float load(uint16_t x) { return bf16_to_f32(x); }
+inline void store(float* p, float v) { *p = v; }
+inline void store(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+
+// out row = wte row (or 0 outside this shard) + wpe row, in fp32, stored as T (bf16: rounded once).
+template <typename T>
+void embed(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C, int vocab_start,
+           int vocab_rows) {
+  BATON_ASSERT(B >= 0 && T_ >= 0 && C > 0, "embedding_forward: bad shape B={} T={} C={}", B, T_, C);
+  const int N = B * T_;
   // Checked before the parallel loop: an exception must not escape an OpenMP region.
   for (int n = 0; n < N; n++)
     BATON_ASSERT(tokens[n] >= 0, "embedding_forward: negative token {} at row {}", tokens[n], n);
 #pragma omp parallel for schedule(static) if (size_t(N) * C >= cpu_detail::kSerialBelow)
   for (int n = 0; n < N; n++) {
-    const int t = n % T;
+    const int t = n % T_;
     const int32_t row = tokens[n] - vocab_start;
-    float* o = out + size_t(n) * C;
-    if (row >= 0 && row < vocab_rows) {
-      const float* we = wte + size_t(row) * C;
+    T* o = out + size_t(n) * C;
+    const T* we = row >= 0 && row < vocab_rows ? wte + size_t(row) * C : nullptr;
+    const T* pe = wpe != nullptr ? wpe + size_t(t) * C : nullptr;
 #pragma omp simd
-      for (int c = 0; c < C; c++) o[c] = we[c];
-    } else {
-      std::fill(o, o + C, 0.0f);
-    }
-    if (wpe != nullptr) {
-      const float* pe = wpe + size_t(t) * C;
-#pragma omp simd
-      for (int c = 0; c < C; c++) o[c] += pe[c];
+    for (int c = 0; c < C; c++) {
+      float v = we ? load(we[c]) : 0.0f;
+      if (pe) v += load(pe[c]);
+      store(o + c, v);
     }
   }
+}
+
+}  // namespace
+
+void CpuOps::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                               int C, int vocab_start, int vocab_rows) {
+  embed(out, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows);
+}
+void CpuOps::embedding_forward(uint16_t* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe,
+                               int B, int T, int C, int vocab_start, int vocab_rows) {
+  embed(out, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows);
 }
 
 void CpuOps::embedding_backward(float* dwte, float* dwpe, const float* dout,

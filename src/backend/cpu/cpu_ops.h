@@ -40,6 +40,15 @@ class CpuOps {
   void residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
                                   const float* a, const float* b, const float* weight,
                                   const float* bias, int N, int C);
+  // The same on bf16 activations (and bf16 weight/bias): rows widened one at a time into per-thread
+  // buffers, outputs rounded once — the emulation's bits (the fp32 op on widened values, rounded).
+  void layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp, const uint16_t* weight,
+                         const uint16_t* bias, int N, int C);
+  void layernorm_backward(uint16_t* dinp, const uint16_t* dres, float* dweight, float* dbias,
+                          const uint16_t* dout, const uint16_t* inp, const uint16_t* weight, const float* mean,
+                          const float* rstd, int N, int C);
+  void residual_layernorm_forward(uint16_t* residual, uint16_t* out, float* mean, float* rstd, const uint16_t* a,
+                                  const uint16_t* b, const uint16_t* weight, const uint16_t* bias, int N, int C);
   void residual_forward(float* out, const float* a, const float* b, size_t n);
 
   void gelu_forward(float* out, const float* inp, size_t n);
@@ -49,9 +58,16 @@ class CpuOps {
                          int NH);
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                           int T, int C, int NH);
+  // bf16 activations (att stays fp32): the fp32 op's bits on the widened values, outputs rounded.
+  void attention_forward(uint16_t* out, float* att, const uint16_t* qkv, int B, int T, int C, int NH);
+  void attention_backward(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* att, int B, int T,
+                          int C, int NH);
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int B, int T, int C, int vocab_start, int vocab_rows);
+  // bf16: out = wte row + wpe row summed in fp32 and rounded once (the emulation's bits).
+  void embedding_forward(uint16_t* out, const int32_t* tokens, const uint16_t* wte, const uint16_t* wpe, int B,
+                         int T, int C, int vocab_start, int vocab_rows);
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                           int T, int C, int vocab_start, int vocab_rows);
 
