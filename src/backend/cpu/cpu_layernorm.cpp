@@ -126,46 +126,35 @@ struct Vec {
   std::vector<float> w_;
 };
 
+// The forward over rows: out = layernorm(x) of x = inp (residual null), or fused with the residual
+// add — residual = inp + b stored, then normalised while the row is still in cache (in bf16 the
+// stored, rounded residual, as the CUDA kernel reads it).
 template <typename T>
-void forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N, int C) {
-  BATON_ASSERT(N >= 0 && C > 0, "layernorm_forward: bad shape N={} C={}", N, C);
-  const Vec<T> w(weight, C), b(bias, C);
-#pragma omp parallel if (size_t(N) * C >= cpu_detail::kSerialBelow)
-  {
-    RowBuffers<T> buf(C, 2);
-#pragma omp for schedule(static)
-    for (int n = 0; n < N; n++) {
-      const size_t off = size_t(n) * C;
-      layernorm_row(Rows<T>::out(out + off, buf[0]), mean + n, rstd + n, Rows<T>::in(inp + off, buf[1], C), w.get(),
-                    b.get(), C);
-      Rows<T>::store(out + off, buf[0], C);
-    }
-  }
-}
-
-template <typename T>
-void residual_forward_rows(T* residual, T* out, float* mean, float* rstd, const T* a, const T* b, const T* weight,
-                           const T* bias, int N, int C) {
-  BATON_ASSERT(N >= 0 && C > 0, "residual_layernorm_forward: bad shape N={} C={}", N, C);
+void forward(T* residual, T* out, float* mean, float* rstd, const T* inp, const T* b, const T* weight, const T* bias,
+             int N, int C) {
+  BATON_ASSERT(N >= 0 && C > 0, "{}: bad shape N={} C={}",
+               residual ? "residual_layernorm_forward" : "layernorm_forward", N, C);
   const Vec<T> w(weight, C), bi(bias, C);
-  // Fused so the residual row is still in cache when it is normalised. In bf16 the layernorm reads
-  // the stored (rounded) residual, as the CUDA kernel does.
 #pragma omp parallel if (size_t(N) * C >= cpu_detail::kSerialBelow)
   {
     RowBuffers<T> buf(C, 2);
 #pragma omp for schedule(static)
     for (int n = 0; n < N; n++) {
       const size_t off = size_t(n) * C;
-      T* r = residual + off;
+      const T* x = inp + off;
+      if (residual != nullptr) {
+        T* r = residual + off;
 #pragma omp simd
-      for (int c = 0; c < C; c++) {
-        if constexpr (std::is_same_v<T, uint16_t>)
-          r[c] = f32_to_bf16(bf16_to_f32(a[off + c]) + bf16_to_f32(b[off + c]));
-        else
-          r[c] = a[off + c] + b[off + c];
+        for (int c = 0; c < C; c++) {
+          if constexpr (std::is_same_v<T, uint16_t>)
+            r[c] = f32_to_bf16(bf16_to_f32(inp[off + c]) + bf16_to_f32(b[off + c]));
+          else
+            r[c] = inp[off + c] + b[off + c];
+        }
+        x = r;
       }
-      layernorm_row(Rows<T>::out(out + off, buf[0]), mean + n, rstd + n, Rows<T>::in(r, buf[1], C), w.get(), bi.get(),
-                    C);
+      layernorm_row(Rows<T>::out(out + off, buf[0]), mean + n, rstd + n, Rows<T>::in(x, buf[1], C), w.get(),
+                    bi.get(), C);
       Rows<T>::store(out + off, buf[0], C);
     }
   }
@@ -227,20 +216,20 @@ void backward(T* dinp, const T* dres, float* dweight, float* dbias, const T* dou
 
 void CpuOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                const float* bias, int N, int C) {
-  forward(out, mean, rstd, inp, weight, bias, N, C);
+  forward<float>(nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C);
 }
 void CpuOps::layernorm_forward(uint16_t* out, float* mean, float* rstd, const uint16_t* inp,
                                const uint16_t* weight, const uint16_t* bias, int N, int C) {
-  forward(out, mean, rstd, inp, weight, bias, N, C);
+  forward<uint16_t>(nullptr, out, mean, rstd, inp, nullptr, weight, bias, N, C);
 }
 void CpuOps::residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd, const float* a,
                                         const float* b, const float* weight, const float* bias, int N, int C) {
-  residual_forward_rows(residual, out, mean, rstd, a, b, weight, bias, N, C);
+  forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
 }
 void CpuOps::residual_layernorm_forward(uint16_t* residual, uint16_t* out, float* mean, float* rstd,
                                         const uint16_t* a, const uint16_t* b, const uint16_t* weight,
                                         const uint16_t* bias, int N, int C) {
-  residual_forward_rows(residual, out, mean, rstd, a, b, weight, bias, N, C);
+  forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
 }
 void CpuOps::layernorm_backward(float* dinp, const float* dres, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, const float* mean, const float* rstd, int N,
