@@ -581,6 +581,33 @@ TEST(CpuMath, GeluAndItsGradientWithinAFewUlp) {
   }
 }
 
+// The cross-entropy's row functions: exp_sum stores exp_approx per element (vector lanes and tail
+// alike, in place too) and sums them in the order written out here (16 lanes, a fixed tree) on
+// every CPU; exp_scale multiplies the same exponentials; max_of is the sequential std::max.
+TEST(CpuMath, SoftmaxRowsHaveOneOrderOnEveryCpu) {
+  for (size_t n : {size_t(1), size_t(15), size_t(17), size_t(50257)}) {
+    VecF x = random_vec(n, 77, -20, 5);
+    float m = x[0];
+    for (float v : x) m = std::max(m, v);
+    ASSERT_EQ(cpu_math::max_of(x.data(), n), m) << n;
+    double lane[16] = {};
+    for (size_t i = 0; i < n; ++i) lane[i % 16] += double(cpu_math::exp_approx(x[i] - m));
+    for (size_t j = 0; j < 8; ++j) lane[j] += lane[j + 8];
+    for (size_t w = 4; w >= 1; w /= 2)
+      for (size_t j = 0; j < w; ++j) lane[j] += lane[j + w];
+    VecF out(n), scaled(n), inplace = x;
+    EXPECT_EQ(cpu_math::exp_sum(out.data(), x.data(), n, m), lane[0]) << n;
+    EXPECT_EQ(cpu_math::exp_sum(nullptr, x.data(), n, m), lane[0]) << n;
+    EXPECT_EQ(cpu_math::exp_sum(inplace.data(), inplace.data(), n, m), lane[0]) << n;
+    cpu_math::exp_scale(scaled.data(), x.data(), n, m, 0.37f);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], cpu_math::exp_approx(x[i] - m)) << i;
+      ASSERT_EQ(inplace[i], out[i]) << i;
+      ASSERT_EQ(scaled[i], out[i] * 0.37f) << i;
+    }
+  }
+}
+
 // ---- attention ---------------------------------------------------------------------------------
 
 struct AttShape {

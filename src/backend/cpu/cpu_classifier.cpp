@@ -8,6 +8,7 @@
 #include <limits>
 #include <cmath>
 
+#include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
@@ -37,20 +38,13 @@ void CpuOps::softmax_cross_entropy(float* losses, float* dlogits, const float* l
     // parked in dlogits during the sum pass so each is computed once; x[target] is read first
     // because that pass may overwrite logits (in-place use).
     const float x_target = x[target];
-    float maxv = x[0];
-    for (int v = 1; v < V; v++) maxv = std::max(maxv, x[v]);
+    const float maxv = cpu_math::max_of(x, size_t(V));
     // The sum of exponentials in double: over a 50k vocabulary an fp32 running sum drifts by
     // ~1e-5 relative, more than the GPU kernels' tree sums; the reference must be the accurate side.
-    double sum = 0.0;
-    if (dlogits == nullptr) {
-      for (int v = 0; v < V; v++) sum += std::exp(x[v] - maxv);
-    } else {
-      float* d = dlogits + size_t(n) * Vp;
-      for (int v = 0; v < V; v++) {
-        const float e = std::exp(x[v] - maxv);  // reads x[v] before d[v] (may alias)
-        d[v] = e;
-        sum += e;
-      }
+    // The exponentials through cpu_math's vector exp (within 2 ulp), summed in fixed lanes.
+    float* d = dlogits ? dlogits + size_t(n) * Vp : nullptr;
+    const double sum = cpu_math::exp_sum(d, x, size_t(V), maxv);  // reads each x[v] before d[v]
+    if (d != nullptr) {
       const float inv_sum = 1.0f / static_cast<float>(sum);
       for (int v = 0; v < V; v++) d[v] = d[v] * inv_sum * dloss;
       d[target] -= dloss;
@@ -67,9 +61,7 @@ void CpuOps::logits_row_max(float* maxv, const float* logits, int N, int V_local
 #pragma omp parallel for schedule(static) if (size_t(N) * Vl >= cpu_detail::kSerialBelow)
   for (int n = 0; n < N; n++) {
     const float* x = logits + size_t(n) * Vl;
-    float m = -std::numeric_limits<float>::infinity();
-    for (int v = 0; v < V_local; v++) m = std::max(m, x[v]);
-    maxv[n] = m;
+    maxv[n] = V_local > 0 ? cpu_math::max_of(x, size_t(V_local)) : -std::numeric_limits<float>::infinity();
   }
 }
 
@@ -80,9 +72,7 @@ void CpuOps::logits_sumexp_target(float* sumexp, float* target_logit, const floa
 #pragma omp parallel for schedule(static) if (size_t(N) * Vl >= cpu_detail::kSerialBelow)
   for (int n = 0; n < N; n++) {
     const float* x = logits + size_t(n) * Vl;
-    double s = 0.0;  // in double, as softmax_cross_entropy
-    for (int v = 0; v < V_local; v++) s += std::exp(x[v] - maxv[n]);
-    sumexp[n] = static_cast<float>(s);
+    sumexp[n] = static_cast<float>(cpu_math::exp_sum(nullptr, x, size_t(V_local), maxv[n]));  // as softmax_cross_entropy
     const int32_t j = targets[n] - vocab_start;
     target_logit[n] = (targets[n] >= 0 && j >= 0 && j < V_local) ? x[j] : 0.0f;
   }
@@ -101,7 +91,7 @@ void CpuOps::cross_entropy_finish(float* losses, float* dlogits, const float* lo
     const float* x = logits + size_t(n) * Vl;
     float* d = dlogits + size_t(n) * Vl;
     const float scale = ignored ? 0.0f : dloss / sumexp[n];
-    for (int v = 0; v < V_local; v++) d[v] = std::exp(x[v] - maxv[n]) * scale;
+    cpu_math::exp_scale(d, x, size_t(V_local), maxv[n], scale);
     for (int v = V_local; v < Vl; v++) d[v] = 0.0f;
     const int32_t j = targets[n] - vocab_start;
     if (!ignored && j >= 0 && j < V_local) d[j] -= dloss;

@@ -97,36 +97,50 @@ void narrow_span(uint16_t* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
-// Σ x² in double over one span: 16 lanes, lane j summing x[16 i + j]² in order, then the lanes
-// combined in a fixed tree — elementwise vector arithmetic only, so every instruction set gives the
-// same bits (an OpenMP simd reduction's order follows the vector width). Two 8-double vectors, not
-// one of 16: GCC converts 16 floats to 16 doubles element by element (2.4x slower).
+// Sums in double over 16 fixed lanes — lane j adds the values of elements 16 i + j in order, then
+// the lanes are combined in a fixed tree — with elementwise vector arithmetic only, so every
+// instruction set gives the same bits (an OpenMP simd reduction's order follows the vector width).
+// Two 8-double vectors, not one of 16: GCC converts 16 floats to 16 doubles element by element
+// (2.4x slower).
 using f32v8 = float __attribute__((vector_size(32)));
 using f64v8 = double __attribute__((vector_size(64)));
+struct LaneSum {
+  f64v8 lo = {}, hi = {};
+  // Adds a block of kLanes values (squared when `square`).
+  [[gnu::always_inline]] void add(f32v v, bool square) {
+    f32v8 a, c;
+    std::memcpy(&a, &v, sizeof a);
+    std::memcpy(&c, reinterpret_cast<const char*>(&v) + sizeof a, sizeof c);
+    const f64v8 da = __builtin_convertvector(a, f64v8), dc = __builtin_convertvector(c, f64v8);
+    lo += square ? da * da : da;
+    hi += square ? dc * dc : dc;
+  }
+  // Adds one value of a tail to lane j (< kLanes).
+  [[gnu::always_inline]] void add_at(size_t j, double d) {
+    if (j < kLanes / 2)
+      lo[j] += d;
+    else
+      hi[j - kLanes / 2] += d;
+  }
+  [[gnu::always_inline]] double total() {
+    f64v8 s = lo + hi;
+    for (size_t w = kLanes / 4; w >= 1; w /= 2)
+      for (size_t j = 0; j < w; ++j) s[j] += s[j + w];
+    return s[0];
+  }
+};
+
 __attribute__((target_clones("avx512f", "avx2", "default")))
 double sum_squares_span(const float* x, size_t n) {
-  f64v8 lo = {}, hi = {};
+  LaneSum sum;
   const size_t full = n / kLanes;
   for (size_t b = 0; b < full; ++b) {
-    f32v8 a, c;
-    std::memcpy(&a, x + kLanes * b, sizeof a);
-    std::memcpy(&c, x + kLanes * b + kLanes / 2, sizeof c);
-    const f64v8 da = __builtin_convertvector(a, f64v8), dc = __builtin_convertvector(c, f64v8);
-    lo += da * da;
-    hi += dc * dc;
+    f32v v;
+    std::memcpy(&v, x + kLanes * b, sizeof v);
+    sum.add(v, true);
   }
-  for (size_t i = kLanes * full; i < n; ++i) {
-    const size_t j = i - kLanes * full;
-    const double d = x[i];
-    if (j < kLanes / 2)
-      lo[j] += d * d;
-    else
-      hi[j - kLanes / 2] += d * d;
-  }
-  lo += hi;
-  for (size_t w = kLanes / 4; w >= 1; w /= 2)
-    for (size_t j = 0; j < w; ++j) lo[j] += lo[j + w];
-  return lo[0];
+  for (size_t i = kLanes * full; i < n; ++i) sum.add_at(i - kLanes * full, double(x[i]) * double(x[i]));
+  return sum.total();
 }
 
 // span(at, len) over [0, n) in pieces of kPiece (a multiple of kLanes, so only the last piece of a
@@ -173,6 +187,55 @@ void widen_bf16(float* dst, const uint16_t* src, size_t n) {
 
 void narrow_bf16(uint16_t* dst, const float* src, size_t n) {
   over_pieces(n, [&](size_t at, size_t len) { narrow_span(dst + at, src + at, len); });
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+float max_of(const float* x, size_t n) {
+  float m = x[0];
+  const size_t full = n / kLanes;
+  if (full > 0) {
+    f32v acc;
+    std::memcpy(&acc, x, sizeof acc);
+    for (size_t b = 1; b < full; ++b) {
+      f32v v;
+      std::memcpy(&v, x + kLanes * b, sizeof v);
+      acc = acc < v ? v : acc;  // std::max's rule, lane by lane
+    }
+    for (size_t j = 0; j < kLanes; ++j) m = std::max(m, acc[j]);
+  }
+  for (size_t i = kLanes * full; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+double exp_sum(float* out, const float* x, size_t n, float shift) {
+  LaneSum sum;
+  const size_t full = n / kLanes;
+  for (size_t b = 0; b < full; ++b) {
+    f32v v;
+    std::memcpy(&v, x + kLanes * b, sizeof v);  // read before out (which may be x) is written
+    const f32v e = exp_v(v - shift);
+    if (out) std::memcpy(out + kLanes * b, &e, sizeof e);
+    sum.add(e, false);
+  }
+  for (size_t i = kLanes * full; i < n; ++i) {
+    const float e = exp_v(splat(x[i] - shift))[0];
+    if (out) out[i] = e;
+    sum.add_at(i - kLanes * full, e);
+  }
+  return sum.total();
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void exp_scale(float* out, const float* x, size_t n, float shift, float scale) {
+  const size_t full = n / kLanes;
+  for (size_t b = 0; b < full; ++b) {
+    f32v v;
+    std::memcpy(&v, x + kLanes * b, sizeof v);
+    const f32v e = exp_v(v - shift) * scale;
+    std::memcpy(out + kLanes * b, &e, sizeof e);
+  }
+  for (size_t i = kLanes * full; i < n; ++i) out[i] = exp_v(splat(x[i] - shift))[0] * scale;
 }
 
 double sum_squares(const float* x, size_t n) {
