@@ -25,6 +25,8 @@
 namespace baton {
 namespace {
 
+using cpu_detail::to_f32;
+
 // Register tile: MR rows x NR columns of accumulators; NR is chosen per instruction set so the
 // tile fills the vector registers without spilling (4 x 8 floats: 8 of the 16 xmm registers;
 // 4 x 16: 8 ymm; 4 x 32: 8 zmm). Packed operands are padded to kPad columns, enough for every NR.
@@ -115,9 +117,6 @@ void tile_gemm(int M, int N, int K, const float* A, int lda, const float* B, int
       return tile_gemm_impl<8, kTransA, kCausal>(M, N, K, A, lda, B, ldb, C, ldc);
   }
 }
-
-inline float to_f32(float x) { return x; }
-inline float to_f32(uint16_t x) { return bf16_to_f32(x); }
 
 // dst[rows, ld_dst] <- src rows (stride ld_src) as fp32, `cols` columns; the padding of dst stays
 // as it was (zero from allocation).

@@ -14,10 +14,8 @@ namespace baton {
 
 namespace {
 
-inline float load(float x) { return x; }
-inline float load(uint16_t x) { return bf16_to_f32(x); }
-inline void store(float* p, float v) { *p = v; }
-inline void store(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+using cpu_detail::store_f32;
+using cpu_detail::to_f32;
 
 // out row = wte row (or 0 outside this shard) + wpe row, in fp32, stored as T (bf16: rounded once).
 template <typename T>
@@ -37,9 +35,9 @@ void embed(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int
     const T* pe = wpe != nullptr ? wpe + size_t(t) * C : nullptr;
 #pragma omp simd
     for (int c = 0; c < C; c++) {
-      float v = we ? load(we[c]) : 0.0f;
-      if (pe) v += load(pe[c]);
-      store(o + c, v);
+      float v = we ? to_f32(we[c]) : 0.0f;
+      if (pe) v += to_f32(pe[c]);
+      store_f32(o + c, v);
     }
   }
 }

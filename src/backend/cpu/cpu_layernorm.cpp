@@ -78,7 +78,6 @@ struct Rows {
   static const float* in(const T* p, float*, int) { return p; }
   static float* out(T* p, float*) { return p; }
   static void store(T*, const float*, int) {}
-  static float at(const T* p, size_t i) { return p[i]; }
 };
 template <>
 struct Rows<uint16_t> {
@@ -89,7 +88,6 @@ struct Rows<uint16_t> {
   }
   static float* out(uint16_t* p, float* buf) { return p ? buf : nullptr; }
   static void store(uint16_t* p, const float* buf, int C) { cpu_math::narrow_bf16(p, buf, C); }
-  static float at(const uint16_t* p, size_t i) { return bf16_to_f32(p[i]); }
 };
 
 // Per-thread staging rows: k rows of C floats for bf16; none for fp32.
@@ -113,7 +111,7 @@ struct Vec {
     if constexpr (std::is_same_v<T, uint16_t>)
       if (p) {
         w_.resize(C);
-        for (int c = 0; c < C; c++) w_[c] = bf16_to_f32(p[c]);
+        cpu_math::widen_bf16(w_.data(), p, C);
       }
   }
   const float* get() const {
@@ -146,10 +144,7 @@ void forward(T* residual, T* out, float* mean, float* rstd, const T* inp, const 
         T* r = residual + off;
 #pragma omp simd
         for (int c = 0; c < C; c++) {
-          if constexpr (std::is_same_v<T, uint16_t>)
-            r[c] = f32_to_bf16(bf16_to_f32(inp[off + c]) + bf16_to_f32(b[off + c]));
-          else
-            r[c] = inp[off + c] + b[off + c];
+          cpu_detail::store_f32(r + c, cpu_detail::to_f32(inp[off + c]) + cpu_detail::to_f32(b[off + c]));
         }
         x = r;
       }
@@ -200,8 +195,8 @@ void backward(T* dinp, const T* dres, float* dweight, float* dbias, const T* dou
       const float m = mean[n], s = rstd[n];
 #pragma omp simd
       for (int c = c0; c < c1; c++) {
-        float dy = Rows<T>::at(dout, off + c);
-        dw[c - c0] += dy * (Rows<T>::at(inp, off + c) - m) * s;
+        float dy = cpu_detail::to_f32(dout[off + c]);
+        dw[c - c0] += dy * (cpu_detail::to_f32(inp[off + c]) - m) * s;
         db[c - c0] += dy;
       }
     }

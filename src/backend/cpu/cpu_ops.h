@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "core/dtype.h"
 
 namespace baton {
 
@@ -93,6 +94,13 @@ namespace cpu_detail {
 // Elementwise loops below this many elements run on one thread: forking the OpenMP team costs
 // more than the work.
 inline constexpr size_t kSerialBelow = 1 << 15;
+// An activation element as fp32 and back: identity for fp32, the exact widening and the rounding
+// of core/dtype.h for bf16 bits (the ops templated on the activation type read and write through
+// these, so fp32 and bf16 share one loop).
+inline float to_f32(float x) { return x; }
+inline float to_f32(uint16_t x) { return bf16_to_f32(x); }
+inline void store_f32(float* p, float v) { *p = v; }
+inline void store_f32(uint16_t* p, float v) { *p = f32_to_bf16(v); }
 // Column-block width for reductions down columns (dbias, layernorm dweight, embedding scatter):
 // each block belongs to one thread, so sums are formed in row order whatever the thread count.
 inline constexpr int kColBlock = 64;
