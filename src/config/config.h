@@ -173,6 +173,9 @@ struct HeteroConfig {
   std::vector<std::string> virtual_workers;
   int nm = 1;  // Nm, minibatches per wave (HetPipe §4-5)
   double jitter = 0;  // each rank's compute stretched by a seeded factor in [1, 1 + jitter] per minibatch
+  // Minibatches one jitter factor lasts (1 = a new draw every minibatch; Nm = one per wave): a
+  // straggler episode, the temporally correlated slowdowns of shared clusters.
+  int jitter_span = 1;
   // Emulated devices on one machine (config/device_emulation.h), one entry per rank: its compute is
   // stretched by this factor (>= 1). Empty = from the devices named in virtual_workers (the fastest
   // named device's peak / the rank's device's peak), 1 where none is named.

@@ -176,6 +176,8 @@ std::vector<KeyDesc> make_table() {
                 .range = at_least(1)),
       BATON_KEY(hetero, jitter, "stretch each rank's compute by a seeded random factor in [1, 1 + jitter] "
                 "per minibatch (emulated variability; 0 = off)", .range = at_least(0)),
+      BATON_KEY(hetero, jitter_span, "minibatches each jitter factor lasts (1 = a new draw per minibatch; "
+                "larger = straggler episodes, e.g. hetero.nm for one factor per wave)", .range = at_least(1)),
       BATON_KEY(hetero, slowdown, "per rank: stretch its compute by this factor (>= 1), e.g. [1, 3] (empty = "
                 "from the devices named in virtual_workers, relative to the fastest; none named = 1)",
                 .range = at_least(1)),

@@ -20,6 +20,10 @@ namespace {
 // of HetPipe is refused until it is built (docs/hetpipe.md "Not built yet").
 void check_hetero_trainable(const Config& cfg) {
   const HeteroConfig& h = cfg.hetero;
+  BATON_REQUIRE(h.jitter_span == 1 || h.jitter > 0,
+                fmt::format("hetero.jitter_span = {} sets how long a jitter factor lasts, but hetero.jitter = 0",
+                            h.jitter_span),
+                "set hetero.jitter > 0 (e.g. 1: factors in [1, 2]), or drop hetero.jitter_span");
   BATON_REQUIRE(h.policy.empty() || !h.cluster.empty(),
                 fmt::format("hetero.policy = \"{}\" groups the devices of hetero.cluster, which is not set", h.policy),
                 "set hetero.cluster to a cluster file (configs/clusters/), or drop hetero.policy");

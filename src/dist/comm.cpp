@@ -2,6 +2,7 @@
 // convenience (loss / norm reductions), which every backend routes through one virtual hook.
 #include "dist/comm.h"
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 
@@ -66,6 +67,11 @@ void leave() {
 }  // namespace wait_detail
 
 double blocked_seconds() { return g_blocked; }
+namespace {
+std::atomic<WaitPolicy> g_wait_policy{WaitPolicy::SPIN};
+}  // namespace
+void set_wait_policy(WaitPolicy policy) { g_wait_policy.store(policy, std::memory_order_relaxed); }
+WaitPolicy wait_policy() { return g_wait_policy.load(std::memory_order_relaxed); }
 void mark_background_thread() { t_background = true; }
 BlockedTimer::BlockedTimer(const char* op, const std::string* whom) : start_(now_seconds()) {
   if (!t_background) wait_detail::enter(op, whom);

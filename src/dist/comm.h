@@ -94,6 +94,17 @@ double blocked_seconds();
 // Called once by a communication thread that runs beside the trainer's (dist/server_client.h): its
 // blocking calls are overlapped with compute, so BlockedTimer neither counts nor reports them.
 void mark_background_thread();
+
+// How Request::wait spends a wait. SPIN (the default): MPI_Wait, the lowest latency — MPI polls,
+// keeping a core busy (Open MPI yields between polls when oversubscribed, which still costs a core's
+// worth of system calls). SLEEP: MPI_Test with sleeps of 20 µs doubling to 1 ms between tests, so
+// a waiting rank leaves the cores to the ranks that compute — for CPU ranks standing for devices
+// (hetero.slowdown/jitter), where ranks oversubscribe the machine and each rank's emulated speed
+// assumes the others barely take its core (train/hetero/compute_stretch.h). Process-wide.
+enum class WaitPolicy : uint8_t { SPIN, SLEEP };
+void set_wait_policy(WaitPolicy policy);
+WaitPolicy wait_policy();
+
 class BlockedTimer {
  public:
   explicit BlockedTimer(const char* op = "communication", const std::string* whom = nullptr);

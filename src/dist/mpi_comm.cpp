@@ -1,7 +1,10 @@
 // MpiComm: each Comm call is one MPI call on host buffers (see mpi_comm.h for the invariants).
 #include "dist/mpi_comm.h"
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
+#include <thread>
 
 #include <fmt/ranges.h>
 
@@ -18,6 +21,34 @@ int to_count(size_t n, const char* what) {
                 fmt::format("{}: {} elements exceed MPI's per-call limit of {}", what, n, INT_MAX),
                 "split the message (e.g. smaller gradient buckets)");
   return static_cast<int>(n);
+}
+
+// Completes `req` the way wait_policy() says (dist/comm.h): MPI_Wait, or MPI_Test with sleeps of
+// 20 µs doubling to 1 ms between tests.
+void finish(MPI_Request* req, MPI_Status* st) {
+  if (wait_policy() == WaitPolicy::SPIN) {
+    check_mpi(MPI_Wait(req, st), "MPI_Wait");
+    return;
+  }
+  int done = 0;
+  for (int attempt = 0;; ++attempt) {
+    check_mpi(MPI_Test(req, &done, st), "MPI_Test");
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 20 << std::min(attempt, 6))));
+  }
+}
+
+// A blocking collective: the blocking MPI call (SPIN), or its nonblocking twin completed by
+// finish() (SLEEP) — MPI libraries may pick other algorithms for the two, so SPIN keeps the call.
+template <class Blocking, class Nonblocking>
+void collective(const char* name, Blocking blocking, Nonblocking nonblocking) {
+  if (wait_policy() == WaitPolicy::SPIN) {
+    check_mpi(blocking(), name);
+    return;
+  }
+  MPI_Request r;
+  check_mpi(nonblocking(&r), name);
+  finish(&r, MPI_STATUS_IGNORE);
 }
 
 int tag_upper_bound() {
@@ -38,7 +69,7 @@ class MpiRequest : public Request {
     if (req_ == MPI_REQUEST_NULL) return;
     BlockedTimer blocked(op_, whom_);
     MPI_Status st;
-    check_mpi(MPI_Wait(&req_, &st), "MPI_Wait");
+    finish(&req_, &st);
     check_length(st);
   }
 
@@ -125,9 +156,13 @@ MpiComm::~MpiComm() {
 
 void MpiComm::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   BlockedTimer blocked("all_reduce", &members_);
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf, to_count(count, "all_reduce"), mpi::datatype(dtype),
-                          mpi::op(op, dtype), comm_),
-            "MPI_Allreduce");
+  const int n = to_count(count, "all_reduce");
+  collective(
+      "MPI_Allreduce",
+      [&] { return MPI_Allreduce(MPI_IN_PLACE, buf, n, mpi::datatype(dtype), mpi::op(op, dtype), comm_); },
+      [&](MPI_Request* r) {
+        return MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi::datatype(dtype), mpi::op(op, dtype), comm_, r);
+      });
 }
 
 RequestPtr MpiComm::all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op) {
@@ -141,9 +176,13 @@ RequestPtr MpiComm::all_reduce_async(void* buf, size_t count, DType dtype, Reduc
 void MpiComm::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype,
                              ReduceOp op) {
   BlockedTimer blocked("reduce_scatter", &members_);
-  check_mpi(MPI_Reduce_scatter_block(send, recv, to_count(recv_count, "reduce_scatter"),
-                                     mpi::datatype(dtype), mpi::op(op, dtype), comm_),
-            "MPI_Reduce_scatter_block");
+  const int n = to_count(recv_count, "reduce_scatter");
+  collective(
+      "MPI_Reduce_scatter_block",
+      [&] { return MPI_Reduce_scatter_block(send, recv, n, mpi::datatype(dtype), mpi::op(op, dtype), comm_); },
+      [&](MPI_Request* r) {
+        return MPI_Ireduce_scatter_block(send, recv, n, mpi::datatype(dtype), mpi::op(op, dtype), comm_, r);
+      });
 }
 
 RequestPtr MpiComm::reduce_scatter_async(const void* send, void* recv, size_t recv_count,
@@ -162,15 +201,19 @@ void MpiComm::all_gather(const void* send, void* recv, size_t send_count, DType 
       static_cast<const char*>(recv) + static_cast<size_t>(rank_) * send_count * dtype_size(dtype);
   // MPI forbids aliasing send and recv buffers except through MPI_IN_PLACE.
   const void* src = (send == own_block) ? MPI_IN_PLACE : send;
-  check_mpi(MPI_Allgather(src, n, mpi::datatype(dtype), recv, n, mpi::datatype(dtype), comm_),
-            "MPI_Allgather");
+  const MPI_Datatype t = mpi::datatype(dtype);
+  collective(
+      "MPI_Allgather", [&] { return MPI_Allgather(src, n, t, recv, n, t, comm_); },
+      [&](MPI_Request* r) { return MPI_Iallgather(src, n, t, recv, n, t, comm_, r); });
 }
 
 void MpiComm::broadcast(void* buf, size_t count, DType dtype, int root) {
   BlockedTimer blocked("broadcast", &members_);
   BATON_ASSERT(root >= 0 && root < size_, "broadcast root {} outside group of {}", root, size_);
-  check_mpi(MPI_Bcast(buf, to_count(count, "broadcast"), mpi::datatype(dtype), root, comm_),
-            "MPI_Bcast");
+  const int n = to_count(count, "broadcast");
+  collective(
+      "MPI_Bcast", [&] { return MPI_Bcast(buf, n, mpi::datatype(dtype), root, comm_); },
+      [&](MPI_Request* r) { return MPI_Ibcast(buf, n, mpi::datatype(dtype), root, comm_, r); });
 }
 
 RequestPtr MpiComm::send(const void* buf, size_t count, DType dtype, int peer, int tag) {
@@ -195,7 +238,8 @@ RequestPtr MpiComm::recv(void* buf, size_t count, DType dtype, int peer, int tag
 
 void MpiComm::barrier() {
   BlockedTimer blocked("barrier", &members_);
-  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+  collective(
+      "MPI_Barrier", [&] { return MPI_Barrier(comm_); }, [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
 }
 
 std::unique_ptr<Comm> MpiComm::split(int color, int key) {

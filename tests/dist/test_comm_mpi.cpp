@@ -4,10 +4,13 @@
 // Inputs are rank-dependent integers (typed_buffer.h), so every expected value is exact.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <climits>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "dist/guard.h"
 #include "dist/mpi_comm.h"
 #include "dist/node_local.h"
@@ -44,7 +47,17 @@ TEST(CommMpi, Basics) {
   world->barrier();
 }
 
-TEST(CommMpi, AllReduce) {
+// The collectives and point-to-point calls under both wait policies (dist/comm.h): SLEEP completes
+// nonblocking twins of the blocking calls by MPI_Test and sleeps, with the same results.
+class CommMpiWaits : public ::testing::TestWithParam<WaitPolicy> {
+ protected:
+  void SetUp() override { set_wait_policy(GetParam()); }
+  void TearDown() override { set_wait_policy(WaitPolicy::SPIN); }
+};
+INSTANTIATE_TEST_SUITE_P(Policies, CommMpiWaits, ::testing::Values(WaitPolicy::SPIN, WaitPolicy::SLEEP),
+                         [](const auto& info) { return info.param == WaitPolicy::SPIN ? "spin" : "sleep"; });
+
+TEST_P(CommMpiWaits, AllReduce) {
   auto world = MpiRuntime::world();
   const int r = world->rank(), p = world->size();
   for (DType t : kAllDTypes)
@@ -65,7 +78,7 @@ TEST(CommMpi, AllReduce) {
         }
 }
 
-TEST(CommMpi, ReduceScatter) {
+TEST_P(CommMpiWaits, ReduceScatter) {
   auto world = MpiRuntime::world();
   const int r = world->rank(), p = world->size();
   for (DType t : kAllDTypes)
@@ -85,7 +98,7 @@ TEST(CommMpi, ReduceScatter) {
         }
 }
 
-TEST(CommMpi, AllGather) {
+TEST_P(CommMpiWaits, AllGather) {
   auto world = MpiRuntime::world();
   const int r = world->rank(), p = world->size();
   for (DType t : kAllDTypes)
@@ -106,7 +119,7 @@ TEST(CommMpi, AllGather) {
       }
 }
 
-TEST(CommMpi, Broadcast) {
+TEST_P(CommMpiWaits, Broadcast) {
   auto world = MpiRuntime::world();
   const int r = world->rank(), p = world->size();
   for (DType t : kAllDTypes)
@@ -122,7 +135,7 @@ TEST(CommMpi, Broadcast) {
 
 // Each rank sends to the next and receives from the previous (itself in a one-rank job), several
 // messages per step with distinct tags posted in opposite orders: MPI must match them by tag.
-TEST(CommMpi, SendRecvRing) {
+TEST_P(CommMpiWaits, SendRecvRing) {
   auto world = MpiRuntime::world();
   const int r = world->rank(), p = world->size();
   const int next = (r + 1) % p, prev = (r + p - 1) % p;
@@ -145,6 +158,38 @@ TEST(CommMpi, SendRecvRing) {
         EXPECT_TRUE(matches(in[k], [&](size_t i) { return input_value(t, prev, i + k); }))
             << ctx(t, n) << " tag " << k;
     }
+}
+
+TEST_P(CommMpiWaits, Barrier) {
+  auto world = MpiRuntime::world();
+  for (int i = 0; i < 5; ++i) world->barrier();
+}
+
+// A rank waiting under SLEEP leaves its core: rank 0 sends (and enters the barrier) 0.3 s late; the
+// others' receive and barrier waits take the wall time but almost no CPU time of their thread
+// (MPI_Wait polls: close to all of it).
+TEST(CommMpi, SleepingWaitsLeaveTheCore) {
+  auto world = MpiRuntime::world();
+  const int r = world->rank(), p = world->size();
+  if (p < 2) GTEST_SKIP() << "needs 2 ranks";
+  set_wait_policy(WaitPolicy::SLEEP);
+  double value = r == 0 ? 42 : 0;
+  WorkTimer t;
+  if (r == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (int peer = 1; peer < p; ++peer) world->send(&value, 1, DType::F64, peer, 7)->wait();
+  } else {
+    world->recv(&value, 1, DType::F64, 0, 7)->wait();
+  }
+  if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  world->barrier();
+  const WorkTime w = t.elapsed();
+  set_wait_policy(WaitPolicy::SPIN);
+  EXPECT_EQ(value, 42);
+  if (r != 0) {
+    EXPECT_GE(w.wall, 0.55);
+    EXPECT_LT(w.cpu, 0.1 * w.wall) << "rank " << r << " waited " << w.wall << " s using " << w.cpu << " s of CPU";
+  }
 }
 
 TEST(CommMpi, RequestTestPollsToCompletion) {

@@ -49,6 +49,27 @@ TEST(ComputeStretch, JitterIsSeededAndInRange) {
   EXPECT_GT(differs_seed, n * 9 / 10);
 }
 
+// hetero.jitter_span: one factor per episode of `span` minibatches (p = 1 … span, span + 1 … 2·span,
+// …), the episodes' factors drawn like span 1's minibatches' (episode e's factor = minibatch e's at
+// span 1), so span 1 is the per-minibatch jitter unchanged.
+TEST(ComputeStretch, JitterSpanHoldsOneFactorPerEpisode) {
+  const int span = 4;
+  const ComputeStretch per_mb(2, 1, 7, 3), episodes(2, 1, 7, 3, span);
+  int changes = 0;
+  for (int64_t p = 1; p <= 400; ++p) {
+    const int64_t e = (p - 1) / span + 1;
+    ASSERT_EQ(episodes.factor(p), per_mb.factor(e)) << "minibatch " << p << " is in episode " << e;
+    if (p > 1 && (p - 1) % span != 0) {
+      ASSERT_EQ(episodes.factor(p), episodes.factor(p - 1)) << p;
+    }
+    if (p > 1 && (p - 1) % span == 0) changes += episodes.factor(p) != episodes.factor(p - 1);
+  }
+  EXPECT_GT(changes, 95);  // 99 episode boundaries, each a new uniform draw
+  const ComputeStretch span_one(2, 1, 7, 3, 1);
+  for (int64_t p = 1; p <= 50; ++p) EXPECT_EQ(span_one.factor(p), per_mb.factor(p));
+  EXPECT_THROW(ComputeStretch(2, 1, 7, 3, 0), Error);
+}
+
 TEST(ComputeStretch, SleepsTheExtraTime) {
   const ComputeStretch s(3, 0, 1, 0);
   Timer t;

@@ -180,6 +180,7 @@ nm = 4
 policy = "hd"
 placement = "local"
 jitter = 0.25
+jitter_span = 4
 slowdown = [1, 2.5, 1, 1, 3, 1, 1, 1]
 memory_limit = [0, 0.5, 16, 16, 8, 8, 8, 8]
 deterministic = true
@@ -384,6 +385,7 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_EQ(c.hetero.policy, "hd");
   EXPECT_EQ(c.hetero.placement, Placement::LOCAL);
   EXPECT_DOUBLE_EQ(c.hetero.jitter, 0.25);
+  EXPECT_EQ(c.hetero.jitter_span, 4);
   EXPECT_EQ(c.hetero.slowdown, (std::vector<double>{1, 2.5, 1, 1, 3, 1, 1, 1}));
   EXPECT_EQ(c.hetero.memory_limit, (std::vector<double>{0, 0.5, 16, 16, 8, 8, 8, 8}));
   EXPECT_TRUE(c.hetero.deterministic);
@@ -923,6 +925,13 @@ TEST(DeviceEmulation, Refusals) {
     EXPECT_THAT(f.hint, HasSubstr("hetero.virtual_workers")) << key;
   }
   check_trainable(wsp_config({"hetero.jitter=0.5", "hetero.slowdown=[1, 3]"}));
+  // A span without jitter would lengthen episodes of nothing: refused.
+  f = failure_of([] { check_trainable(wsp_config({"hetero.jitter_span=4"})); });
+  EXPECT_THAT(f.what, HasSubstr("hetero.jitter_span = 4 sets how long a jitter factor lasts, but hetero.jitter = 0"));
+  EXPECT_THAT(f.hint, HasSubstr("hetero.jitter > 0"));
+  check_trainable(wsp_config({"hetero.jitter=0.5", "hetero.jitter_span=4"}));
+  f = failure_of([] { load_config_string("", "x.toml", {"hetero.jitter_span=0"}, 2); });
+  EXPECT_TRUE(f.thrown);
 }
 
 // precision.attention (issue 20): the three values; a kernel named explicitly is an error with a hint

@@ -13,20 +13,23 @@
 
 namespace baton {
 
-ComputeStretch::ComputeStretch(double slowdown, double jitter, uint64_t seed, int rank)
-    : slowdown_(slowdown), jitter_(jitter), seed_(seed), rank_(rank) {
+ComputeStretch::ComputeStretch(double slowdown, double jitter, uint64_t seed, int rank, int span)
+    : slowdown_(slowdown), jitter_(jitter), seed_(seed), rank_(rank), span_(span) {
   BATON_REQUIRE(std::isfinite(slowdown) && slowdown >= 1,
                 fmt::format("rank {}: slowdown {} is not a factor >= 1", rank, slowdown),
                 "hetero.slowdown gives each rank a factor >= 1 (1 = the rank's own speed)");
   BATON_REQUIRE(std::isfinite(jitter) && jitter >= 0, fmt::format("rank {}: jitter {} is negative", rank, jitter),
                 "hetero.jitter >= 0 (0 = off)");
+  BATON_REQUIRE(span >= 1, fmt::format("rank {}: jitter span {} is not a count of minibatches >= 1", rank, span),
+                "hetero.jitter_span >= 1 (1 = a new factor every minibatch)");
 }
 
 double ComputeStretch::factor(int64_t minibatch) const {
   if (jitter_ == 0) return slowdown_;
+  const int64_t episode = (minibatch - 1) / span_ + 1;  // span 1: the minibatch itself
   // 53 random bits -> u in [0, 1); a stream of its own ("stretch") apart from data and dropout.
   const uint64_t h = mix({seed_, hash_string("compute_stretch"), static_cast<uint64_t>(rank_),
-                          static_cast<uint64_t>(minibatch)});
+                          static_cast<uint64_t>(episode)});
   const double u = static_cast<double>(h >> 11) * 0x1.0p-53;
   return slowdown_ * (1 + jitter_ * u);
 }

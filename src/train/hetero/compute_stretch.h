@@ -7,8 +7,9 @@
 // lockstep runs (WSP with D = 0) and free-running ones share the cores alike. Sleeping, not
 // spinning, so ranks sharing the machine's cores keep them.
 //
-// factor(p) = slowdown × j(p), j(p) in [1, 1 + jitter] drawn from a hash of (seed, rank, p) alone:
-// the same run gives the same factors whatever the timing (reproducible emulated variability).
+// factor(p) = slowdown × j(e), j(e) in [1, 1 + jitter] drawn from a hash of (seed, rank, e) alone,
+// e = ⌊(p − 1) / span⌋ + 1 the straggler episode of minibatch p (p from 1; span 1: e = p): the same
+// run gives the same factors whatever the timing (reproducible emulated variability).
 #pragma once
 #include <cstdint>
 
@@ -18,10 +19,11 @@ namespace baton {
 
 class ComputeStretch {
  public:
-  // slowdown >= 1, jitter >= 0 (Error otherwise). slowdown = 1, jitter = 0: no stretch.
-  ComputeStretch(double slowdown, double jitter, uint64_t seed, int rank);
+  // slowdown >= 1, jitter >= 0, span >= 1 (Error otherwise). slowdown = 1, jitter = 0: no stretch.
+  ComputeStretch(double slowdown, double jitter, uint64_t seed, int rank, int span = 1);
 
-  // The factor minibatch `minibatch`'s compute is stretched by, >= slowdown, <= slowdown × (1 + jitter).
+  // The factor minibatch `minibatch` (from 1)'s compute is stretched by, >= slowdown, <= slowdown ×
+  // (1 + jitter); the same for the `span` minibatches of one episode.
   double factor(int64_t minibatch) const;
   // Sleeps factor(minibatch) × t.cpu − t.wall (when positive); returns the seconds actually slept.
   double stretch(WorkTime t, int64_t minibatch) const;
@@ -33,7 +35,7 @@ class ComputeStretch {
  private:
   double slowdown_, jitter_;
   uint64_t seed_;
-  int rank_;
+  int rank_, span_;
 };
 
 }  // namespace baton

@@ -8,20 +8,22 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
+#include "dist/comm.h"
 #include "train/loop/trainer.h"
 
 namespace baton {
 namespace {
 
 // Rank 0 logs what every rank emulates (config/device_emulation.h: a pure function of the config).
-void log_emulation(const std::vector<RankEmulation>& emu, const dist::Layout& layout, double jitter) {
+void log_emulation(const std::vector<RankEmulation>& emu, const dist::Layout& layout, double jitter, int span) {
+  const std::string per = span == 1 ? std::string("minibatch") : fmt::format("{} minibatches", span);
   for (size_t r = 0; r < emu.size(); ++r) {
     const RankEmulation& e = emu[r];
     if (!e.emulated() && e.device.empty() && jitter == 0) continue;
     log::info("rank {} (vw {}){}: compute x{:.3g}{}{} | memory limit {}", r, layout.place(static_cast<int>(r)).group,
               e.device.empty() ? std::string() : fmt::format(" emulates {}", e.device), e.slowdown,
               e.slowdown_from.empty() ? std::string() : fmt::format(" ({})", e.slowdown_from),
-              jitter == 0 ? std::string() : fmt::format(" x a seeded factor in [1, {:.3g}] per minibatch", 1 + jitter),
+              jitter == 0 ? std::string() : fmt::format(" x a seeded factor in [1, {:.3g}] per {}", 1 + jitter, per),
               e.memory_limit == 0 ? std::string("none") : format_bytes(static_cast<double>(e.memory_limit)));
   }
 }
@@ -32,7 +34,13 @@ VirtualWorkerSync::VirtualWorkerSync(const Config& cfg, dist::Comm& world, const
     : cfg_(cfg), world_(world), layout_(layout), vw_(layout.place(world.rank()).group),
       stage_(layout.place(world.rank()).stage), num_vw_(layout.num_groups()),
       mine_(rank_emulation(cfg, world.size())[static_cast<size_t>(world.rank())]),
-      stretch_(mine_.slowdown, cfg.hetero.jitter, cfg.train.seed, world.rank()) {}
+      stretch_(mine_.slowdown, cfg.hetero.jitter, cfg.train.seed, world.rank(), cfg.hetero.jitter_span) {
+  // Emulated devices are CPU ranks sharing the machine's cores: a rank that waits must not keep a
+  // core busy polling, or the ranks that compute run slower than their devices (dist/comm.h).
+  const std::vector<RankEmulation> emu = rank_emulation(cfg, world.size());
+  if (cfg.hetero.jitter > 0 || std::any_of(emu.begin(), emu.end(), [](const RankEmulation& e) { return e.slowdown != 1; }))
+    dist::set_wait_policy(dist::WaitPolicy::SLEEP);
+}
 
 SessionOptions VirtualWorkerSync::session_options() {
   return {.hooks = hooks(),
@@ -40,7 +48,11 @@ SessionOptions VirtualWorkerSync::session_options() {
 }
 
 void VirtualWorkerSync::attach(TrainSession& session) {
-  if (world_.rank() == 0) log_emulation(rank_emulation(cfg_, world_.size()), layout_, cfg_.hetero.jitter);
+  if (world_.rank() == 0) {
+    log_emulation(rank_emulation(cfg_, world_.size()), layout_, cfg_.hetero.jitter, cfg_.hetero.jitter_span);
+    if (dist::wait_policy() == dist::WaitPolicy::SLEEP)
+      log::info("emulated devices share the cores: a waiting rank sleeps between MPI tests instead of polling");
+  }
   peak_ = session.peak_tflops();
   images_ = session.builder().input_kind() == InputKind::IMAGES;
   header(session);
