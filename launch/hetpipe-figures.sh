@@ -259,7 +259,8 @@ def conv_table(prefix, title, unit):
               f"{stale if key != 'dp' else '–'} | {f'{rate:.2f}' if rate else '–'} |")
     print("\n```\n" + cmd(f"{prefix}-dp") + "\n" + cmd(f"{prefix}-d4") + "\n```\n")
 
-conv_table("conv-gpt", "the quickstart GPT, 80 minibatches of 8 sequences (each VW 4)", "")
+if os.path.exists(f"{out}/conv-gpt-dp.cmd"):  # a SECTIONS run without conv leaves none
+    conv_table("conv-gpt", "the quickstart GPT, 80 minibatches of 8 sequences (each VW 4)", "")
 if cnn:
     conv_table("conv-cnn", "the Fashion-MNIST ResNet-18, 80 minibatches of 250 images (each VW 125)", "")
 PY

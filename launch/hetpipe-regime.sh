@@ -10,8 +10,11 @@
 #   fig3   Figure 3's shape: one VW of 4 stages, minibatches/s for Nm = 1 … 6 (WSP, one VW, D = 0);
 #   alloc  NP vs ED vs HD: 4 ranks standing for 2 fast + 2 slow GPUs, 2 VWs of 2 stages partitioned
 #          by `baton plan --algorithm hetpipe --policy P` on a 2 + 2 cluster file, Nm = 2, D = 0;
-#   jitter D = 4 vs D = 0 with 4 VWs of 2 stages (8 ranks), Nm = 4, every rank's compute × a seeded
-#          factor in [1, 2] per minibatch: minibatches/s, waiting for the server, idle;
+#   waits  the alloc section's NP and ED with waiting ranks polling (BATON_WAIT_POLICY=spin) against
+#          sleeping (sleep, what emulated devices get by default), alternating (needs alloc's plans);
+#   jitter D = 4 vs D = 0 with 4 VWs of 2 stages (8 ranks), Nm = 4, 48 minibatches each, every
+#          rank's compute × a seeded factor (JITTERS: its range and how many minibatches it lasts):
+#          minibatches/s, waiting for the server, idle;
 #   place  ED-local vs default placement of the server's shards (2 VWs of 2 stages, stage s of each
 #          VW on "node" s): the bytes each wave moves within and across nodes (from the runs' WSP
 #          traces) and their time on the paper's network (56 Gb/s InfiniBand between nodes, PCIe 3
@@ -20,13 +23,15 @@
 #          against data parallelism dp = 2 × pp = 2 (pipedream, vertical sync) at lr; seeds 1, 2, 3.
 # Usage: launch/hetpipe-regime.sh [--report]   (--report: print the tables from the runs in $OUT)
 # Environment: BATON (default build/baton), REPS (default 3), OUT (default runs/hetpipe-regime),
-# SECTIONS (default "fig3 alloc jitter place conv"). About 25 minutes on the 2-core development VM.
+# SECTIONS (default "fig3 alloc waits jitter place conv"), JITTERS (default "1:1 1:8 2:8": the
+# jitter section's AMPLITUDE:SPAN variants). About 35 minutes on the 2-core development VM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BATON=${BATON:-build/baton}
 REPS=${REPS:-3}
 OUT=${OUT:-runs/hetpipe-regime}
-SECTIONS=${SECTIONS:-fig3 alloc jitter place conv}
+SECTIONS=${SECTIONS:-fig3 alloc waits jitter place conv}
+JITTERS=${JITTERS:-1:1 1:8 2:8}
 REPORT_ONLY=0
 for arg in "$@"; do
   case $arg in
@@ -84,12 +89,37 @@ if section alloc; then
   done
 fi
 
+if section waits; then
+  rm -rf "$OUT"/waits-*
+  # The allocation section's NP and ED runs with the wait policy forced (dist/comm.h): polling
+  # MPI waits against sleeping ones, alternating.
+  for rep in $(seq 1 "$REPS"); do
+    for pol in spin sleep; do
+      for policy in np ed; do
+        { read -r vws; read -r slowdown; } < "$OUT/plan-$policy.sets"
+        BATON_WAIT_POLICY=$pol job waits-$pol-$policy-$rep 4 "${QUIET[@]}" --set hetero.staleness=0 --set hetero.nm=2 \
+          --set train.micro_batch=4 --set train.global_batch=8 --set train.steps=16 --set "hetero.virtual_workers=$vws" \
+          --set "hetero.slowdown=$slowdown"
+      done
+    done
+  done
+fi
+
 if section jitter; then
   rm -rf "$OUT"/jitter-*
   JIT=(--set 'hetero.virtual_workers=["0,1", "2,3", "4,5", "6,7"]' --set "hetero.slowdown=[6,6,6,6,6,6,6,6]"
-       --set train.micro_batch=2 --set train.global_batch=8 --set train.steps=24 --set hetero.nm=4 --set hetero.jitter=1)
+       --set train.micro_batch=2 --set train.global_batch=8 --set train.steps=48 --set hetero.nm=4
+       --set optim.lr=1e-3)  # the quickstart's lr diverges under D = 4's staleness within 48 minibatches
+  # JITTERS: "AMPLITUDE:SPAN" variants — each rank's compute × a seeded factor in [1, 1 + AMPLITUDE]
+  # that holds SPAN minibatches: 1 = a new draw every minibatch (a wave's 4 draws average out), 8 =
+  # straggler episodes of two waves.
   for rep in $(seq 1 "$REPS"); do
-    for d in 4 0; do job jitter-d$d-$rep 8 "${QUIET[@]}" "${JIT[@]}" --set hetero.staleness=$d; done
+    for v in $JITTERS; do
+      for d in 4 0; do
+        job jitter-a${v%%:*}-s${v##*:}-d$d-$rep 8 "${QUIET[@]}" "${JIT[@]}" --set hetero.staleness=$d \
+          --set hetero.jitter=${v%%:*} --set hetero.jitter_span=${v##*:}
+      done
+    done
   done
 fi
 
@@ -173,22 +203,40 @@ if "alloc" in sections and have("alloc-"):
               f"{spread(ratio, '{:.2f}')} |")
     print("\n```\n" + cmd("alloc-np-1") + "\n" + cmd("alloc-ed-1") + "\n" + cmd("alloc-hd-1") + "\n```\n")
 
+if "waits" in sections and have("waits-"):
+    print("### Polling against sleeping waits (the allocation runs, BATON_WAIT_POLICY forced)\n")
+    print("| waits | NP job minibatches/s | ED job minibatches/s | ED ÷ NP (per repetition) | system seconds per run |")
+    print("|---|---|---|---|---|")
+    reps = sorted({int(re.search(r"-(\d+)\.cmd$", f).group(1)) for f in runs("waits-spin-np")})
+    for pol in ("spin", "sleep"):
+        np_ = [job_rate(f"waits-{pol}-np-{r}") for r in reps]
+        ed = [job_rate(f"waits-{pol}-ed-{r}") for r in reps]
+        sys_s = [float(open(f"{out}/waits-{pol}-{p}-{r}.time").read().split()[2]) for p in ("np", "ed") for r in reps]
+        print(f"| {pol} | {spread(np_)} | {spread(ed)} | {spread([e / n for e, n in zip(ed, np_)], '{:.2f}')} | "
+              f"{spread(sys_s, '{:.1f}')} |")
+    print("\n```\nBATON_WAIT_POLICY=spin " + cmd("waits-spin-np-1") + "\nBATON_WAIT_POLICY=sleep " + cmd("waits-sleep-ed-1") + "\n```\n")
+
 if "jitter" in sections and have("jitter-"):
-    print("### D = 4 against D = 0 with pipelined VWs under jitter (4 VWs × 2 stages, Nm = 4, compute × [1, 2])\n")
-    print("| D | job minibatches/s, median (min–max, n) | ÷ D = 0 (per repetition) | waiting for the server, s per VW | "
-          "idle, s per VW | idle / waiting |")
-    print("|---|---|---|---|---|---|")
-    reps = sorted({int(re.search(r"-(\d+)\.cmd$", f).group(1)) for f in runs("jitter-d0")})
-    for d in (4, 0):
-        names = [f"jitter-d{d}-{r}" for r in reps]
-        xs = [job_rate(n) for n in names]
-        ratio = [job_rate(f"jitter-d{d}-{r}") / job_rate(f"jitter-d0-{r}") for r in reps]
-        wait = [statistics.mean(v[-1]["wait_total_s"] for v in vws(n)) for n in names]
-        idle = [statistics.mean(v[-1]["idle_total_s"] for v in vws(n)) for n in names]
-        share = [i / w if w > 0 else 0 for i, w in zip(idle, wait)]
-        print(f"| {d} | {spread(xs)} | {spread(ratio, '{:.2f}')} | {spread(wait, '{:.2f}')} | {spread(idle, '{:.2f}')} | "
-              f"{spread([100 * s for s in share], '{:.0f}%')} |")
-    print("\n```\n" + cmd("jitter-d4-1") + "\n" + cmd("jitter-d0-1") + "\n```\n")
+    print("### D = 4 against D = 0 with pipelined VWs under jitter (4 VWs × 2 stages, Nm = 4)\n")
+    print("| compute × | factor lasts | D | job minibatches/s, median (min–max, n) | ÷ D = 0 (per repetition) | "
+          "waiting for the server, s per VW | idle, s per VW | idle / waiting |")
+    print("|---|---|---|---|---|---|---|---|")
+    variants = sorted({re.search(r"jitter-(a[\d.]+-s\d+)-d0-", f).group(1) for f in glob.glob(f"{out}/jitter-a*-d0-*.cmd")},
+                      key=lambda v: (int(v.split("-s")[1]), float(v[1:].split("-s")[0])))
+    for v in variants:
+        amp, span = v[1:].split("-s")
+        reps = sorted({int(re.search(r"-(\d+)\.cmd$", f).group(1)) for f in runs(f"jitter-{v}-d0")})
+        lasts = "1 minibatch" if span == "1" else f"{span} minibatches"
+        for d in (4, 0):
+            names = [f"jitter-{v}-d{d}-{r}" for r in reps]
+            xs = [job_rate(n) for n in names]
+            ratio = [job_rate(f"jitter-{v}-d{d}-{r}") / job_rate(f"jitter-{v}-d0-{r}") for r in reps]
+            wait = [statistics.mean(w[-1]["wait_total_s"] for w in vws(n)) for n in names]
+            idle = [statistics.mean(w[-1]["idle_total_s"] for w in vws(n)) for n in names]
+            share = [i / w if w > 0 else 0 for i, w in zip(idle, wait)]
+            print(f"| [1, {1 + float(amp):g}] | {lasts} | {d} | {spread(xs)} | {spread(ratio, '{:.2f}')} | "
+                  f"{spread(wait, '{:.2f}')} | {spread(idle, '{:.2f}')} | {spread([100 * s for s in share], '{:.0f}%')} |")
+    print("\n```\n" + "\n".join(cmd(f"jitter-{v}-d{d}-1") for v in variants for d in (4, 0)) + "\n```\n")
 
 if "place" in sections and have("place-"):
     node = {0: 0, 1: 0, 2: 1, 3: 1}  # ranks 0, 1 on node 0; 2, 3 on node 1
@@ -199,8 +247,7 @@ if "place" in sections and have("place-"):
           "job minibatches/s, median (min–max, n) |")
     print("|---|---|---|---|---|")
     reps = sorted({int(re.search(r"-(\d+)\.cmd$", f).group(1)) for f in runs("place-default")})
-    for placement in ("default", "local"):
-        name = f"place-{placement}-1"
+    def wire_bytes(name):
         intra = inter = 0
         waves = None
         for f in glob.glob(f"{out}/{name}/wsp-trace-vw*-stage*.jsonl"):
@@ -218,13 +265,22 @@ if "place" in sections and have("place-"):
                     intra += b
                 else:
                     inter += b
-        per_wave = (intra / waves, inter / waves)
+        assert waves, f"no WSP traffic record in {out}/{name}"
+        return intra / waves, inter / waves
+    for placement in ("default", "local"):
+        # Which rank folds pending updates into a shard depends on the run's timing, so the bytes
+        # within a node (a fold into one's own shard crosses no wire) vary between repetitions;
+        # the bytes across nodes do not.
+        per_rep = [wire_bytes(f"place-{placement}-{r}") for r in reps]
+        intra_mb = [b[0] / 1e6 for b in per_rep]
+        inter_mb = [b[1] / 1e6 for b in per_rep]
+        ms = [1e3 * (b[0] / INTRA + b[1] / INTER) for b in per_rep]
         xs = [job_rate(f"place-{placement}-{r}") for r in reps]
-        print(f"| {placement} | {per_wave[0] / 1e6:.2f} MB | {per_wave[1] / 1e6:.2f} MB | "
-              f"{1e3 * (per_wave[0] / INTRA + per_wave[1] / INTER):.2f} ms | {spread(xs)} |")
+        print(f"| {placement} | {spread(intra_mb, '{:.2f}')} MB | {spread(inter_mb, '{:.2f}')} MB | "
+              f"{spread(ms, '{:.2f}')} ms | {spread(xs)} |")
     print("\nBytes: what each rank's WSP traffic record (`run.trace`) says it moved — pushes, pulls and folds to "
           "and from every shard but its own, a follower's ũ parts to its leader and a leader's pull parts to its "
-          "followers — summed over the ranks and divided by the waves. Time: within-node bytes at 15.75 GB/s plus "
+          "followers — summed over the ranks and divided by the waves (within a node: which rank folds pending updates into a shard, its own or another, follows the run's timing). Time: within-node bytes at 15.75 GB/s plus "
           "across-node bytes at 7 GB/s (no overlap, no latency).\n")
     print("```\n" + cmd("place-default-1") + "\n" + cmd("place-local-1") + "\n```\n")
 

@@ -143,6 +143,8 @@ HET=(--set hetero.sync='"wsp"' --set hetero.nm=2 --set train.global_batch=16 --s
   --set hetero.virtual_workers='["0@V100", "1@P4000"]' > vq.log
 grep -q "rank 1 (vw 1) emulates QUADRO-P4000: compute x2.96" vq.log || { cat vq.log; fail "no emulation line"; }
 grep -q "^vw 1: 12 minibatches in .* minibatches/s (compute x" vq.log || { cat vq.log; fail "no per-VW summary"; }
+# Emulated devices share the cores: their waiting ranks sleep between MPI tests (dist/comm.h).
+grep -q "waiting ranks sleep between MPI tests" vq.log || { cat vq.log; fail "no wait-policy line"; }
 python3 - <<'PY'
 import json
 def vws(d):
@@ -175,6 +177,10 @@ PY
 # emulation keys without virtual workers, devices the table does not know or without a bf16 peak.
 expect_error "out of memory on rank 0: allocating .* would exceed its memory limit of 105 KiB" "$BATON" train tiny.toml \
   "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.memory_limit='[0.0001]'
+BATON_WAIT_POLICY=poll expect_error "BATON_WAIT_POLICY=poll is not a wait policy" "$BATON" train tiny.toml \
+  "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.slowdown='[2]'
+expect_error "hetero.jitter_span = 4 sets how long a jitter factor lasts, but hetero.jitter = 0" "$BATON" train \
+  tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.jitter_span=4
 expect_error "hetero.slowdown has 2 entries but the job has 1 rank" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
   --set hetero.sync='"wsp"' --set hetero.slowdown='[1, 3]'
 expect_error "hetero.slowdown\[0\] must be >= 1, got 0.5" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \

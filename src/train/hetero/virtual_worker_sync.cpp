@@ -2,6 +2,8 @@
 #include "train/hetero/virtual_worker_sync.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "config/virtual_workers.h"
 #include "core/bytes.h"
@@ -37,9 +39,16 @@ VirtualWorkerSync::VirtualWorkerSync(const Config& cfg, dist::Comm& world, const
       stretch_(mine_.slowdown, cfg.hetero.jitter, cfg.train.seed, world.rank(), cfg.hetero.jitter_span) {
   // Emulated devices are CPU ranks sharing the machine's cores: a rank that waits must not keep a
   // core busy polling, or the ranks that compute run slower than their devices (dist/comm.h).
+  // BATON_WAIT_POLICY=spin|sleep overrides the choice (side-by-side measurements of the two).
   const std::vector<RankEmulation> emu = rank_emulation(cfg, world.size());
-  if (cfg.hetero.jitter > 0 || std::any_of(emu.begin(), emu.end(), [](const RankEmulation& e) { return e.slowdown != 1; }))
-    dist::set_wait_policy(dist::WaitPolicy::SLEEP);
+  const bool emulated =
+      cfg.hetero.jitter > 0 || std::any_of(emu.begin(), emu.end(), [](const RankEmulation& e) { return e.slowdown != 1; });
+  const char* env = std::getenv("BATON_WAIT_POLICY");
+  const std::string forced = env ? env : "";
+  BATON_REQUIRE(forced.empty() || forced == "auto" || forced == "spin" || forced == "sleep",
+                fmt::format("BATON_WAIT_POLICY={} is not a wait policy", forced),
+                "set it to auto (sleep where devices are emulated), spin or sleep, or unset it");
+  if (forced == "sleep" || (emulated && forced != "spin")) dist::set_wait_policy(dist::WaitPolicy::SLEEP);
 }
 
 SessionOptions VirtualWorkerSync::session_options() {
@@ -51,7 +60,8 @@ void VirtualWorkerSync::attach(TrainSession& session) {
   if (world_.rank() == 0) {
     log_emulation(rank_emulation(cfg_, world_.size()), layout_, cfg_.hetero.jitter, cfg_.hetero.jitter_span);
     if (dist::wait_policy() == dist::WaitPolicy::SLEEP)
-      log::info("emulated devices share the cores: a waiting rank sleeps between MPI tests instead of polling");
+      log::info("waiting ranks sleep between MPI tests instead of polling (emulated devices share the cores; "
+                "BATON_WAIT_POLICY=spin polls)");
   }
   peak_ = session.peak_tflops();
   images_ = session.builder().input_kind() == InputKind::IMAGES;
