@@ -2,9 +2,11 @@
 // convenience (loss / norm reductions), which every backend routes through one virtual hook.
 #include "dist/comm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "dist/wait_state.h"
@@ -72,6 +74,9 @@ std::atomic<WaitPolicy> g_wait_policy{WaitPolicy::SPIN};
 }  // namespace
 void set_wait_policy(WaitPolicy policy) { g_wait_policy.store(policy, std::memory_order_relaxed); }
 WaitPolicy wait_policy() { return g_wait_policy.load(std::memory_order_relaxed); }
+void sleep_backoff(int attempt, int first_us, int max_us) {
+  std::this_thread::sleep_for(std::chrono::microseconds(std::min(max_us, first_us << std::min(attempt, 16))));
+}
 void mark_background_thread() { t_background = true; }
 BlockedTimer::BlockedTimer(const char* op, const std::string* whom) : start_(now_seconds()) {
   if (!t_background) wait_detail::enter(op, whom);

@@ -104,6 +104,10 @@ void mark_background_thread();
 enum class WaitPolicy : uint8_t { SPIN, SLEEP };
 void set_wait_policy(WaitPolicy policy);
 WaitPolicy wait_policy();
+// The sleep between two polls of something another rank completes: first_us, doubling with each
+// attempt (from 0), at most max_us. Every polling wait (SLEEP, the parameter server's pulls, the
+// deterministic mode's turns) backs off this way, leaving the core to the ranks that compute.
+void sleep_backoff(int attempt, int first_us, int max_us);
 
 class BlockedTimer {
  public:

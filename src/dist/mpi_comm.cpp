@@ -1,10 +1,7 @@
 // MpiComm: each Comm call is one MPI call on host buffers (see mpi_comm.h for the invariants).
 #include "dist/mpi_comm.h"
 
-#include <algorithm>
-#include <chrono>
 #include <climits>
-#include <thread>
 
 #include <fmt/ranges.h>
 
@@ -34,7 +31,7 @@ void finish(MPI_Request* req, MPI_Status* st) {
   for (int attempt = 0;; ++attempt) {
     check_mpi(MPI_Test(req, &done, st), "MPI_Test");
     if (done) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 20 << std::min(attempt, 6))));
+    sleep_backoff(attempt, 20, 1000);
   }
 }
 

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <exception>
 #include <string>
-#include <thread>
 
 #include "core/error.h"
 #include "dist/comm.h"
@@ -228,7 +227,7 @@ std::optional<int64_t> ParamServer::try_pull(int64_t needs, float* out, const Se
       return lo;
     }
     // A wave was complete on some shards only while we read them: read again once it is on all.
-    std::this_thread::sleep_for(std::chrono::microseconds(std::min(2000, 50 << std::min(attempt, 5))));
+    sleep_backoff(attempt, 50, 1600);
   }
 }
 
@@ -249,7 +248,7 @@ int64_t ParamServer::pull(int64_t needs, float* out, const Selection& sel, doubl
     // The stall watchdog's report names what the pull waits for.
     const std::string whom = waiting_for(needs);
     BlockedTimer blocked("parameter server pull", &whom);
-    std::this_thread::sleep_for(std::chrono::microseconds(std::min(2000, 50 << std::min(attempt, 6))));
+    sleep_backoff(attempt, 50, 2000);
   }
 }
 

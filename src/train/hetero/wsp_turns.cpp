@@ -3,8 +3,6 @@
 #include "train/hetero/wsp_turns.h"
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 
 #include <fmt/ranges.h>
 
@@ -158,7 +156,7 @@ void WspTurns::begin(Turn::Hook hook, int64_t minibatch) {
     dist::BlockedTimer blocked("the deterministic mode's turn token");
     // Poll with sleeps: a blocking MPI receive would spin on a core a computing rank needs.
     for (int attempt = 0; !r->test(); ++attempt)
-      std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 50 << std::min(attempt, 5))));
+      dist::sleep_backoff(attempt, 50, 1000);
   }
   r->wait();
   BATON_ASSERT(token == i - 1, "deterministic mode: VW {} (turn {}) got the token of turn {} from rank {}", vw_, i,
