@@ -12,9 +12,9 @@
 #          by `baton plan --algorithm hetpipe --policy P` on a 2 + 2 cluster file, Nm = 2, D = 0;
 #   waits  the alloc section's NP and ED with waiting ranks polling (BATON_WAIT_POLICY=spin) against
 #          sleeping (sleep, what emulated devices get by default), alternating (needs alloc's plans);
-#   jitter D = 4 vs D = 0 with 4 VWs of 2 stages (8 ranks), Nm = 4, 48 minibatches each, every
-#          rank's compute × a seeded factor (JITTERS: its range and how many minibatches it lasts):
-#          minibatches/s, waiting for the server, idle;
+#   jitter D = 4 vs D = 0 with 4 VWs of 2 stages (8 ranks), Nm = 4, JITTER_STEPS minibatches each,
+#          every rank's compute × a seeded factor (JITTERS: its range, how many minibatches it lasts,
+#          whether each rank or each VW draws it): minibatches/s, waiting for the server, idle;
 #   place  ED-local vs default placement of the server's shards (2 VWs of 2 stages, stage s of each
 #          VW on "node" s): the bytes each wave moves within and across nodes (from the runs' WSP
 #          traces) and their time on the paper's network (56 Gb/s InfiniBand between nodes, PCIe 3
@@ -24,7 +24,8 @@
 # Usage: launch/hetpipe-regime.sh [--report]   (--report: print the tables from the runs in $OUT)
 # Environment: BATON (default build/baton), REPS (default 3), OUT (default runs/hetpipe-regime),
 # SECTIONS (default "fig3 alloc waits jitter place conv"), JITTERS (default "1:1 1:8 2:8": the
-# jitter section's AMPLITUDE:SPAN variants). About 35 minutes on the 2-core development VM.
+# jitter section's AMPLITUDE:SPAN[:vw] variants, :vw = hetero.jitter_scope "vw"), JITTER_STEPS
+# (default 48). About 35 minutes on the 2-core development VM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BATON=${BATON:-build/baton}
@@ -32,6 +33,7 @@ REPS=${REPS:-3}
 OUT=${OUT:-runs/hetpipe-regime}
 SECTIONS=${SECTIONS:-fig3 alloc waits jitter place conv}
 JITTERS=${JITTERS:-1:1 1:8 2:8}
+JITTER_STEPS=${JITTER_STEPS:-48}
 REPORT_ONLY=0
 for arg in "$@"; do
   case $arg in
@@ -108,16 +110,18 @@ fi
 if section jitter; then
   rm -rf "$OUT"/jitter-*
   JIT=(--set 'hetero.virtual_workers=["0,1", "2,3", "4,5", "6,7"]' --set "hetero.slowdown=[6,6,6,6,6,6,6,6]"
-       --set train.micro_batch=2 --set train.global_batch=8 --set train.steps=48 --set hetero.nm=4
+       --set train.micro_batch=2 --set train.global_batch=8 --set train.steps=$JITTER_STEPS --set hetero.nm=4
        --set optim.lr=1e-3)  # the quickstart's lr diverges under D = 4's staleness within 48 minibatches
-  # JITTERS: "AMPLITUDE:SPAN" variants — each rank's compute × a seeded factor in [1, 1 + AMPLITUDE]
-  # that holds SPAN minibatches: 1 = a new draw every minibatch (a wave's 4 draws average out), 8 =
-  # straggler episodes of two waves.
+  # JITTERS: "AMPLITUDE:SPAN[:vw]" variants — each rank's compute × a seeded factor in
+  # [1, 1 + AMPLITUDE] that holds SPAN minibatches: 1 = a new draw every minibatch (a wave's 4
+  # draws average out), 8 = straggler episodes of two waves; :vw = one draw for all of a VW's
+  # stages (hetero.jitter_scope = "vw": the VW straggles as a whole).
   for rep in $(seq 1 "$REPS"); do
     for v in $JITTERS; do
+      IFS=: read -r amp span scope <<<"$v"
       for d in 4 0; do
-        job jitter-a${v%%:*}-s${v##*:}-d$d-$rep 8 "${QUIET[@]}" "${JIT[@]}" --set hetero.staleness=$d \
-          --set hetero.jitter=${v%%:*} --set hetero.jitter_span=${v##*:}
+        job jitter-a$amp-s$span${scope:+-$scope}-d$d-$rep 8 "${QUIET[@]}" "${JIT[@]}" --set hetero.staleness=$d \
+          --set hetero.jitter=$amp --set hetero.jitter_span=$span ${scope:+--set hetero.jitter_scope=\"$scope\"}
       done
     done
   done
@@ -218,13 +222,15 @@ if "waits" in sections and have("waits-"):
 
 if "jitter" in sections and have("jitter-"):
     print("### D = 4 against D = 0 with pipelined VWs under jitter (4 VWs × 2 stages, Nm = 4)\n")
-    print("| compute × | factor lasts | D | job minibatches/s, median (min–max, n) | ÷ D = 0 (per repetition) | "
-          "waiting for the server, s per VW | idle, s per VW | idle / waiting |")
-    print("|---|---|---|---|---|---|---|---|")
-    variants = sorted({re.search(r"jitter-(a[\d.]+-s\d+)-d0-", f).group(1) for f in glob.glob(f"{out}/jitter-a*-d0-*.cmd")},
-                      key=lambda v: (int(v.split("-s")[1]), float(v[1:].split("-s")[0])))
+    print("| compute × | factor lasts | drawn per | minibatches | D | job minibatches/s, median (min–max, n) | "
+          "÷ D = 0 (per repetition) | waiting for the server, s per VW | idle, s per VW | idle / waiting |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    pattern = r"jitter-(a([\d.]+)-s(\d+)(-vw)?)-d0-"
+    found = {re.search(pattern, f).groups() for f in glob.glob(f"{out}/jitter-a*-d0-*.cmd")}
+    variants = [g[0] for g in sorted(found, key=lambda g: (bool(g[3]), int(g[2]), float(g[1])))]
     for v in variants:
-        amp, span = v[1:].split("-s")
+        _, amp, span, vw_scope = re.search(pattern, f"jitter-{v}-d0-").groups()
+        steps = re.search(r"train.steps=(\d+)", cmd(f"jitter-{v}-d0-1")).group(1)
         reps = sorted({int(re.search(r"-(\d+)\.cmd$", f).group(1)) for f in runs(f"jitter-{v}-d0")})
         lasts = "1 minibatch" if span == "1" else f"{span} minibatches"
         for d in (4, 0):
@@ -234,7 +240,7 @@ if "jitter" in sections and have("jitter-"):
             wait = [statistics.mean(w[-1]["wait_total_s"] for w in vws(n)) for n in names]
             idle = [statistics.mean(w[-1]["idle_total_s"] for w in vws(n)) for n in names]
             share = [i / w if w > 0 else 0 for i, w in zip(idle, wait)]
-            print(f"| [1, {1 + float(amp):g}] | {lasts} | {d} | {spread(xs)} | {spread(ratio, '{:.2f}')} | "
+            print(f"| [1, {1 + float(amp):g}] | {lasts} | {'VW' if vw_scope else 'rank'} | {steps} | {d} | {spread(xs)} | {spread(ratio, '{:.2f}')} | "
                   f"{spread(wait, '{:.2f}')} | {spread(idle, '{:.2f}')} | {spread([100 * s for s in share], '{:.0f}%')} |")
     print("\n```\n" + "\n".join(cmd(f"jitter-{v}-d{d}-1") for v in variants for d in (4, 0)) + "\n```\n")
 

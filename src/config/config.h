@@ -176,6 +176,10 @@ struct HeteroConfig {
   // Minibatches one jitter factor lasts (1 = a new draw every minibatch; Nm = one per wave): a
   // straggler episode, the temporally correlated slowdowns of shared clusters.
   int jitter_span = 1;
+  // Whose compute one jitter draw slows: "rank" (each rank its own factors: a device's own
+  // variability) or "vw" (every stage of a VW the VW's factors: a straggler that slows a VW as a
+  // whole — its input pipeline, its host, a node of its own under NP-style placement).
+  std::string jitter_scope = "rank";
   // Emulated devices on one machine (config/device_emulation.h), one entry per rank: its compute is
   // stretched by this factor (>= 1). Empty = from the devices named in virtual_workers (the fastest
   // named device's peak / the rank's device's peak), 1 where none is named.

@@ -178,6 +178,9 @@ std::vector<KeyDesc> make_table() {
                 "per minibatch (emulated variability; 0 = off)", .range = at_least(0)),
       BATON_KEY(hetero, jitter_span, "minibatches each jitter factor lasts (1 = a new draw per minibatch; "
                 "larger = straggler episodes, e.g. hetero.nm for one factor per wave)", .range = at_least(1)),
+      BATON_KEY(hetero, jitter_scope, "whose compute a jitter draw slows: rank (each rank its own factors) or "
+                "vw (every stage of a virtual worker the VW's factors: the VW straggles as a whole)",
+                .allowed = {"rank", "vw"}),
       BATON_KEY(hetero, slowdown, "per rank: stretch its compute by this factor (>= 1), e.g. [1, 3] (empty = "
                 "from the devices named in virtual_workers, relative to the fastest; none named = 1)",
                 .range = at_least(1)),

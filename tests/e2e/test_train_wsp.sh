@@ -141,6 +141,11 @@ HET=(--set hetero.sync='"wsp"' --set hetero.nm=2 --set train.global_batch=16 --s
   --set hetero.staleness=6 --set optim.lr=0.2 > het.log
 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${HET[@]}" --set run.dir=vq --set optim.lr=0.2 \
   --set hetero.virtual_workers='["0@V100", "1@P4000"]' > vq.log
+# (c) The same seed, every VW's factors its own stream (hetero.jitter_scope = "vw").
+"${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${HET[@]}" --set run.dir=hvw --set hetero.staleness=6 \
+  --set optim.lr=0.2 --set hetero.jitter_scope='"vw"' > hvw.log
+grep -q "rank 1 (vw 1): compute x1 x a seeded factor in \[1, 1.5\] per minibatch (the VW's factors)" hvw.log ||
+  { cat hvw.log; fail "no per-VW jitter line"; }
 grep -q "rank 1 (vw 1) emulates QUADRO-P4000: compute x2.96" vq.log || { cat vq.log; fail "no emulation line"; }
 grep -q "^vw 1: 12 minibatches in .* minibatches/s (compute x" vq.log || { cat vq.log; fail "no per-VW summary"; }
 # Emulated devices share the cores: their waiting ranks sleep between MPI tests (dist/comm.h).
@@ -149,7 +154,7 @@ python3 - <<'PY'
 import json
 def vws(d):
     return [[json.loads(l) for l in open(f"{d}/metrics.jsonl")], [json.loads(l) for l in open(f"{d}/metrics-vw1.jsonl")]]
-het, vq = vws("het"), vws("vq")
+het, vq, hvw = vws("het"), vws("vq"), vws("hvw")
 for v in het + vq:
     assert len(v) == 12
     for r in v:
@@ -169,6 +174,11 @@ for k, (s_het, s_dev) in enumerate([(1, 1), (8, s_vq)]):
     assert all(1 <= j <= 1.5 for j in jh) and len(set(jh)) > 6, f"VW {k}: jitter factors {jh}"
     assert max(abs(a - b) for a, b in zip(jh, jv)) < 1e-9, f"VW {k}: the jitter differs between runs: {jh} {jv}"
 assert [r["slowdown"] for r in het[0]] != [r["slowdown"] for r in het[1]], "both ranks drew the same jitter"
+# jitter_scope = "vw": factors in the same range from the VW's stream, not the rank's.
+for k in range(2):
+    jw, jr = [r["slowdown"] for r in hvw[k]], [r["slowdown"] / (1, 8)[k] for r in het[k]]
+    assert len(jw) == 12 and all(1 <= j <= 1.5 for j in jw) and len(set(jw)) > 6, f"VW {k}: per-VW factors {jw}"
+    assert sum(a != b for a, b in zip(jw, jr)) >= 10, f"VW {k}: jitter_scope = vw drew the rank's factors {jw}"
 assert vq[1][-1]["stretch_s"] > 0 and vq[0][-1]["idle_total_s"] > 0, "with D = 0 the fast VW never waited"
 print(f"slowdown [1, 8]: {rate[0]:.0f} vs {rate[1]:.0f} minibatches/s; V100 + P4000 (x{s_vq:.2f}), D = 0: VW 0 waited "
       f"{vq[0][-1]['wait_total_s']:.3f} s, idle {vq[0][-1]['idle_total_s']:.3f} s")
@@ -181,6 +191,8 @@ BATON_WAIT_POLICY=poll expect_error "BATON_WAIT_POLICY=poll is not a wait policy
   "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.slowdown='[2]'
 expect_error "hetero.jitter_span = 4 sets how long a jitter factor lasts, but hetero.jitter = 0" "$BATON" train \
   tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.jitter_span=4
+expect_error "hetero.jitter_scope = \"vw\" sets whose compute a jitter factor slows, but hetero.jitter = 0" "$BATON" \
+  train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.jitter_scope='"vw"'
 expect_error "hetero.slowdown has 2 entries but the job has 1 rank" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
   --set hetero.sync='"wsp"' --set hetero.slowdown='[1, 3]'
 expect_error "hetero.slowdown\[0\] must be >= 1, got 0.5" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \

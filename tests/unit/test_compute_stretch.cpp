@@ -70,6 +70,24 @@ TEST(ComputeStretch, JitterSpanHoldsOneFactorPerEpisode) {
   EXPECT_THROW(ComputeStretch(2, 1, 7, 3, 0), Error);
 }
 
+// hetero.jitter_scope = "vw": the factors are the VW's — the same on every rank of it, whatever its
+// slowdown — and differ between VWs and from the per-rank draws.
+TEST(ComputeStretch, VwScopeGivesEveryRankOfTheVwItsFactors) {
+  const int span = 4;
+  const ComputeStretch stage0(2, 1, 7, /*rank*/ 2, span, /*vw*/ 1), stage1(3, 1, 7, /*rank*/ 3, span, /*vw*/ 1);
+  const ComputeStretch other_vw(2, 1, 7, 4, span, 2), own(2, 1, 7, 2, span);
+  int differs_vw = 0, differs_rank = 0;
+  for (int64_t p = 1; p <= 400; ++p) {
+    ASSERT_DOUBLE_EQ(stage0.factor(p) / 2, stage1.factor(p) / 3) << "minibatch " << p << ": one jitter draw for the VW";
+    ASSERT_GE(stage0.factor(p), 2.0);
+    ASSERT_LE(stage0.factor(p), 4.0);
+    differs_vw += stage0.factor(p) != other_vw.factor(p);
+    differs_rank += stage0.factor(p) != own.factor(p);
+  }
+  EXPECT_GT(differs_vw, 390);
+  EXPECT_GT(differs_rank, 390);
+}
+
 TEST(ComputeStretch, SleepsTheExtraTime) {
   const ComputeStretch s(3, 0, 1, 0);
   Timer t;

@@ -181,6 +181,7 @@ policy = "hd"
 placement = "local"
 jitter = 0.25
 jitter_span = 4
+jitter_scope = "vw"
 slowdown = [1, 2.5, 1, 1, 3, 1, 1, 1]
 memory_limit = [0, 0.5, 16, 16, 8, 8, 8, 8]
 deterministic = true
@@ -386,6 +387,7 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_EQ(c.hetero.placement, Placement::LOCAL);
   EXPECT_DOUBLE_EQ(c.hetero.jitter, 0.25);
   EXPECT_EQ(c.hetero.jitter_span, 4);
+  EXPECT_EQ(c.hetero.jitter_scope, "vw");
   EXPECT_EQ(c.hetero.slowdown, (std::vector<double>{1, 2.5, 1, 1, 3, 1, 1, 1}));
   EXPECT_EQ(c.hetero.memory_limit, (std::vector<double>{0, 0.5, 16, 16, 8, 8, 8, 8}));
   EXPECT_TRUE(c.hetero.deterministic);
@@ -932,6 +934,13 @@ TEST(DeviceEmulation, Refusals) {
   check_trainable(wsp_config({"hetero.jitter=0.5", "hetero.jitter_span=4"}));
   f = failure_of([] { load_config_string("", "x.toml", {"hetero.jitter_span=0"}, 2); });
   EXPECT_TRUE(f.thrown);
+  // Likewise a scope without jitter; a scope that is neither rank nor vw is an unknown value.
+  f = failure_of([] { check_trainable(wsp_config({"hetero.jitter_scope=\"vw\""})); });
+  EXPECT_THAT(f.what, HasSubstr("hetero.jitter_scope = \"vw\" sets whose compute a jitter factor slows, but hetero.jitter = 0"));
+  check_trainable(wsp_config({"hetero.jitter=0.5", "hetero.jitter_scope=\"vw\""}));
+  f = failure_of([] { load_config_string("", "x.toml", {"hetero.jitter_scope=\"node\""}, 2); });
+  EXPECT_TRUE(f.thrown);
+  EXPECT_THAT(f.what, HasSubstr("hetero.jitter_scope"));
 }
 
 // precision.attention (issue 20): the three values; a kernel named explicitly is an error with a hint

@@ -9,7 +9,9 @@
 //
 // factor(p) = slowdown × j(e), j(e) in [1, 1 + jitter] drawn from a hash of (seed, rank, e) alone,
 // e = ⌊(p − 1) / span⌋ + 1 the straggler episode of minibatch p (p from 1; span 1: e = p): the same
-// run gives the same factors whatever the timing (reproducible emulated variability).
+// run gives the same factors whatever the timing (reproducible emulated variability). With a VW
+// given (hetero.jitter_scope = "vw") j(e) is drawn from (seed, vw, e) instead, a stream of its own:
+// every stage of the VW is slowed alike, the VW straggles as a whole.
 #pragma once
 #include <cstdint>
 
@@ -20,7 +22,8 @@ namespace baton {
 class ComputeStretch {
  public:
   // slowdown >= 1, jitter >= 0, span >= 1 (Error otherwise). slowdown = 1, jitter = 0: no stretch.
-  ComputeStretch(double slowdown, double jitter, uint64_t seed, int rank, int span = 1);
+  // vw >= 0: the jitter factors are that VW's (shared by its ranks), else the rank's own.
+  ComputeStretch(double slowdown, double jitter, uint64_t seed, int rank, int span = 1, int vw = -1);
 
   // The factor minibatch `minibatch` (from 1)'s compute is stretched by, >= slowdown, <= slowdown ×
   // (1 + jitter); the same for the `span` minibatches of one episode.
@@ -35,7 +38,7 @@ class ComputeStretch {
  private:
   double slowdown_, jitter_;
   uint64_t seed_;
-  int rank_, span_;
+  int rank_, span_, vw_;
 };
 
 }  // namespace baton

@@ -17,8 +17,10 @@ namespace baton {
 namespace {
 
 // Rank 0 logs what every rank emulates (config/device_emulation.h: a pure function of the config).
-void log_emulation(const std::vector<RankEmulation>& emu, const dist::Layout& layout, double jitter, int span) {
-  const std::string per = span == 1 ? std::string("minibatch") : fmt::format("{} minibatches", span);
+void log_emulation(const std::vector<RankEmulation>& emu, const dist::Layout& layout, const HeteroConfig& h) {
+  const double jitter = h.jitter;
+  const std::string per = (h.jitter_span == 1 ? std::string("minibatch") : fmt::format("{} minibatches", h.jitter_span)) +
+                          (h.jitter_scope == "vw" ? " (the VW's factors)" : "");
   for (size_t r = 0; r < emu.size(); ++r) {
     const RankEmulation& e = emu[r];
     if (!e.emulated() && e.device.empty() && jitter == 0) continue;
@@ -36,7 +38,8 @@ VirtualWorkerSync::VirtualWorkerSync(const Config& cfg, dist::Comm& world, const
     : cfg_(cfg), world_(world), layout_(layout), vw_(layout.place(world.rank()).group),
       stage_(layout.place(world.rank()).stage), num_vw_(layout.num_groups()),
       mine_(rank_emulation(cfg, world.size())[static_cast<size_t>(world.rank())]),
-      stretch_(mine_.slowdown, cfg.hetero.jitter, cfg.train.seed, world.rank(), cfg.hetero.jitter_span) {
+      stretch_(mine_.slowdown, cfg.hetero.jitter, cfg.train.seed, world.rank(), cfg.hetero.jitter_span,
+               cfg.hetero.jitter_scope == "vw" ? vw_ : -1) {
   // Emulated devices are CPU ranks sharing the machine's cores: a rank that waits must not keep a
   // core busy polling, or the ranks that compute run slower than their devices (dist/comm.h).
   // BATON_WAIT_POLICY=spin|sleep overrides the choice (side-by-side measurements of the two).
@@ -58,7 +61,7 @@ SessionOptions VirtualWorkerSync::session_options() {
 
 void VirtualWorkerSync::attach(TrainSession& session) {
   if (world_.rank() == 0) {
-    log_emulation(rank_emulation(cfg_, world_.size()), layout_, cfg_.hetero.jitter, cfg_.hetero.jitter_span);
+    log_emulation(rank_emulation(cfg_, world_.size()), layout_, cfg_.hetero);
     if (dist::wait_policy() == dist::WaitPolicy::SLEEP)
       log::info("waiting ranks sleep between MPI tests instead of polling (emulated devices share the cores; "
                 "BATON_WAIT_POLICY=spin polls)");
