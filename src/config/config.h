@@ -180,6 +180,10 @@ struct HeteroConfig {
   // variability) or "vw" (every stage of a VW the VW's factors: a straggler that slows a VW as a
   // whole — its input pipeline, its host, a node of its own under NP-style placement).
   std::string jitter_scope = "rank";
+  // The share of episodes that straggle (1 = every episode draws a factor in [1, 1 + jitter]; q < 1:
+  // an episode is slowed only with probability q, else runs at the rank's speed — occasional
+  // stragglers rather than constant variation).
+  double jitter_probability = 1;
   // Emulated devices on one machine (config/device_emulation.h), one entry per rank: its compute is
   // stretched by this factor (>= 1). Empty = from the devices named in virtual_workers (the fastest
   // named device's peak / the rank's device's peak), 1 where none is named.

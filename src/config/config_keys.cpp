@@ -181,6 +181,9 @@ std::vector<KeyDesc> make_table() {
       BATON_KEY(hetero, jitter_scope, "whose compute a jitter draw slows: rank (each rank its own factors) or "
                 "vw (every stage of a virtual worker the VW's factors: the VW straggles as a whole)",
                 .allowed = {"rank", "vw"}),
+      BATON_KEY(hetero, jitter_probability, "share of jitter episodes that straggle: each draws a factor in "
+                "[1, 1 + jitter] with this probability, else runs at full speed (1 = every episode)",
+                .range = Range{.lo = 0, .hi = 1, .lo_open = true}),
       BATON_KEY(hetero, slowdown, "per rank: stretch its compute by this factor (>= 1), e.g. [1, 3] (empty = "
                 "from the devices named in virtual_workers, relative to the fastest; none named = 1)",
                 .range = at_least(1)),

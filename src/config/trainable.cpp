@@ -28,6 +28,10 @@ void check_hetero_trainable(const Config& cfg) {
                 fmt::format("hetero.jitter_scope = \"{}\" sets whose compute a jitter factor slows, but hetero.jitter = 0",
                             h.jitter_scope),
                 "set hetero.jitter > 0 (e.g. 1: factors in [1, 2]), or drop hetero.jitter_scope");
+  BATON_REQUIRE(h.jitter_probability == 1 || h.jitter > 0,
+                fmt::format("hetero.jitter_probability = {} sets how often a jitter episode straggles, but "
+                            "hetero.jitter = 0", h.jitter_probability),
+                "set hetero.jitter > 0 (e.g. 2: stragglers 1 to 3 times slower), or drop hetero.jitter_probability");
   BATON_REQUIRE(h.policy.empty() || !h.cluster.empty(),
                 fmt::format("hetero.policy = \"{}\" groups the devices of hetero.cluster, which is not set", h.policy),
                 "set hetero.cluster to a cluster file (configs/clusters/), or drop hetero.policy");

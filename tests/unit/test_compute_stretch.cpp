@@ -88,6 +88,45 @@ TEST(ComputeStretch, VwScopeGivesEveryRankOfTheVwItsFactors) {
   EXPECT_GT(differs_rank, 390);
 }
 
+// hetero.jitter_probability = q: a share q of the episodes straggle — each with the factor q = 1
+// draws for it (the straggle decision is a stream of its own) — the others run at the slowdown.
+// Per rank and per VW alike; q outside (0, 1] is refused.
+TEST(ComputeStretch, JitterProbabilitySlowsAShareOfTheEpisodes) {
+  const int span = 4, episodes = 4000;
+  for (const int vw : {-1, 2}) {
+    const ComputeStretch always(2, 1, 7, 3, span, vw), sometimes(2, 1, 7, 3, span, vw, 0.25);
+    const ComputeStretch once_more(2, 1, 7, 3, span, vw, 0.25), rarely(2, 1, 7, 3, span, vw, 0.1);
+    int straggled = 0, rare = 0;
+    double straggler_sum = 0;
+    for (int64_t e = 1; e <= episodes; ++e) {
+      const int64_t p = (e - 1) * span + 1;
+      const double f = sometimes.factor(p);
+      ASSERT_EQ(f, once_more.factor(p)) << "a function of (seed, key, episode) alone";
+      ASSERT_EQ(f, sometimes.factor(p + span - 1)) << "one decision per episode";
+      ASSERT_TRUE(f == 2.0 || f == always.factor(p)) << "episode " << e << ": a straggler keeps q = 1's factor";
+      straggled += f != 2.0;
+      if (f != 2.0) straggler_sum += f;
+      // The decisions nest: a smaller q straggles in a subset of a larger q's episodes.
+      if (rarely.factor(p) != 2.0) {
+        ++rare;
+        ASSERT_NE(f, 2.0) << "episode " << e;
+      }
+    }
+    // Binomial(4000, 0.25): standard deviation 0.0068 of the share.
+    EXPECT_NEAR(static_cast<double>(straggled) / episodes, 0.25, 0.03) << "vw " << vw;
+    EXPECT_NEAR(static_cast<double>(rare) / episodes, 0.1, 0.02) << "vw " << vw;
+    // The stragglers' factors span all of [2, 4] (mean 3; sd of the mean ~0.02), not only its low end
+    // as they would if the decision reused the factor's draw.
+    EXPECT_NEAR(straggler_sum / straggled, 3.0, 0.1) << "vw " << vw;
+  }
+  const ComputeStretch per_rank(2, 1, 7, 3, span, -1, 0.25), per_vw(2, 1, 7, 3, span, 3, 0.25);
+  int differ = 0;
+  for (int64_t p = 1; p <= 400 * span; p += span) differ += (per_rank.factor(p) == 2.0) != (per_vw.factor(p) == 2.0);
+  EXPECT_GT(differ, 60) << "rank 3's and VW 3's decisions are different streams";  // ~37.5% of 400
+  EXPECT_THROW(ComputeStretch(2, 1, 7, 3, span, -1, 0), Error);
+  EXPECT_THROW(ComputeStretch(2, 1, 7, 3, span, -1, 1.5), Error);
+}
+
 TEST(ComputeStretch, SleepsTheExtraTime) {
   const ComputeStretch s(3, 0, 1, 0);
   Timer t;

@@ -182,6 +182,7 @@ placement = "local"
 jitter = 0.25
 jitter_span = 4
 jitter_scope = "vw"
+jitter_probability = 0.3
 slowdown = [1, 2.5, 1, 1, 3, 1, 1, 1]
 memory_limit = [0, 0.5, 16, 16, 8, 8, 8, 8]
 deterministic = true
@@ -388,6 +389,7 @@ TEST(Config, FullFileParsesEveryKey) {
   EXPECT_DOUBLE_EQ(c.hetero.jitter, 0.25);
   EXPECT_EQ(c.hetero.jitter_span, 4);
   EXPECT_EQ(c.hetero.jitter_scope, "vw");
+  EXPECT_DOUBLE_EQ(c.hetero.jitter_probability, 0.3);
   EXPECT_EQ(c.hetero.slowdown, (std::vector<double>{1, 2.5, 1, 1, 3, 1, 1, 1}));
   EXPECT_EQ(c.hetero.memory_limit, (std::vector<double>{0, 0.5, 16, 16, 8, 8, 8, 8}));
   EXPECT_TRUE(c.hetero.deterministic);
@@ -941,6 +943,17 @@ TEST(DeviceEmulation, Refusals) {
   f = failure_of([] { load_config_string("", "x.toml", {"hetero.jitter_scope=\"node\""}, 2); });
   EXPECT_TRUE(f.thrown);
   EXPECT_THAT(f.what, HasSubstr("hetero.jitter_scope"));
+  // A probability without jitter, or outside (0, 1].
+  f = failure_of([] { check_trainable(wsp_config({"hetero.jitter_probability=0.2"})); });
+  EXPECT_THAT(f.what, HasSubstr("hetero.jitter_probability = 0.2 sets how often a jitter episode straggles, but "
+                                "hetero.jitter = 0"));
+  EXPECT_THAT(f.hint, HasSubstr("hetero.jitter > 0"));
+  check_trainable(wsp_config({"hetero.jitter=2", "hetero.jitter_probability=0.2"}));
+  for (const char* bad : {"hetero.jitter_probability=0", "hetero.jitter_probability=1.5"}) {
+    f = failure_of([bad] { load_config_string("", "x.toml", {bad}, 2); });
+    EXPECT_TRUE(f.thrown) << bad;
+    EXPECT_THAT(f.what, HasSubstr("hetero.jitter_probability")) << bad;
+  }
 }
 
 // precision.attention (issue 20): the three values; a kernel named explicitly is an error with a hint

@@ -11,7 +11,11 @@
 // e = ⌊(p − 1) / span⌋ + 1 the straggler episode of minibatch p (p from 1; span 1: e = p): the same
 // run gives the same factors whatever the timing (reproducible emulated variability). With a VW
 // given (hetero.jitter_scope = "vw") j(e) is drawn from (seed, vw, e) instead, a stream of its own:
-// every stage of the VW is slowed alike, the VW straggles as a whole.
+// every stage of the VW is slowed alike, the VW straggles as a whole. With a probability q < 1
+// (hetero.jitter_probability) an episode straggles only when a second draw from the same key,
+// (seed, rank or VW, e) in a stream of its own, falls below q — else j(e) = 1: occasional
+// stragglers (a noisy neighbour, a GC pause, a throttled card) instead of constant variation. The
+// straggling episodes keep the factor q = 1 gives them, so q = 1 is the old draws bit for bit.
 #pragma once
 #include <cstdint>
 
@@ -23,7 +27,9 @@ class ComputeStretch {
  public:
   // slowdown >= 1, jitter >= 0, span >= 1 (Error otherwise). slowdown = 1, jitter = 0: no stretch.
   // vw >= 0: the jitter factors are that VW's (shared by its ranks), else the rank's own.
-  ComputeStretch(double slowdown, double jitter, uint64_t seed, int rank, int span = 1, int vw = -1);
+  // probability in (0, 1]: the share of episodes that straggle (1 = every episode draws a factor).
+  ComputeStretch(double slowdown, double jitter, uint64_t seed, int rank, int span = 1, int vw = -1,
+                 double probability = 1);
 
   // The factor minibatch `minibatch` (from 1)'s compute is stretched by, >= slowdown, <= slowdown ×
   // (1 + jitter); the same for the `span` minibatches of one episode.
@@ -36,7 +42,7 @@ class ComputeStretch {
   bool active() const { return slowdown_ != 1 || jitter_ != 0; }
 
  private:
-  double slowdown_, jitter_;
+  double slowdown_, jitter_, probability_;
   uint64_t seed_;
   int rank_, span_, vw_;
 };

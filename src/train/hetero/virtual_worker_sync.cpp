@@ -20,6 +20,7 @@ namespace {
 void log_emulation(const std::vector<RankEmulation>& emu, const dist::Layout& layout, const HeteroConfig& h) {
   const double jitter = h.jitter;
   const std::string per = (h.jitter_span == 1 ? std::string("minibatch") : fmt::format("{} minibatches", h.jitter_span)) +
+                          (h.jitter_probability < 1 ? fmt::format(" with probability {:.3g}", h.jitter_probability) : "") +
                           (h.jitter_scope == "vw" ? " (the VW's factors)" : "");
   for (size_t r = 0; r < emu.size(); ++r) {
     const RankEmulation& e = emu[r];
@@ -39,7 +40,7 @@ VirtualWorkerSync::VirtualWorkerSync(const Config& cfg, dist::Comm& world, const
       stage_(layout.place(world.rank()).stage), num_vw_(layout.num_groups()),
       mine_(rank_emulation(cfg, world.size())[static_cast<size_t>(world.rank())]),
       stretch_(mine_.slowdown, cfg.hetero.jitter, cfg.train.seed, world.rank(), cfg.hetero.jitter_span,
-               cfg.hetero.jitter_scope == "vw" ? vw_ : -1) {
+               cfg.hetero.jitter_scope == "vw" ? vw_ : -1, cfg.hetero.jitter_probability) {
   // Emulated devices are CPU ranks sharing the machine's cores: a rank that waits must not keep a
   // core busy polling, or the ranks that compute run slower than their devices (dist/comm.h).
   // BATON_WAIT_POLICY=spin|sleep overrides the choice (side-by-side measurements of the two).
