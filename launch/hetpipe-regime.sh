@@ -14,7 +14,9 @@
 #          sleeping (sleep, what emulated devices get by default), alternating (needs alloc's plans);
 #   jitter D = 4 vs D = 0 with 4 VWs of 2 stages (8 ranks), Nm = 4, JITTER_STEPS minibatches each,
 #          every rank's compute × a seeded factor (JITTERS: its range, how many minibatches it lasts,
-#          whether each rank or each VW draws it): minibatches/s, waiting for the server, idle;
+#          whether each rank or each VW draws it, the share of episodes that straggle):
+#          minibatches/s, waiting for the server, idle, and what WSP's rule alone allows for the same
+#          draws (launch/wsp-timing-model.py on a profile of the model);
 #   place  ED-local vs default placement of the server's shards (2 VWs of 2 stages, stage s of each
 #          VW on "node" s): the bytes each wave moves within and across nodes (from the runs' WSP
 #          traces) and their time on the paper's network (56 Gb/s InfiniBand between nodes, PCIe 3
@@ -24,7 +26,8 @@
 # Usage: launch/hetpipe-regime.sh [--report]   (--report: print the tables from the runs in $OUT)
 # Environment: BATON (default build/baton), REPS (default 3), OUT (default runs/hetpipe-regime),
 # SECTIONS (default "fig3 alloc waits jitter place conv"), JITTERS (default "1:1 1:8 2:8": the
-# jitter section's AMPLITUDE:SPAN[:vw] variants, :vw = hetero.jitter_scope "vw"), JITTER_STEPS
+# jitter section's AMPLITUDE:SPAN[:vw][:pQ] variants, :vw = hetero.jitter_scope "vw", :pQ =
+# hetero.jitter_probability Q), JITTER_STEPS
 # (default 48). About 35 minutes on the 2-core development VM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -112,19 +115,33 @@ if section jitter; then
   JIT=(--set 'hetero.virtual_workers=["0,1", "2,3", "4,5", "6,7"]' --set "hetero.slowdown=[6,6,6,6,6,6,6,6]"
        --set train.micro_batch=2 --set train.global_batch=8 --set train.steps=$JITTER_STEPS --set hetero.nm=4
        --set optim.lr=1e-3)  # the quickstart's lr diverges under D = 4's staleness within 48 minibatches
-  # JITTERS: "AMPLITUDE:SPAN[:vw]" variants — each rank's compute × a seeded factor in
+  # JITTERS: "AMPLITUDE:SPAN[:vw][:pQ]" variants — each rank's compute × a seeded factor in
   # [1, 1 + AMPLITUDE] that holds SPAN minibatches: 1 = a new draw every minibatch (a wave's 4
   # draws average out), 8 = straggler episodes of two waves; :vw = one draw for all of a VW's
-  # stages (hetero.jitter_scope = "vw": the VW straggles as a whole).
+  # stages (hetero.jitter_scope = "vw": the VW straggles as a whole); :pQ = only a share Q of the
+  # episodes straggle, the others run at full speed (hetero.jitter_probability = Q).
   for rep in $(seq 1 "$REPS"); do
     for v in $JITTERS; do
-      IFS=: read -r amp span scope <<<"$v"
+      IFS=: read -r amp span rest <<<"$v"
+      scope="" prob=""
+      for t in ${rest//:/ }; do
+        case $t in
+          vw) scope=vw ;;
+          p*) prob=${t#p} ;;
+          *) echo "JITTERS: '$v' is not AMPLITUDE:SPAN[:vw][:pQ]" >&2; exit 2 ;;
+        esac
+      done
       for d in 4 0; do
-        job jitter-a$amp-s$span${scope:+-$scope}-d$d-$rep 8 "${QUIET[@]}" "${JIT[@]}" --set hetero.staleness=$d \
-          --set hetero.jitter=$amp --set hetero.jitter_span=$span ${scope:+--set hetero.jitter_scope=\"$scope\"}
+        job jitter-a$amp-s$span${scope:+-$scope}${prob:+-p$prob}-d$d-$rep 8 "${QUIET[@]}" "${JIT[@]}" \
+          --set hetero.staleness=$d --set hetero.jitter=$amp --set hetero.jitter_span=$span \
+          ${scope:+--set hetero.jitter_scope=\"$scope\"} ${prob:+--set hetero.jitter_probability=$prob}
       done
     done
   done
+  # What WSP's rule alone allows for the same draws (launch/wsp-timing-model.py) takes the stages'
+  # compute from a profile of the model at the runs' micro-batch on one thread.
+  OMP_NUM_THREADS=1 "$BATON" profile configs/quickstart.toml --set train.micro_batch=2 \
+    --out "$OUT/jitter-profile.json" > "$OUT/jitter-profile.log"
 fi
 
 if section place; then
@@ -157,7 +174,7 @@ fi
 fi  # REPORT_ONLY
 
 python3 - "$OUT" "$SECTIONS" <<'PY'
-import glob, json, os, re, statistics, sys
+import glob, json, os, re, statistics, subprocess, sys, tomllib
 out, sections = sys.argv[1], sys.argv[2].split()
 med = statistics.median
 
@@ -222,17 +239,27 @@ if "waits" in sections and have("waits-"):
 
 if "jitter" in sections and have("jitter-"):
     print("### D = 4 against D = 0 with pipelined VWs under jitter (4 VWs × 2 stages, Nm = 4)\n")
-    print("| compute × | factor lasts | drawn per | minibatches | D | job minibatches/s, median (min–max, n) | "
-          "÷ D = 0 (per repetition) | waiting for the server, s per VW | idle, s per VW | idle / waiting |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    pattern = r"jitter-(a([\d.]+)-s(\d+)(-vw)?)-d0-"
+    print("| compute × | factor lasts | drawn per | episodes that straggle | minibatches | D | job minibatches/s, median (min–max, n) | "
+          "÷ D = 0 (per repetition) | ÷ D = 0 the rule allows | waiting for the server, s per VW | idle, s per VW | idle / waiting |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    pattern = r"jitter-(a([\d.]+)-s(\d+)(-vw)?(?:-p([\d.]+))?)-d0-"
     found = {re.search(pattern, f).groups() for f in glob.glob(f"{out}/jitter-a*-d0-*.cmd")}
-    variants = [g[0] for g in sorted(found, key=lambda g: (bool(g[3]), int(g[2]), float(g[1])))]
+    variants = [g[0] for g in sorted(found, key=lambda g: (g[4] is not None, bool(g[3]), int(g[2]), float(g[1])))]
+    seed = tomllib.load(open("configs/quickstart.toml", "rb"))["train"]["seed"]
     for v in variants:
-        _, amp, span, vw_scope = re.search(pattern, f"jitter-{v}-d0-").groups()
+        _, amp, span, vw_scope, prob = re.search(pattern, f"jitter-{v}-d0-").groups()
         steps = re.search(r"train.steps=(\d+)", cmd(f"jitter-{v}-d0-1")).group(1)
         reps = sorted({int(re.search(r"-(\d+)\.cmd$", f).group(1)) for f in runs(f"jitter-{v}-d0")})
         lasts = "1 minibatch" if span == "1" else f"{span} minibatches"
+        # The quickstart GPT's even split over 2 stages (GptBuilder::default_stages): layers 0-3, 3-6.
+        allows = {4: "–", 0: "–"}  # runs from before the profile was taken: no model column
+        if os.path.exists(f"{out}/jitter-profile.json"):
+            model = subprocess.run([sys.executable, "launch/wsp-timing-model.py", "--profile", f"{out}/jitter-profile.json",
+                                    "--boundaries", "0,3,6", "--vws", "4", "--nm", "4", "--minibatches", steps,
+                                    "--slowdown", "6", "--jitter", amp, "--span", span, "--scope", "vw" if vw_scope else "rank",
+                                    "--probability", prob or "1", "--seed", str(seed), "--staleness", "4", "0", "--json"],
+                                   check=True, capture_output=True, text=True).stdout.splitlines()
+            allows = {r["staleness"]: f'{r["ratio_to_last"]:.2f}' for r in map(json.loads, model)}
         for d in (4, 0):
             names = [f"jitter-{v}-d{d}-{r}" for r in reps]
             xs = [job_rate(n) for n in names]
@@ -240,8 +267,9 @@ if "jitter" in sections and have("jitter-"):
             wait = [statistics.mean(w[-1]["wait_total_s"] for w in vws(n)) for n in names]
             idle = [statistics.mean(w[-1]["idle_total_s"] for w in vws(n)) for n in names]
             share = [i / w if w > 0 else 0 for i, w in zip(idle, wait)]
-            print(f"| [1, {1 + float(amp):g}] | {lasts} | {'VW' if vw_scope else 'rank'} | {steps} | {d} | {spread(xs)} | {spread(ratio, '{:.2f}')} | "
-                  f"{spread(wait, '{:.2f}')} | {spread(idle, '{:.2f}')} | {spread([100 * s for s in share], '{:.0f}%')} |")
+            print(f"| [1, {1 + float(amp):g}] | {lasts} | {'VW' if vw_scope else 'rank'} | {prob or 1} | {steps} | {d} | {spread(xs)} | "
+                  f"{spread(ratio, '{:.2f}')} | {allows[d]} | {spread(wait, '{:.2f}')} | {spread(idle, '{:.2f}')} | "
+                  f"{spread([100 * s for s in share], '{:.0f}%')} |")
     print("\n```\n" + "\n".join(cmd(f"jitter-{v}-d{d}-1") for v in variants for d in (4, 0)) + "\n```\n")
 
 if "place" in sections and have("place-"):

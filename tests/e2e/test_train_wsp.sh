@@ -141,11 +141,12 @@ HET=(--set hetero.sync='"wsp"' --set hetero.nm=2 --set train.global_batch=16 --s
   --set hetero.staleness=6 --set optim.lr=0.2 > het.log
 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${HET[@]}" --set run.dir=vq --set optim.lr=0.2 \
   --set hetero.virtual_workers='["0@V100", "1@P4000"]' > vq.log
-# (c) The same seed, every VW's factors its own stream (hetero.jitter_scope = "vw").
+# (c) The same seed, every VW's factors its own stream (hetero.jitter_scope = "vw"), only half the
+# minibatches straggling (hetero.jitter_probability = 0.5).
 "${MPIRUN[@]}" 2 "$BATON" train tiny.toml "${SGD[@]}" "${HET[@]}" --set run.dir=hvw --set hetero.staleness=6 \
-  --set optim.lr=0.2 --set hetero.jitter_scope='"vw"' > hvw.log
-grep -q "rank 1 (vw 1): compute x1 x a seeded factor in \[1, 1.5\] per minibatch (the VW's factors)" hvw.log ||
-  { cat hvw.log; fail "no per-VW jitter line"; }
+  --set optim.lr=0.2 --set hetero.jitter_scope='"vw"' --set hetero.jitter_probability=0.5 > hvw.log
+grep -q "rank 1 (vw 1): compute x1 x a seeded factor in \[1, 1.5\] per minibatch with probability 0.5 (the VW's factors)" \
+  hvw.log || { cat hvw.log; fail "no per-VW jitter line"; }
 grep -q "rank 1 (vw 1) emulates QUADRO-P4000: compute x2.96" vq.log || { cat vq.log; fail "no emulation line"; }
 grep -q "^vw 1: 12 minibatches in .* minibatches/s (compute x" vq.log || { cat vq.log; fail "no per-VW summary"; }
 # Emulated devices share the cores: their waiting ranks sleep between MPI tests (dist/comm.h).
@@ -174,11 +175,26 @@ for k, (s_het, s_dev) in enumerate([(1, 1), (8, s_vq)]):
     assert all(1 <= j <= 1.5 for j in jh) and len(set(jh)) > 6, f"VW {k}: jitter factors {jh}"
     assert max(abs(a - b) for a, b in zip(jh, jv)) < 1e-9, f"VW {k}: the jitter differs between runs: {jh} {jv}"
 assert [r["slowdown"] for r in het[0]] != [r["slowdown"] for r in het[1]], "both ranks drew the same jitter"
-# jitter_scope = "vw": factors in the same range from the VW's stream, not the rank's.
+# jitter_scope = "vw": factors in the same range from the VW's stream, not the rank's; with
+# probability 0.5 some minibatches at full speed (factor 1), the others straggling.
 for k in range(2):
     jw, jr = [r["slowdown"] for r in hvw[k]], [r["slowdown"] / (1, 8)[k] for r in het[k]]
-    assert len(jw) == 12 and all(1 <= j <= 1.5 for j in jw) and len(set(jw)) > 6, f"VW {k}: per-VW factors {jw}"
+    assert len(jw) == 12 and all(1 <= j <= 1.5 for j in jw), f"VW {k}: per-VW factors {jw}"
+    assert 2 <= sum(j == 1 for j in jw) <= 10 and len(set(jw)) > 2, f"VW {k}: probability 0.5 gave {jw}"
     assert sum(a != b for a, b in zip(jw, jr)) >= 10, f"VW {k}: jitter_scope = vw drew the rank's factors {jw}"
+# The draws are the documented hash (launch/wsp-timing-model.py computes them from the formula in
+# compute_stretch.h, for the model of WSP's timing): the metrics' factors are its factors.
+import os, subprocess, sys
+def port(rank, vw, *args):
+    out = subprocess.run([sys.executable, f"{os.environ['SRC']}/launch/wsp-timing-model.py", "--factors", str(rank),
+                          str(vw), "12", "--seed", "1234", *args], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+for k in range(2):
+    want = {"het": port(k, k, "--slowdown", str((1, 8)[k]), "--jitter", "0.5"),
+            "hvw": port(k, k, "--jitter", "0.5", "--scope", "vw", "--probability", "0.5")}
+    for name, run in (("het", het), ("hvw", hvw)):
+        got = [r["slowdown"] for r in run[k]]
+        assert max(abs(a - b) for a, b in zip(got, want[name])) < 1e-12, f"{name} VW {k}: {got} != the formula's {want[name]}"
 assert vq[1][-1]["stretch_s"] > 0 and vq[0][-1]["idle_total_s"] > 0, "with D = 0 the fast VW never waited"
 print(f"slowdown [1, 8]: {rate[0]:.0f} vs {rate[1]:.0f} minibatches/s; V100 + P4000 (x{s_vq:.2f}), D = 0: VW 0 waited "
       f"{vq[0][-1]['wait_total_s']:.3f} s, idle {vq[0][-1]['idle_total_s']:.3f} s")
@@ -193,6 +209,8 @@ expect_error "hetero.jitter_span = 4 sets how long a jitter factor lasts, but he
   tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.jitter_span=4
 expect_error "hetero.jitter_scope = \"vw\" sets whose compute a jitter factor slows, but hetero.jitter = 0" "$BATON" \
   train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.jitter_scope='"vw"'
+expect_error "hetero.jitter_probability = 0.5 sets how often a jitter episode straggles, but hetero.jitter = 0" \
+  "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad --set hetero.sync='"wsp"' --set hetero.jitter_probability=0.5
 expect_error "hetero.slowdown has 2 entries but the job has 1 rank" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
   --set hetero.sync='"wsp"' --set hetero.slowdown='[1, 3]'
 expect_error "hetero.slowdown\[0\] must be >= 1, got 0.5" "$BATON" train tiny.toml "${SGD[@]}" --set run.dir=bad \
