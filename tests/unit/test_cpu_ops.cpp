@@ -14,6 +14,7 @@
 // Shapes are small and odd on purpose (N=7, C=12, OC=5; B=2, T=5, C=8, NH=2, ...) so edge handling
 // is exercised; a few larger ones cover the multi-tile and multi-thread paths. Runtime ~1-2 s.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +29,7 @@
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace baton {
 namespace {
@@ -304,6 +306,62 @@ TEST_F(CpuOps, MatmulBackwardGradcheck) {
     for (size_t i = 0; i < dw2.size(); i++) dw2[i] *= 0.5f;
     EXPECT_LT(rel_err(dw2, g_w), kTol);
   }
+}
+
+// The fp32 products run in oneDNN (the default) or OpenBLAS (BATON_CPU_GEMM=openblas), the choice
+// read at every call. Above the 2^18 multiply-add threshold, on training-step shapes and odd ones:
+// both engines match fp64 products, they differ in their summation order on some shape (so the
+// knob takes effect), and oneDNN's bits do not depend on the thread count (neither engine splits K).
+TEST_F(CpuOps, MatmulEnginesMatchFp64AndTheKnobTakesEffect) {
+  struct Env {  // BATON_CPU_GEMM for the scope of one engine's run
+    explicit Env(const char* v) { setenv("BATON_CPU_GEMM", v, 1); }
+    ~Env() { unsetenv("BATON_CPU_GEMM"); }
+  };
+  bool engines_differ = false;
+  for (MatShape s : {MatShape{256, 192, 576}, MatShape{97, 257, 131}, MatShape{40, 1000, 33}}) {
+    const int N = s.N, C = s.C, OC = s.OC;
+    VecF inp = random_vec(size_t(N) * C, 31), w = random_vec(size_t(OC) * C, 32), bias = random_vec(OC, 33),
+         dout = random_vec(size_t(N) * OC, 34), dw0 = random_vec(w.size(), 35);
+    VecD out_ref(size_t(N) * OC), dinp_ref(size_t(N) * C, 0.0), dw_ref(w.size());
+    for (int n = 0; n < N; n++)
+      for (int o = 0; o < OC; o++) {
+        double acc = bias[o];
+        for (int c = 0; c < C; c++) acc += double(inp[size_t(n) * C + c]) * w[size_t(o) * C + c];
+        out_ref[size_t(n) * OC + o] = acc;
+        for (int c = 0; c < C; c++) dinp_ref[size_t(n) * C + c] += double(dout[size_t(n) * OC + o]) * w[size_t(o) * C + c];
+      }
+    for (int o = 0; o < OC; o++)
+      for (int c = 0; c < C; c++) {
+        double acc = dw0[size_t(o) * C + c];
+        for (int n = 0; n < N; n++) acc += double(dout[size_t(n) * OC + o]) * inp[size_t(n) * C + c];
+        dw_ref[size_t(o) * C + c] = acc;
+      }
+    std::vector<VecF> outs, dinps, dws;
+    for (const char* engine : {"onednn", "openblas"}) {
+      Env env(engine);
+      VecF out(size_t(N) * OC, 5.0f), dinp(inp.size(), 7.0f), dw = dw0;
+      be->matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+      be->matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC, false);
+      EXPECT_LT(rel_err(out, out_ref), kTol) << engine << " " << N << "x" << C << "x" << OC;
+      EXPECT_LT(rel_err(dinp, dinp_ref), kTol) << engine;
+      EXPECT_LT(rel_err(dw, dw_ref), kTol) << engine;
+      outs.push_back(out), dinps.push_back(dinp), dws.push_back(dw);
+    }
+    engines_differ |= !(same_bits(outs[0], outs[1]) && same_bits(dinps[0], dinps[1]) && same_bits(dws[0], dws[1]));
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    VecF out1(size_t(N) * OC), dinp1(inp.size()), dw1 = dw0;
+    be->matmul_forward(out1.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    be->matmul_backward(dinp1.data(), dw1.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC, false);
+    omp_set_num_threads(threads);
+    EXPECT_TRUE(same_bits(out1, outs[0]) && same_bits(dinp1, dinps[0]) && same_bits(dw1, dws[0]))
+        << "oneDNN's bits changed with the thread count (" << threads << " -> 1)";
+  }
+  // Some shapes come out bit-identical (both kernels run K in order); not every one does.
+  EXPECT_TRUE(engines_differ) << "BATON_CPU_GEMM took no effect: both engines gave the same bits";
+  setenv("BATON_CPU_GEMM", "mkl", 1);
+  EXPECT_THROW(cpu_gemm_engine(), Error);
+  unsetenv("BATON_CPU_GEMM");
 }
 
 TEST_F(CpuOps, MatmulBackwardTwiceDoublesParamGrads) {

@@ -534,6 +534,7 @@ CpuBf16 parse_cpu_bf16(const std::string& s, const std::string& what) {
 }
 
 std::unique_ptr<Backend> make_cpu_backend(DType act, CpuBf16 bf16) {
+  cpu_gemm_engine();  // a bad BATON_CPU_GEMM is one error here, before any step
   return std::make_unique<CpuBackend>(act, bf16);
 }
 

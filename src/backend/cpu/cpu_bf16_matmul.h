@@ -4,8 +4,7 @@
 // path's: a bf16 output is rounded once from its fp32 sum; dweight / dbias stay fp32 (+=). Only the
 // summation order inside the dot products differs from the emulation's OpenBLAS sgemm.
 //
-// Primitives are built once per shape and cached with their memory objects (rebound to the caller's
-// buffers each call); their scratchpad is one buffer grown to the largest need.
+// The primitives are DnnlGemm's (cpu_dnnl_gemm.h): built once per shape and cached.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,16 +1,25 @@
 // CpuBackend dense layer: out[N,OC] = inp[N,C] . weight[OC,C]^T + bias[OC], and its backward.
-// All three products go through cblas_sgemm, split across OpenMP threads by parallel_sgemm with
-// OpenBLAS itself single-threaded. Why: OpenBLAS's own pthread pool and OpenMP's spinning threads
-// fight for the cores, and sgemm right after any OpenMP loop (layernorm, bias, GELU: every step)
-// ran at about half speed; one thread pool for everything avoids that.
+// The forward and input-gradient products go through oneDNN's matmul (DnnlGemm, one cache per
+// thread) — its brgemm kernels run a training step's skinny products (a few hundred rows) 8-19%
+// faster than OpenBLAS sgemm on AVX-512 — and the weight gradients, tiny products and everything
+// under BATON_CPU_GEMM=openblas through cblas_sgemm
+// split across OpenMP threads by parallel_sgemm with OpenBLAS itself single-threaded (OpenBLAS's
+// own pthread pool and OpenMP's spinning threads fight for the cores: sgemm right after any OpenMP
+// loop ran at about half speed). Both use OpenMP's one pool and never split K, so a result does
+// not depend on the thread count.
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 
+#include "backend/cpu/cpu_dnnl_gemm.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+
+#include <fmt/format.h>
 
 namespace baton {
 namespace {
@@ -49,6 +58,44 @@ void parallel_sgemm(bool trans_a, bool trans_b, int M, int N, int K, const float
 
 }  // namespace
 
+CpuGemm cpu_gemm_engine() {
+  const char* knob = std::getenv("BATON_CPU_GEMM");
+  const std::string_view v = knob ? knob : "";
+  if (v.empty() || v == "onednn") return CpuGemm::ONEDNN;
+  if (v == "openblas") return CpuGemm::OPENBLAS;
+  throw Error(fmt::format("BATON_CPU_GEMM = \"{}\" is not a CPU GEMM engine", v),
+              "use \"onednn\" (the default) or \"openblas\"");
+}
+
+void cpu_gemm(CpuGemm engine, bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda,
+              const float* B, int ldb, float beta, float* C, int ldc) {
+  BATON_ASSERT(beta == 0.0f || beta == 1.0f, "cpu_gemm: beta {} is neither 0 nor 1", beta);
+  if (engine == CpuGemm::OPENBLAS) return parallel_sgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  thread_local DnnlGemm dnnl_gemm;
+  using dt = DnnlGemm::dt;
+  const DnnlGemm::Shape s{dt::f32, dt::f32, dt::f32, trans_a, trans_b, M, N, K, lda, ldb, ldc, beta != 0, false};
+  try {
+    dnnl_gemm.run(s, A, B, nullptr, C);
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("oneDNN fp32 matmul {}x{}x{} failed: {}", M, N, K, e.what()),
+                "this is a bug or an unsupported shape; BATON_CPU_GEMM=openblas runs the products in OpenBLAS");
+  }
+}
+
+namespace {
+
+// The fp32 products of the dense layers. oneDNN for the forward and input-gradient products from
+// 2^18 multiply-adds up; OpenBLAS for tiny ones (a primitive's call costs more than the whole
+// product), for the weight gradients (op(A) = dout^T, K = the rows: OpenBLAS was as fast or up to
+// 11% faster there, docs/benchmarks.md) and for everything under BATON_CPU_GEMM=openblas.
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+          float beta, float* C, int ldc) {
+  const bool openblas = cpu_gemm_engine() == CpuGemm::OPENBLAS || trans_a || double(M) * N * K < 1 << 18;
+  cpu_gemm(openblas ? CpuGemm::OPENBLAS : CpuGemm::ONEDNN, trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace
+
 void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
                                 const float* bias, int N, int C, int OC) {
   BATON_ASSERT(N >= 0 && C > 0 && OC > 0, "matmul_forward: bad shape N={} C={} OC={}", N, C, OC);
@@ -61,7 +108,7 @@ void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
     beta = 1.0f;
   }
   // out[N,OC] = inp[N,C] . weight[OC,C]^T
-  parallel_sgemm(false, true, N, OC, C, inp, C, weight, C, beta, out, OC);
+  gemm(false, true, N, OC, C, inp, C, weight, C, beta, out, OC);
 }
 
 void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -71,9 +118,9 @@ void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const fl
   if (N == 0) return;  // no rows: every gradient is an empty sum
   // dinp[N,C] (=|+=) dout[N,OC] . weight[OC,C]
   if (dinp != nullptr)
-    parallel_sgemm(false, false, N, C, OC, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+    gemm(false, false, N, C, OC, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
   // dweight[OC,C] += dout[N,OC]^T . inp[N,C]   (skipped when null: zero bubble's input part)
-  if (dweight != nullptr) parallel_sgemm(true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dweight != nullptr) gemm(true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias != nullptr) {
     // dbias[OC] += sum_n dout[n,:]. Parallel over column blocks, rows summed in order inside each
     // block: deterministic for any thread count, and the inner loop is contiguous.

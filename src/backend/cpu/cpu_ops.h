@@ -1,8 +1,9 @@
 // CpuOps: the fp32 reference ops behind the CPU backend (cpu_backend.cpp adapts them to
 // baton::Backend, in fp32 or emulated bf16; DESIGN §5). Every faster backend is tested against
 // them, so they favour exactness and determinism over the last percent:
-// - matmuls go through OpenBLAS cblas_sgemm (the pthread build), always called from serial code,
-//   never from inside an OpenMP region (that would oversubscribe the cores);
+// - matmuls go through oneDNN's matmul (or OpenBLAS cblas_sgemm: cpu_gemm_engine), always called
+//   from serial code, never from inside an OpenMP region (that would oversubscribe the cores);
+//   neither splits the inner dimension, so the bits do not depend on the thread count;
 // - everything else is OpenMP loops parallel over rows (or over column blocks for reductions down
 //   columns), so a result never depends on thread scheduling: same inputs -> same bits;
 // - reductions that feed gradient norms (sum_squares) run in double over fixed-size chunks.
@@ -17,6 +18,17 @@
 #include "core/dtype.h"
 
 namespace baton {
+
+// The engine of the fp32 matmuls, from the environment's BATON_CPU_GEMM: "onednn" (unset or empty:
+// the default) or "openblas" (the earlier engine: for comparisons, or where oneDNN has no kernel).
+// Read at every call (cheap next to a product); the CPU backend reads it once at construction so
+// a bad value is one error before the first step.
+enum class CpuGemm { ONEDNN, OPENBLAS };
+CpuGemm cpu_gemm_engine();
+// C[M,N] = op(A)[M,K] . op(B)[K,N] + beta * C (row-major, beta 0 or 1) on the given engine, from
+// serial code (the dense layers choose the engine per product; tests/bench/gemm_engines.cpp times both).
+void cpu_gemm(CpuGemm engine, bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda,
+              const float* B, int ldb, float beta, float* C, int ldc);
 
 // The ops have the meaning of the Backend op of the same name (backend.h), on fp32 host memory.
 class CpuOps {
