@@ -67,11 +67,18 @@ CpuGemm cpu_gemm_engine() {
               "use \"onednn\" (the default) or \"openblas\"");
 }
 
+namespace {
+thread_local uint64_t onednn_calls = 0;
+}  // namespace
+
+uint64_t cpu_gemm_onednn_calls() { return onednn_calls; }
+
 void cpu_gemm(CpuGemm engine, bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda,
               const float* B, int ldb, float beta, float* C, int ldc) {
   BATON_ASSERT(beta == 0.0f || beta == 1.0f, "cpu_gemm: beta {} is neither 0 nor 1", beta);
   if (engine == CpuGemm::OPENBLAS) return parallel_sgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
   thread_local DnnlGemm dnnl_gemm;
+  onednn_calls++;
   using dt = DnnlGemm::dt;
   const DnnlGemm::Shape s{dt::f32, dt::f32, dt::f32, trans_a, trans_b, M, N, K, lda, ldb, ldc, beta != 0, false};
   try {

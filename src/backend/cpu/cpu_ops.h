@@ -29,6 +29,8 @@ CpuGemm cpu_gemm_engine();
 // serial code (the dense layers choose the engine per product; tests/bench/gemm_engines.cpp times both).
 void cpu_gemm(CpuGemm engine, bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda,
               const float* B, int ldb, float beta, float* C, int ldc);
+// Products this thread has run in oneDNN through cpu_gemm (what tests observe the engine choice by).
+uint64_t cpu_gemm_onednn_calls();
 
 // The ops have the meaning of the Backend op of the same name (backend.h), on fp32 host memory.
 class CpuOps {
