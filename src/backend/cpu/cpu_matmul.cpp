@@ -2,11 +2,10 @@
 // The forward and input-gradient products go through oneDNN's matmul (DnnlGemm, one cache per
 // thread) — its brgemm kernels run a training step's skinny products (a few hundred rows) 8-19%
 // faster than OpenBLAS sgemm on AVX-512 — and the weight gradients, tiny products and everything
-// under BATON_CPU_GEMM=openblas through cblas_sgemm
-// split across OpenMP threads by parallel_sgemm with OpenBLAS itself single-threaded (OpenBLAS's
-// own pthread pool and OpenMP's spinning threads fight for the cores: sgemm right after any OpenMP
-// loop ran at about half speed). Both use OpenMP's one pool and never split K, so a result does
-// not depend on the thread count.
+// under BATON_CPU_GEMM=openblas through cblas_sgemm, split across OpenMP threads by parallel_sgemm
+// with OpenBLAS itself single-threaded (OpenBLAS's own pthread pool and OpenMP's spinning threads
+// fight for the cores: sgemm right after any OpenMP loop ran at about half speed). Both use
+// OpenMP's one pool and never split K, so a result does not depend on the thread count.
 #include <cblas.h>
 #include <omp.h>
 
@@ -23,6 +22,8 @@
 
 namespace baton {
 namespace {
+
+thread_local uint64_t onednn_calls = 0;  // cpu_gemm_onednn_calls()
 
 // C[M,N] = op(A)[M,K] . op(B)[K,N] + beta * C (row-major), one sgemm per OpenMP thread on a block
 // of C's rows (or columns, when C has few rows, as in sampling).
@@ -66,10 +67,6 @@ CpuGemm cpu_gemm_engine() {
   throw Error(fmt::format("BATON_CPU_GEMM = \"{}\" is not a CPU GEMM engine", v),
               "use \"onednn\" (the default) or \"openblas\"");
 }
-
-namespace {
-thread_local uint64_t onednn_calls = 0;
-}  // namespace
 
 uint64_t cpu_gemm_onednn_calls() { return onednn_calls; }
 
