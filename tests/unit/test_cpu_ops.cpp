@@ -312,7 +312,11 @@ TEST_F(CpuOps, MatmulBackwardGradcheck) {
 // The fp32 products run in oneDNN (the default) or OpenBLAS (BATON_CPU_GEMM=openblas), the choice
 // read at every call. Above the 2^18 multiply-add threshold, on training-step shapes and odd ones:
 // both engines match fp64 products, the knob decides which engine runs the forward and input
-// gradient (counted: bits alone cannot tell, some shapes come out identical on both), and oneDNN's bits do not depend on the thread count (neither engine splits K).
+// gradient (counted: bits alone cannot tell, some shapes come out identical on both), and oneDNN's
+// bits do not depend on the thread count. The weight gradient's (OpenBLAS, split by baton into
+// row or column pieces) may: OpenBLAS picks its kernel by the piece's size, and on one VM
+// (session 19's, OpenBLAS's Cooperlake kernels) the 97×257×131 product's bits differed between
+// 1 and 2 threads.
 TEST_F(CpuOps, MatmulEnginesMatchFp64AndTheKnobTakesEffect) {
   struct Env {  // BATON_CPU_GEMM for the scope of one engine's run
     explicit Env(const char* v) { setenv("BATON_CPU_GEMM", v, 1); }
@@ -356,8 +360,9 @@ TEST_F(CpuOps, MatmulEnginesMatchFp64AndTheKnobTakesEffect) {
     be->matmul_forward(out1.data(), inp.data(), w.data(), bias.data(), N, C, OC);
     be->matmul_backward(dinp1.data(), dw1.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC, false);
     omp_set_num_threads(threads);
-    EXPECT_TRUE(same_bits(out1, outs[0]) && same_bits(dinp1, dinps[0]) && same_bits(dw1, dws[0]))
+    EXPECT_TRUE(same_bits(out1, outs[0]) && same_bits(dinp1, dinps[0]))
         << "oneDNN's bits changed with the thread count (" << threads << " -> 1)";
+    EXPECT_LT(rel_err(dw1, dw_ref), kTol);
   }
   setenv("BATON_CPU_GEMM", "mkl", 1);
   EXPECT_THROW(cpu_gemm_engine(), Error);
