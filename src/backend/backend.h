@@ -310,6 +310,19 @@ class Backend {
   // so a NaN's gradient is 0 (dx may alias dy).
   virtual void relu_forward(void* y, const void* x, size_t n);
   virtual void relu_backward(void* dx, const void* y, const void* dy, size_t n);
+  // Batch norm, then + residual (nullable; [N,C,HW] like y), then ReLU: y = max(bn(x) [+ residual],
+  // 0), the result of batchnorm_forward, residual_forward and relu_forward in turn (the default
+  // runs them) in fewer passes over memory where a backend fuses them (the CPU in fp32).
+  virtual void batchnorm_relu_forward(void* y, float* mean, float* var, const void* x, const void* gamma,
+                                      const void* beta, const void* residual, int N, int C, int HW, float eps,
+                                      bool training);
+  // Training backward of y = max(bn(x), 0) (no residual): dx = batchnorm_backward of dy · (y > 0),
+  // dgamma and dbeta += (nullable). The default writes dy · (y > 0) to `scratch` (N·C·HW
+  // activations) first; a fusing backend may instead recompute y from x, mean, var, gamma and beta
+  // (the forward's y exactly) and leave scratch alone.
+  virtual void relu_batchnorm_backward(void* dx, float* dgamma, float* dbeta, const void* dy, const void* y,
+                                       const void* x, const float* mean, const float* var, const void* gamma,
+                                       const void* beta, int N, int C, int HW, float eps, void* scratch);
   // Bytes of the state a pooling forward keeps for its backward (max pooling's argmax).
   virtual size_t pool2d_workspace_bytes(const Pool2d& p) const;
   virtual void pool2d_forward(void* y, void* workspace, const void* x, const Pool2d& p);

@@ -39,6 +39,21 @@ void Backend::batchnorm_backward(void*, float*, float*, const void*, const void*
 }
 void Backend::relu_forward(void*, const void*, size_t) { no_cnn(*this, "ReLU"); }
 void Backend::relu_backward(void*, const void*, const void*, size_t) { no_cnn(*this, "ReLU"); }
+// The fused ops' defaults: the unfused ops in turn (a backend without CNN ops refuses in the first).
+void Backend::batchnorm_relu_forward(void* y, float* mean, float* var, const void* x, const void* gamma,
+                                     const void* beta, const void* residual, int N, int C, int HW, float eps,
+                                     bool training) {
+  const size_t n = size_t(N) * C * HW;
+  batchnorm_forward(y, mean, var, x, gamma, beta, N, C, HW, eps, training);
+  if (residual) residual_forward(y, y, residual, n);
+  relu_forward(y, y, n);
+}
+void Backend::relu_batchnorm_backward(void* dx, float* dgamma, float* dbeta, const void* dy, const void* y,
+                                      const void* x, const float* mean, const float* var, const void* gamma,
+                                      const void*, int N, int C, int HW, float eps, void* scratch) {
+  relu_backward(scratch, y, dy, size_t(N) * C * HW);
+  batchnorm_backward(dx, dgamma, dbeta, scratch, x, mean, var, gamma, N, C, HW, eps);
+}
 size_t Backend::pool2d_workspace_bytes(const Pool2d&) const { no_cnn(*this, "pooling"); }
 void Backend::pool2d_forward(void*, void*, const void*, const Pool2d&) { no_cnn(*this, "pooling"); }
 void Backend::pool2d_backward(void*, const void*, const void*, const Pool2d&) { no_cnn(*this, "pooling"); }

@@ -73,6 +73,8 @@ class OpTimedBackend final : public Backend {
     batchnorm_backward,
     relu_forward,
     relu_backward,
+    batchnorm_relu_forward,
+    relu_batchnorm_backward,
     pool2d_forward,
     pool2d_backward,
     axpby,
@@ -286,6 +288,19 @@ class OpTimedBackend final : public Backend {
   void relu_backward(void* dx, const void* y, const void* dy, size_t n) override {
     const Span span(*this, Op::relu_backward, 0, double(act_size()) * 3.0 * double(n));
     inner_->relu_backward(dx, y, dy, n);
+  }
+  // Bytes as the fused CPU kernels move them: x read twice and y written (+ the residual read);
+  // x and dy read twice, dx written.
+  void batchnorm_relu_forward(void* y, float* mean, float* var, const void* x, const void* gamma, const void* beta,
+                              const void* residual, int N, int C, int HW, float eps, bool training) override {
+    const Span span(*this, Op::batchnorm_relu_forward, 0, double(act_size()) * (residual ? 4.0 : 3.0) * N * C * HW);
+    inner_->batchnorm_relu_forward(y, mean, var, x, gamma, beta, residual, N, C, HW, eps, training);
+  }
+  void relu_batchnorm_backward(void* dx, float* dgamma, float* dbeta, const void* dy, const void* y, const void* x,
+                               const float* mean, const float* var, const void* gamma, const void* beta, int N, int C,
+                               int HW, float eps, void* scratch) override {
+    const Span span(*this, Op::relu_batchnorm_backward, 0, double(act_size()) * 5.0 * N * C * HW);
+    inner_->relu_batchnorm_backward(dx, dgamma, dbeta, dy, y, x, mean, var, gamma, beta, N, C, HW, eps, scratch);
   }
   size_t pool2d_workspace_bytes(const Pool2d& p) const override { return inner_->pool2d_workspace_bytes(p); }
   void pool2d_forward(void* y, void* workspace, const void* x, const Pool2d& p) override {

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace baton {
 
 void ConvUnit::add_params(ParamTable& t) {
@@ -37,25 +39,33 @@ ConvUnit::Saved ConvUnit::carve(Carver& c, int N, bool keep_output) const {
   return v;
 }
 
-void ConvUnit::forward(const LayerCtx& ctx, const void* x, const Saved& s, int N) const {
+void ConvUnit::forward(const LayerCtx& ctx, const void* x, const Saved& s, int N, const void* add_then_relu) const {
+  BATON_ASSERT(!(s_.relu && add_then_relu), "{}: a unit with its own ReLU cannot add a shortcut before one", s_.conv);
   Backend& be = *ctx.be;
   const size_t n = out_elems(N);
+  const bool relu = s_.relu || add_then_relu;
   be.conv2d_forward(s.z, x, ctx.param(w_), b_ >= 0 ? ctx.param(b_) : nullptr, conv(N));
   if (s_.batch_norm) {
     const int K = s_.K, HW = P() * Q();
+    float* mean = ctx.training ? s.mean : ctx.buffer(run_mean_);
+    float* var = ctx.training ? s.var : ctx.buffer(run_var_);
+    // Batch norm, the addition and the ReLU in one op (one pass over y where the backend fuses).
+    if (relu)
+      be.batchnorm_relu_forward(s.y, mean, var, s.z, ctx.param(gamma_), ctx.param(beta_), add_then_relu, N, K, HW,
+                                kBatchNormEps, ctx.training);
+    else
+      be.batchnorm_forward(s.y, mean, var, s.z, ctx.param(gamma_), ctx.param(beta_), N, K, HW, kBatchNormEps,
+                           ctx.training);
     if (ctx.training) {
-      be.batchnorm_forward(s.y, s.mean, s.var, s.z, ctx.param(gamma_), ctx.param(beta_), N, K, HW,
-                           kBatchNormEps, true);
       const double count = double(N) * HW;
       const float unbias = count > 1 ? float(count / (count - 1)) : 1.0f;
       be.axpby(ctx.buffer(run_mean_), kBatchNormMomentum, s.mean, 1.0f - kBatchNormMomentum, size_t(K));
       be.axpby(ctx.buffer(run_var_), kBatchNormMomentum * unbias, s.var, 1.0f - kBatchNormMomentum, size_t(K));
-    } else {
-      be.batchnorm_forward(s.y, ctx.buffer(run_mean_), ctx.buffer(run_var_), s.z, ctx.param(gamma_),
-                           ctx.param(beta_), N, K, HW, kBatchNormEps, false);
     }
+    return;
   }
-  if (s_.relu) be.relu_forward(s.y, s.y, n);
+  if (add_then_relu) be.residual_forward(s.y, s.y, add_then_relu, n);
+  if (relu) be.relu_forward(s.y, s.y, n);
 }
 
 void ConvUnit::backward(const LayerCtx& ctx, const void* x, const void* dy, void* dx, const Saved& s,
@@ -65,11 +75,14 @@ void ConvUnit::backward(const LayerCtx& ctx, const void* x, const void* dy, void
   void* a = scratch;
   void* b = act_at(scratch, n, be.act_size());
   const void* g = dy;  // gradient w.r.t. the conv output, step by step
-  if (s_.relu) {
+  if (s_.relu && s_.batch_norm) {  // one op (fused where the backend can: no pass writing dy·(y > 0))
+    be.relu_batchnorm_backward(b, ctx.grad(gamma_), ctx.grad(beta_), dy, s.y, s.z, s.mean, s.var, ctx.param(gamma_),
+                               ctx.param(beta_), N, s_.K, P() * Q(), kBatchNormEps, a);
+    g = b;
+  } else if (s_.relu) {
     be.relu_backward(a, s.y, g, n);
     g = a;
-  }
-  if (s_.batch_norm) {
+  } else if (s_.batch_norm) {
     be.batchnorm_backward(b, ctx.grad(gamma_), ctx.grad(beta_), g, s.z, s.mean, s.var, ctx.param(gamma_), N,
                           s_.K, P() * Q(), kBatchNormEps);
     g = b;

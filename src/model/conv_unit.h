@@ -58,7 +58,10 @@ class ConvUnit {
   // Scratch bytes of backward.
   size_t backward_scratch_bytes(int N, size_t act_size) const { return 2 * out_elems(N) * act_size; }
 
-  void forward(const LayerCtx& ctx, const void* x, const Saved& s, int N) const;
+  // add_then_relu (nullable; only for a unit without its own ReLU): y = ReLU(bn(conv(x)) +
+  // add_then_relu), the residual block's shortcut added and the block's ReLU applied in the unit's
+  // batch-norm op.
+  void forward(const LayerCtx& ctx, const void* x, const Saved& s, int N, const void* add_then_relu = nullptr) const;
   // dy: gradient w.r.t. y; dx (overwritten; null: not computed) w.r.t. x; parameter gradients
   // accumulate. `scratch`: backward_scratch_bytes.
   void backward(const LayerCtx& ctx, const void* x, const void* dy, void* dx, const Saved& s, int N,

@@ -13,10 +13,10 @@ struct ResidualBlock::Saved {
   void* out = nullptr;
 };
 
-// Forward: the last unit's and the shortcut's outputs. Backward: the gradient after the output
-// ReLU, two ping-pong input gradients, a unit's scratch, the shortcut's input gradient.
+// Forward: the shortcut's output. Backward: the gradient after the output ReLU, two ping-pong
+// input gradients, a unit's scratch, the shortcut's input gradient.
 struct ResidualBlock::Scratch {
-  void *last_y, *down_y;
+  void* down_y;
   void *g, *d[2], *unit, *dshort;
 };
 
@@ -56,7 +56,6 @@ ResidualBlock::Scratch ResidualBlock::scratch(Carver& c, int B) const {
   size_t widest = 0;
   for (const ConvUnit& u : units_) widest = std::max({widest, u.out_elems(B), u.in_elems(B)});
   Scratch s{};
-  s.last_y = c.act(out_elems(B));
   s.down_y = c.act(out_elems(B));
   s.g = c.act(out_elems(B));
   s.d[0] = c.act(widest);
@@ -72,17 +71,14 @@ size_t ResidualBlock::workspace_bytes(int B, int) const {
 
 ResidualBlock::Saved ResidualBlock::views(Carver& c, int B, const Scratch* fwd) const {
   Saved v;
-  for (size_t i = 0; i < units_.size(); ++i) {
-    const bool last = i + 1 == units_.size();
-    // The last unit's output (before the addition) lives in scratch: carve none for it.
-    v.units.push_back(units_[i].carve(c, B, !last));
-    if (last && fwd) units_[i].output_to(v.units.back(), fwd->last_y);
-  }
+  // The last unit's output is the block's (its op adds the shortcut and applies the ReLU).
+  for (size_t i = 0; i < units_.size(); ++i) v.units.push_back(units_[i].carve(c, B, i + 1 < units_.size()));
   if (!down_.empty()) {
     v.down = down_[0].carve(c, B, false);
     if (fwd) down_[0].output_to(v.down, fwd->down_y);
   }
   v.out = c.act(out_elems(B));
+  units_.back().output_to(v.units.back(), v.out);
   return v;
 }
 
@@ -100,19 +96,16 @@ void ResidualBlock::forward(const LayerCtx& ctx, const void* in, void* saved) {
   const Scratch s = scratch(w, ctx.B);
   Carver c{saved, act_size_};
   const Saved v = views(c, ctx.B, &s);
-  const void* x = in;
-  for (size_t i = 0; i < units_.size(); ++i) {
-    units_[i].forward(ctx, x, v.units[i], ctx.B);
-    x = v.units[i].y;
-  }
   const void* shortcut = in;
   if (!down_.empty()) {
     down_[0].forward(ctx, in, v.down, ctx.B);
     shortcut = v.down.y;
   }
-  const size_t n = out_elems(ctx.B);
-  ctx.be->residual_forward(v.out, x, shortcut, n);
-  ctx.be->relu_forward(v.out, v.out, n);
+  const void* x = in;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    units_[i].forward(ctx, x, v.units[i], ctx.B, i + 1 == units_.size() ? shortcut : nullptr);
+    x = v.units[i].y;
+  }
 }
 
 void ResidualBlock::backward(const LayerCtx& ctx, const void* in, const void* dout, void* din, void* saved) {

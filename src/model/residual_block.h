@@ -6,8 +6,9 @@
 // The shortcut is the identity, or conv1×1/s → BN ("downsample") when the stride or the channel
 // count changes. Parameter names are torchvision's: "<name>.conv1.weight", "<name>.bn1.weight",
 // "<name>.downsample.0.weight", "<name>.downsample.1.running_mean", ...
-// Saved per micro-batch: each unit's saved values (the last unit's and the shortcut's outputs are
-// only needed in forward, in scratch) and the block's output.
+// Saved per micro-batch: each unit's saved values (the shortcut's output is only needed in
+// forward, in scratch) and the block's output, which the last unit writes: its batch-norm op adds
+// the shortcut and applies the ReLU (backend.h batchnorm_relu_forward).
 #pragma once
 #include <vector>
 

@@ -403,6 +403,25 @@ class CpuBackend final : public Backend {
     F32View dxo(act_, dx, n, F32View::OUT), dyi(act_, dy, n), xi(act_, x, n), g(act_, gamma, size_t(C));
     cnn_.batchnorm_backward(dxo, dgamma, dbeta, dyi, xi, mean, var, g, N, C, HW, eps);
   }
+  // Fused in fp32 (cpu_batchnorm.h); in bf16 the unfused ops, which round between them as the GPU's do.
+  void batchnorm_relu_forward(void* y, float* mean, float* var, const void* x, const void* gamma, const void* beta,
+                              const void* residual, int N, int C, int HW, float eps, bool training) override {
+    if (act_ != DType::F32)
+      return Backend::batchnorm_relu_forward(y, mean, var, x, gamma, beta, residual, N, C, HW, eps, training);
+    cnn_.batchnorm_relu_forward(static_cast<float*>(y), mean, var, static_cast<const float*>(x),
+                                static_cast<const float*>(gamma), static_cast<const float*>(beta),
+                                static_cast<const float*>(residual), N, C, HW, eps, training);
+  }
+  void relu_batchnorm_backward(void* dx, float* dgamma, float* dbeta, const void* dy, const void* y, const void* x,
+                               const float* mean, const float* var, const void* gamma, const void* beta, int N, int C,
+                               int HW, float eps, void* scratch) override {
+    if (act_ != DType::F32)
+      return Backend::relu_batchnorm_backward(dx, dgamma, dbeta, dy, y, x, mean, var, gamma, beta, N, C, HW, eps,
+                                              scratch);
+    cnn_.relu_batchnorm_backward(static_cast<float*>(dx), dgamma, dbeta, static_cast<const float*>(dy),
+                                 static_cast<const float*>(x), mean, var, static_cast<const float*>(gamma),
+                                 static_cast<const float*>(beta), N, C, HW, eps);
+  }
   void relu_forward(void* y, const void* x, size_t n) override {
     F32View yo(act_, y, n, F32View::OUT), xi(act_, x, n);
     float *o = yo, *i = xi;

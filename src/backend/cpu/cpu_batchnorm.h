@@ -8,6 +8,11 @@
 // 2–5% off), and the result does not depend on the number of threads. Forward in training returns
 // the batch's mean and biased variance (what the model's running statistics update reads);
 // inference normalizes with the given ones. Backward accumulates into dgamma and dbeta.
+//
+// Fused forms (backend.h batchnorm_relu_forward / relu_batchnorm_backward): the forward adds a
+// residual and applies the ReLU in its normalising pass; the backward of y = ReLU(bn(x)) recomputes
+// the forward's y from x in both of its passes (the same expression, so the same bits) to mask dy,
+// instead of a separate ReLU backward writing the masked gradient for it to read.
 #pragma once
 #include <vector>
 
@@ -15,15 +20,19 @@ namespace baton {
 
 class CpuBatchNorm {
  public:
+  // y = bn(x) [+ residual (nullable)] [then ReLU].
   void forward(float* y, float* mean, float* var, const float* x, const float* gamma, const float* beta, int N,
-               int C, int HW, float eps, bool training);
+               int C, int HW, float eps, bool training, const float* residual = nullptr, bool relu = false);
+  // relu_beta (nullable): the forward's beta when a ReLU followed the batch norm (dy is the
+  // gradient at the ReLU's output).
   void backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
-                const float* var, const float* gamma, int N, int C, int HW, float eps);
+                const float* var, const float* gamma, int N, int C, int HW, float eps,
+                const float* relu_beta = nullptr);
 
  private:
   std::vector<double> partial_;  // per block of rows, per channel (grown once per shape)
   std::vector<double> sums_;
-  std::vector<float> coef_;  // per channel: the forward's scale; the backward's a, b, k
+  std::vector<float> coef_;  // per channel: the forward's scale; the backward's a, b, k (and scale)
 };
 
 }  // namespace baton

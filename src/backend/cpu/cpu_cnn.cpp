@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
@@ -73,7 +75,37 @@ struct ConvEntry {
   std::vector<float> zero_bias;
   Scratch dw_tmp, db_tmp;
   size_t stage_bytes = 0;  // the staging arena this entry needs (the largest of its three calls)
+  std::string impl;        // oneDNN's name of the forward kernel (e.g. "jit_wino_4x3:avx512_core")
 };
+
+// Which convolutions run as Winograd F(4×4, 3×3) (oneDNN's jit_wino_4x3: AVX-512 only, fp32,
+// blocked activations reordered from and to NHWC around each call), from BATON_CPU_CONV:
+//   "auto" (unset or empty) — the 3×3 stride-1 convolutions with 32 or more input and output
+//     channels. Measured in place (tests/bench/conv_algorithms.cpp, docs/benchmarks.md
+//     "Convolutions"; 2-core AVX-512 VM, reorders included): 1.04–2.2× the direct NHWC kernels'
+//     speed from 32 channels at 4–56 px; at 16 channels 0.7×, its input and output transforms
+//     (which grow with C + K) not repaid by the products (which grow with C·K).
+//   "winograd" — every 3×3 stride-1 convolution oneDNN's kernel takes (channels in multiples of 16).
+//   "direct" — none (the bits before Winograd).
+// Winograd's sums differ from direct's in rounding only (about 1e-6 relative in fp32,
+// tests/unit/test_cnn_ops.cpp). Where oneDNN has no Winograd kernel, the direct one runs.
+enum class ConvChoice { AUTO, WINOGRAD, DIRECT };
+
+ConvChoice conv_choice_from_env() {
+  const char* knob = std::getenv("BATON_CPU_CONV");
+  const std::string_view v = knob ? knob : "";
+  if (v.empty() || v == "auto") return ConvChoice::AUTO;
+  if (v == "winograd") return ConvChoice::WINOGRAD;
+  if (v == "direct") return ConvChoice::DIRECT;
+  throw Error(fmt::format("BATON_CPU_CONV = \"{}\" is not a CPU convolution choice", v),
+              "use \"auto\" (the default: Winograd for 3×3 stride-1 convolutions of 32+ channels), "
+              "\"winograd\" (wherever oneDNN takes it) or \"direct\"");
+}
+
+bool try_winograd(ConvChoice choice, const Conv2d& c) {
+  if (choice == ConvChoice::DIRECT || c.R != 3 || c.S != 3 || c.stride != 1 || c.pad != 1) return false;
+  return choice == ConvChoice::WINOGRAD || (c.C >= 32 && c.K >= 32);
+}
 
 struct PoolEntry {
   Prim fwd, bwd;
@@ -92,6 +124,7 @@ struct CpuCnn::Impl {
   std::map<std::array<int, 10>, ConvEntry> convs;  // shape and bf16 (0 / 1)
   CpuBatchNorm bn;  // ours, not oneDNN's: sums in double (cpu_batchnorm.h)
   std::map<std::array<int, 9>, PoolEntry> pools;
+  const ConvChoice conv_choice = conv_choice_from_env();
 
   Impl() { attr.set_scratchpad_mode(dnnl::scratchpad_mode::user); }
   ~Impl() {
@@ -151,18 +184,34 @@ struct CpuCnn::Impl {
     ConvEntry& e = convs[key];
     const memory::dims xs{c.N, c.C, c.H, c.W}, ws{c.K, c.C, c.R, c.S}, bs{c.K}, ys{c.N, c.K, c.P(), c.Q()};
     const memory::dims st{c.stride, c.stride}, pd{c.pad, c.pad};
-    const auto alg = dnnl::algorithm::convolution_direct;
     const dt act = bf16 ? dt::bf16 : dt::f32;
     const auto xm = md(xs, tag::nhwc, act), wm = md(ws, tag::oihw, act), bm = md(bs, tag::x),
                ym = md(ys, tag::nhwc, act), dwm = md(ws, tag::oihw);
-    // Activations stay NHWC (oneDNN's direct kernels read it); the weights take the kernel's layout.
-    const auto xa = xm, wa = md(ws, tag::any, act), ya = ym;
+    using Fwd = dnnl::convolution_forward;
+    // Direct: activations stay NHWC (its kernels read it), the weights take the kernel's layout.
+    // Winograd: every argument in its blocked layouts (staged). Where oneDNN has no Winograd
+    // kernel (a CPU without AVX-512), the direct one.
+    auto alg = dnnl::algorithm::convolution_direct;
+    auto xa = xm, wa = md(ws, tag::any, act), ya = ym;
+    std::optional<Fwd::primitive_desc> fwd_or;
+    if (!bf16 && try_winograd(conv_choice, c)) {
+      const auto any = md(xs, tag::any), any_y = md(ys, tag::any);
+      try {
+        fwd_or.emplace(Fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_winograd, any, wa,
+                                 bm, any_y, st, pd, pd),
+                       attr, eng);
+        alg = dnnl::algorithm::convolution_winograd;
+        xa = any, ya = any_y;
+      } catch (const dnnl::error&) {
+      }
+    }
+    if (!fwd_or)
+      fwd_or.emplace(Fwd::desc(dnnl::prop_kind::forward_training, alg, xa, wa, bm, ya, st, pd, pd), attr, eng);
+    const Fwd::primitive_desc& fwd_pd = *fwd_or;
+    e.impl = fwd_pd.impl_info_str();
     e.b = memory(bm, eng, nullptr);
     e.db = memory(bm, eng, nullptr);
     e.zero_bias.assign(size_t(c.K), 0.0f);
-    using Fwd = dnnl::convolution_forward;
-    const Fwd::primitive_desc fwd_pd(
-        Fwd::desc(dnnl::prop_kind::forward_training, alg, xa, wa, bm, ya, st, pd, pd), attr, eng);
     size_t off = 0;
     e.x_f = stage(xm, fwd_pd.src_desc(), off);
     e.w_f = stage(wm, fwd_pd.weights_desc(), off);
@@ -273,6 +322,12 @@ void CpuCnn::conv2d_backward_bf16(uint16_t* dx, float* dw, float* db, const uint
   conv_backward(dx, dw, db, dy, x, w, c, true);
 }
 
+std::string CpuCnn::conv2d_kernel(const Conv2d& c, bool bf16) {
+  std::string impl;
+  guarded("convolution", [&] { impl = impl_->conv(c, bf16).impl; });
+  return impl;
+}
+
 void CpuCnn::conv_forward(void* y, const void* x, const void* w, const float* bias, const Conv2d& c, bool bf16) {
   guarded("convolution forward", [&] {
     Impl& m = *impl_;
@@ -329,6 +384,18 @@ void CpuCnn::batchnorm_backward(float* dx, float* dgamma, float* dbeta, const fl
                                 float eps) {
   guarded("batch normalization backward",
           [&] { impl_->bn.backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, N, C, HW, eps); });
+}
+
+void CpuCnn::batchnorm_relu_forward(float* y, float* mean, float* var, const float* x, const float* gamma,
+                                    const float* beta, const float* residual, int N, int C, int HW, float eps,
+                                    bool training) {
+  impl_->bn.forward(y, mean, var, x, gamma, beta, N, C, HW, eps, training, residual, true);
+}
+
+void CpuCnn::relu_batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                     const float* mean, const float* var, const float* gamma, const float* beta,
+                                     int N, int C, int HW, float eps) {
+  impl_->bn.backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, N, C, HW, eps, beta);
 }
 
 size_t CpuCnn::pool2d_workspace_bytes(const Pool2d& p) {

@@ -5,6 +5,11 @@
 // (memory-bound, nothing to gain from a primitive). fp32 tensors (convolutions also bf16, for
 // native bf16); activations NHWC (the CPU backend's image layout: oneDNN's direct convolution and
 // pooling kernels read it without reorders), weights OIHW (reordered, per call, into the convolution kernel's blocked layout).
+// 3×3 stride-1 fp32 convolutions of 32+ channels run as Winograd F(4×4, 3×3) on AVX-512 CPUs
+// (faster there, cpu_cnn.cpp ConvChoice), their activations reordered to and from oneDNN's
+// blocked layout around the call; the environment variable BATON_CPU_CONV = "auto" (default) |
+// "winograd" (every 3×3 stride-1 convolution oneDNN's kernel takes) | "direct" decides, read when
+// the backend is made (another value is an error there).
 //
 // Every primitive is built once per shape and cached with its memory objects (rebound to the
 // caller's buffers with set_data_handle), its scratchpad is ours (one buffer grown to the largest
@@ -15,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 
@@ -39,6 +45,17 @@ class CpuCnn {
   void batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                           const float* mean, const float* var, const float* gamma, int N, int C, int HW,
                           float eps);
+  // The fused forms (backend.h batchnorm_relu_forward, relu_batchnorm_backward; cpu_batchnorm.h).
+  void batchnorm_relu_forward(float* y, float* mean, float* var, const float* x, const float* gamma,
+                              const float* beta, const float* residual, int N, int C, int HW, float eps,
+                              bool training);
+  void relu_batchnorm_backward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                               const float* mean, const float* var, const float* gamma, const float* beta, int N,
+                               int C, int HW, float eps);
+  // oneDNN's name of the kernel that runs this convolution's forward (e.g. "brgconv:avx512_core",
+  // "jit_wino_4x3:avx512_core"; the backward passes use the same algorithm): what tests observe the
+  // BATON_CPU_CONV choice by.
+  std::string conv2d_kernel(const Conv2d& c, bool bf16 = false);
   size_t pool2d_workspace_bytes(const Pool2d& p);
   void pool2d_forward(float* y, void* workspace, const float* x, const Pool2d& p);
   void pool2d_backward(float* dx, const float* dy, const void* workspace, const Pool2d& p);
