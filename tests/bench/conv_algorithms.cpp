@@ -1,8 +1,9 @@
 // Benchmark, not a test: each 3×3 stride-1 convolution shape of the fashion ResNet (ResNet-18 of
 // width 1/4 at 28 px, batch 250), of ResNet-18 at width 1 (batch 64) and of ResNet-50 at 224 px
 // (batch 8) through the CPU backend's oneDNN path (cpu_cnn.h: cached primitives, NHWC activations,
-// staged reorders included) under BATON_CPU_CONV=direct and =winograd — the measurement behind
-// the rule of "auto" (src/backend/cpu/cpu_cnn.cpp ConvChoice, docs/benchmarks.md "Convolutions").
+// staged reorders included) under BATON_CPU_CONV=direct, =winograd and =auto — the measurement
+// behind the rule of "auto" (src/backend/cpu/cpu_cnn.cpp ConvChoice, docs/benchmarks.md
+// "Convolutions").
 // Milliseconds per call of forward, backward-data and backward-weights, each the best of 5 timings.
 //   OMP_NUM_THREADS=2 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/tests/bench_conv_algorithms
 #include <algorithm>
@@ -62,18 +63,15 @@ int main() {
       {"resnet18", 64, 256, 7, 256},  {"resnet18", 64, 512, 4, 512},   {"resnet50", 8, 64, 56, 64},
       {"resnet50", 8, 128, 28, 128},  {"resnet50", 8, 256, 14, 256},   {"resnet50", 8, 512, 7, 512},
   };
-  std::printf("%-9s %4s %4s %3s %4s | %-27s | %-27s | %s\n", "network", "N", "C", "px", "K",
-              "direct: fwd bwd_d bwd_w ms", "winograd: fwd bwd_d bwd_w", "direct / winograd (auto takes)");
+  std::printf("%-9s %4s %4s %3s %4s | %-23s | %-23s | %-23s | %s\n", "network", "N", "C", "px", "K",
+              "direct: fwd bwd_d bwd_w", "winograd", "auto", "direct / auto (auto's kernel)");
   for (const Case& k : cases) {
     const baton::Conv2d c{.N = k.N, .C = k.C, .H = k.H, .W = k.H, .K = k.K, .R = 3, .S = 3, .stride = 1, .pad = 1};
     std::string kd, kw, ka;
-    const Times d = time_conv(c, "direct", kd), a = time_conv(c, "winograd", kw);
-    setenv("BATON_CPU_CONV", "auto", 1);
-    ka = baton::CpuCnn().conv2d_kernel(c);
-    unsetenv("BATON_CPU_CONV");
-    std::printf("%-9s %4d %4d %3d %4d | %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f | %.2f× (%s)\n", k.net, k.N, k.C, k.H,
-                k.K, d.fwd, d.bwd_data, d.bwd_weights, a.fwd, a.bwd_data, a.bwd_weights, d.sum() / a.sum(),
-                ka.find("wino") != std::string::npos ? "winograd" : "direct");
+    const Times d = time_conv(c, "direct", kd), w = time_conv(c, "winograd", kw), a = time_conv(c, "auto", ka);
+    std::printf("%-9s %4d %4d %3d %4d | %6.2f %6.2f %6.2f ms | %6.2f %6.2f %6.2f ms | %6.2f %6.2f %6.2f ms | %.2f× (%s)\n",
+                k.net, k.N, k.C, k.H, k.K, d.fwd, d.bwd_data, d.bwd_weights, w.fwd, w.bwd_data, w.bwd_weights, a.fwd,
+                a.bwd_data, a.bwd_weights, d.sum() / a.sum(), ka.c_str());
   }
   return 0;
 }

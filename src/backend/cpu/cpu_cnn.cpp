@@ -86,7 +86,7 @@ struct ConvEntry {
 //     speed from 32 channels at 4–56 px; at 16 channels 0.7×, its input and output transforms
 //     (which grow with C + K) not repaid by the products (which grow with C·K).
 //   "winograd" — every 3×3 stride-1 convolution oneDNN's kernel takes (channels in multiples of 16).
-//   "direct" — none (the bits before Winograd).
+//   "direct" — none, and every convolution on NHWC descriptors (the bits before session 19).
 // Winograd's sums differ from direct's in rounding only (about 1e-6 relative in fp32,
 // tests/unit/test_cnn_ops.cpp). Where oneDNN has no Winograd kernel, the direct one runs.
 enum class ConvChoice { AUTO, WINOGRAD, DIRECT };
@@ -185,8 +185,14 @@ struct CpuCnn::Impl {
     const memory::dims xs{c.N, c.C, c.H, c.W}, ws{c.K, c.C, c.R, c.S}, bs{c.K}, ys{c.N, c.K, c.P(), c.Q()};
     const memory::dims st{c.stride, c.stride}, pd{c.pad, c.pad};
     const dt act = bf16 ? dt::bf16 : dt::f32;
-    const auto xm = md(xs, tag::nhwc, act), wm = md(ws, tag::oihw, act), bm = md(bs, tag::x),
-               ym = md(ys, tag::nhwc, act), dwm = md(ws, tag::oihw);
+    // NHWC with 16 channels is nChw16c byte for byte, and with 1 channel NCHW: described so, an
+    // fp32 convolution from 1 or 16 channels to 16 runs oneDNN's blocked direct kernels on the
+    // caller's buffers as they are — its forward about 15% faster than the NHWC kernel's at the
+    // fashion ResNet's 28 px (docs/benchmarks.md "Convolutions"). Not under BATON_CPU_CONV=direct.
+    const bool alias = conv_choice != ConvChoice::DIRECT && !bf16 && (c.C == 1 || c.C == 16) && c.K == 16;
+    const auto xm = md(xs, alias ? (c.C == 16 ? tag::nChw16c : tag::nchw) : tag::nhwc, act),
+               wm = md(ws, tag::oihw, act), bm = md(bs, tag::x),
+               ym = md(ys, alias ? tag::nChw16c : tag::nhwc, act), dwm = md(ws, tag::oihw);
     using Fwd = dnnl::convolution_forward;
     // Direct: activations stay NHWC (its kernels read it), the weights take the kernel's layout.
     // Winograd: every argument in its blocked layouts (staged). Where oneDNN has no Winograd
