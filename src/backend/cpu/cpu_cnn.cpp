@@ -82,9 +82,10 @@ struct ConvEntry {
 // blocked activations reordered from and to NHWC around each call), from BATON_CPU_CONV:
 //   "auto" (unset or empty) — the 3×3 stride-1 convolutions with 32 or more input and output
 //     channels. Measured in place (tests/bench/conv_algorithms.cpp, docs/benchmarks.md
-//     "Convolutions"; 2-core AVX-512 VM, reorders included): 1.04–2.2× the direct NHWC kernels'
-//     speed from 32 channels at 4–56 px; at 16 channels 0.7×, its input and output transforms
-//     (which grow with C + K) not repaid by the products (which grow with C·K).
+//     "Convolutions"; 2-core AVX-512 VM, reorders included): 1.2–2.2× the direct NHWC kernels'
+//     speed from 32 channels at 4–56 px (within noise at 512 channels, 7 px); at 16 channels
+//     0.7–0.85×, its input and output transforms (which grow with C + K) not repaid by the
+//     products (which grow with C·K).
 //   "winograd" — every 3×3 stride-1 convolution oneDNN's kernel takes (channels in multiples of 16).
 //   "direct" — none, and every convolution on NHWC descriptors (the bits before session 19).
 // Winograd's sums differ from direct's in rounding only (about 1e-6 relative in fp32,
