@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "backend/cpu/cpu_cnn.h"
 #include "core/dropout_mask.h"
 #include "core/error.h"
@@ -224,8 +226,10 @@ TEST(CnnOps, WinogradWhereItPaysAndTheKnobTakesEffect) {
   const Conv2d wide{.N = 2, .C = 32, .H = 9, .W = 7, .K = 48, .R = 3, .S = 3, .stride = 1, .pad = 1};
   const Conv2d narrow{.N = 2, .C = 16, .H = 9, .W = 7, .K = 16, .R = 3, .S = 3, .stride = 1, .pad = 1};
   const Conv2d strided{.N = 2, .C = 32, .H = 9, .W = 7, .K = 32, .R = 3, .S = 3, .stride = 2, .pad = 1};
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (!avx512) std::printf("no AVX-512 on this CPU: oneDNN has no Winograd kernel, only the direct path is checked\n");
+  // oneDNN's ISA (ONEDNN_MAX_CPU_ISA may lower it: the AVX2 run of this test, tests/CMakeLists.txt).
+  const bool avx512 = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
+  if (!avx512)
+    std::printf("oneDNN runs below AVX-512 here: it has no Winograd kernel, only the direct path is checked\n");
   for (const char* knob : {"direct", "auto", "winograd"}) {
     SCOPED_TRACE(knob);
     const Env env(knob);
@@ -235,7 +239,9 @@ TEST(CnnOps, WinogradWhereItPaysAndTheKnobTakesEffect) {
     EXPECT_EQ(cnn.conv2d_kernel(narrow).find("wino") != std::string::npos, wino && std::string(knob) == "winograd")
         << cnn.conv2d_kernel(narrow);
     EXPECT_EQ(cnn.conv2d_kernel(strided).find("wino"), std::string::npos) << cnn.conv2d_kernel(strided);
-    EXPECT_EQ(cnn.conv2d_kernel(wide, true).find("wino"), std::string::npos) << "bf16 has no Winograd kernel";
+    if (avx512) {  // native bf16 convolutions exist from AVX-512 on (baton uses them only with avx512_bf16 / AMX)
+      EXPECT_EQ(cnn.conv2d_kernel(wide, true).find("wino"), std::string::npos) << "bf16 has no Winograd kernel";
+    }
 
     auto be = make_cpu_backend();
     const Nchw ops{*be};
@@ -260,6 +266,29 @@ TEST(CnnOps, WinogradWhereItPaysAndTheKnobTakesEffect) {
   }
   const Env bad("fft");
   EXPECT_THROW(make_cpu_backend(), Error);
+}
+
+// No convolution of the CNNs' shapes falls to oneDNN's reference kernels (100–200× slower), on
+// AVX-512 and — the AVX2 run of this test (tests/CMakeLists.txt) — below it: the 16-channel
+// convolutions described as nChw16c (cpu_cnn.cpp) must keep NHWC where no blocked kernel takes it.
+TEST(CnnOps, NoConvolutionRunsOnReferenceKernels) {
+  for (const char* knob : {"auto", "winograd", "direct"}) {
+    setenv("BATON_CPU_CONV", knob, 1);
+    CpuCnn cnn;
+    unsetenv("BATON_CPU_CONV");
+    for (const Conv2d& c : {Conv2d{.N = 4, .C = 1, .H = 28, .W = 28, .K = 16, .R = 3, .S = 3, .stride = 1, .pad = 1},
+                            Conv2d{.N = 4, .C = 16, .H = 28, .W = 28, .K = 16, .R = 3, .S = 3, .stride = 1, .pad = 1},
+                            Conv2d{.N = 4, .C = 16, .H = 28, .W = 28, .K = 32, .R = 3, .S = 3, .stride = 2, .pad = 1},
+                            Conv2d{.N = 4, .C = 16, .H = 28, .W = 28, .K = 32, .R = 1, .S = 1, .stride = 2, .pad = 0},
+                            Conv2d{.N = 4, .C = 32, .H = 14, .W = 14, .K = 32, .R = 3, .S = 3, .stride = 1, .pad = 1},
+                            Conv2d{.N = 2, .C = 3, .H = 32, .W = 32, .K = 64, .R = 7, .S = 7, .stride = 2, .pad = 3}})
+      for (bool bf16 : {false, true}) {
+        if (bf16 && dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core) continue;  // no bf16 kernels
+        const std::string k = cnn.conv2d_kernel(c, bf16);
+        EXPECT_EQ(k.find("ref"), std::string::npos)
+            << knob << " C" << c.C << " K" << c.K << " " << c.R << "x" << c.S << (bf16 ? " bf16: " : ": ") << k;
+      }
+  }
 }
 
 // ---- batch normalization ----

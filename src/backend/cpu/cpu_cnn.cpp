@@ -108,6 +108,34 @@ bool try_winograd(ConvChoice choice, const Conv2d& c) {
   return choice == ConvChoice::WINOGRAD || (c.C >= 32 && c.K >= 32);
 }
 
+// NHWC with 16 channels is nChw16c byte for byte, and with 1 channel NCHW: described so, an fp32
+// convolution from 1 or 16 channels to 16 runs oneDNN's blocked direct kernels on the caller's
+// buffers as they are — its forward about 20% faster than the NHWC kernel's at the fashion
+// ResNet's 28 px (docs/benchmarks.md "Convolutions"). Only where oneDNN has blocked kernels for
+// all three passes (AVX-512): elsewhere (AVX2's blocks are 8 wide) it would run its reference
+// kernels, 200× slower — probed here, any "ref" kernel and the shape stays NHWC.
+bool blocked_aliases_nhwc(const Conv2d& c, const dnnl::engine& eng, const dnnl::primitive_attr& attr) {
+  if ((c.C != 1 && c.C != 16) || c.K != 16) return false;
+  using Fwd = dnnl::convolution_forward;
+  using BwdD = dnnl::convolution_backward_data;
+  using BwdW = dnnl::convolution_backward_weights;
+  const memory::dims st{c.stride, c.stride}, pd{c.pad, c.pad};
+  const auto x = md({c.N, c.C, c.H, c.W}, c.C == 16 ? tag::nChw16c : tag::nchw),
+             y = md({c.N, c.K, c.P(), c.Q()}, tag::nChw16c), w = md({c.K, c.C, c.R, c.S}, tag::any),
+             b = md({c.K}, tag::x);
+  const auto alg = dnnl::algorithm::convolution_direct;
+  try {
+    const Fwd::primitive_desc f(Fwd::desc(dnnl::prop_kind::forward_training, alg, x, w, b, y, st, pd, pd), attr, eng);
+    const BwdD::primitive_desc d(BwdD::desc(alg, x, w, y, st, pd, pd), attr, eng, f);
+    const BwdW::primitive_desc g(BwdW::desc(alg, x, w, b, y, st, pd, pd), attr, eng, f);
+    for (const char* impl : {f.impl_info_str(), d.impl_info_str(), g.impl_info_str()})
+      if (std::string_view(impl).find("ref") != std::string_view::npos) return false;
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 struct PoolEntry {
   Prim fwd, bwd;
   memory x, y, ws, dx, dy;
@@ -186,15 +214,14 @@ struct CpuCnn::Impl {
     const memory::dims xs{c.N, c.C, c.H, c.W}, ws{c.K, c.C, c.R, c.S}, bs{c.K}, ys{c.N, c.K, c.P(), c.Q()};
     const memory::dims st{c.stride, c.stride}, pd{c.pad, c.pad};
     const dt act = bf16 ? dt::bf16 : dt::f32;
-    // NHWC with 16 channels is nChw16c byte for byte, and with 1 channel NCHW: described so, an
-    // fp32 convolution from 1 or 16 channels to 16 runs oneDNN's blocked direct kernels on the
-    // caller's buffers as they are — its forward about 15% faster than the NHWC kernel's at the
-    // fashion ResNet's 28 px (docs/benchmarks.md "Convolutions"). Not under BATON_CPU_CONV=direct.
-    const bool alias = conv_choice != ConvChoice::DIRECT && !bf16 && (c.C == 1 || c.C == 16) && c.K == 16;
+    using Fwd = dnnl::convolution_forward;
+    using BwdD = dnnl::convolution_backward_data;
+    using BwdW = dnnl::convolution_backward_weights;
+    // 1 or 16 → 16 channels: the caller's NHWC buffers described as blocked (blocked_aliases_nhwc).
+    const bool alias = conv_choice != ConvChoice::DIRECT && !bf16 && blocked_aliases_nhwc(c, eng, attr);
     const auto xm = md(xs, alias ? (c.C == 16 ? tag::nChw16c : tag::nchw) : tag::nhwc, act),
                wm = md(ws, tag::oihw, act), bm = md(bs, tag::x),
                ym = md(ys, alias ? tag::nChw16c : tag::nhwc, act), dwm = md(ws, tag::oihw);
-    using Fwd = dnnl::convolution_forward;
     // Direct: activations stay NHWC (its kernels read it), the weights take the kernel's layout.
     // Winograd: every argument in its blocked layouts (staged). Where oneDNN has no Winograd
     // kernel (a CPU without AVX-512), the direct one.
@@ -203,13 +230,15 @@ struct CpuCnn::Impl {
     std::optional<Fwd::primitive_desc> fwd_or;
     if (!bf16 && try_winograd(conv_choice, c)) {
       const auto any = md(xs, tag::any), any_y = md(ys, tag::any);
-      try {
-        fwd_or.emplace(Fwd::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_winograd, any, wa,
-                                 bm, any_y, st, pd, pd),
-                       attr, eng);
-        alg = dnnl::algorithm::convolution_winograd;
+      const auto wino = dnnl::algorithm::convolution_winograd;
+      try {  // all three passes, or none
+        fwd_or.emplace(Fwd::desc(dnnl::prop_kind::forward_training, wino, any, wa, bm, any_y, st, pd, pd), attr, eng);
+        BwdD::primitive_desc(BwdD::desc(wino, any, wa, any_y, st, pd, pd), attr, eng, *fwd_or);
+        BwdW::primitive_desc(BwdW::desc(wino, any, md(ws, tag::any), bm, any_y, st, pd, pd), attr, eng, *fwd_or);
+        alg = wino;
         xa = any, ya = any_y;
       } catch (const dnnl::error&) {
+        fwd_or.reset();
       }
     }
     if (!fwd_or)
@@ -226,7 +255,6 @@ struct CpuCnn::Impl {
     e.stage_bytes = off;
     e.fwd = make<Fwd>(fwd_pd, {{DNNL_ARG_SRC, e.x_f.inner}, {DNNL_ARG_WEIGHTS, e.w_f.inner}, {DNNL_ARG_BIAS, e.b},
                                {DNNL_ARG_DST, e.y_f.inner}});
-    using BwdD = dnnl::convolution_backward_data;
     const BwdD::primitive_desc bwd_data_pd(BwdD::desc(alg, xa, wa, ya, st, pd, pd), attr, eng, fwd_pd);
     off = 0;
     e.dy_d = stage(ym, bwd_data_pd.diff_dst_desc(), off);
@@ -235,7 +263,6 @@ struct CpuCnn::Impl {
     e.stage_bytes = std::max(e.stage_bytes, off);
     e.bwd_data = make<BwdD>(bwd_data_pd, {{DNNL_ARG_DIFF_DST, e.dy_d.inner}, {DNNL_ARG_WEIGHTS, e.w_d.inner},
                                           {DNNL_ARG_DIFF_SRC, e.dx_d.inner}});
-    using BwdW = dnnl::convolution_backward_weights;
     const BwdW::primitive_desc bwd_w_pd(BwdW::desc(alg, xa, md(ws, tag::any), bm, ya, st, pd, pd), attr, eng,
                                         fwd_pd);
     off = 0;
