@@ -108,33 +108,39 @@ bool try_winograd(ConvChoice choice, const Conv2d& c) {
   return choice == ConvChoice::WINOGRAD || (c.C >= 32 && c.K >= 32);
 }
 
+using Fwd = dnnl::convolution_forward;
+using BwdD = dnnl::convolution_backward_data;
+using BwdW = dnnl::convolution_backward_weights;
+
+// A convolution's three primitive descriptors (forward, backward data, backward weights) for one
+// algorithm and one set of argument descriptors; throws dnnl::error where oneDNN has no kernel.
+struct ConvPds {
+  Fwd::primitive_desc fwd;
+  BwdD::primitive_desc data;
+  BwdW::primitive_desc weights;
+  bool any_reference() const {  // one of them on oneDNN's reference kernels
+    for (const char* impl : {fwd.impl_info_str(), data.impl_info_str(), weights.impl_info_str()})
+      if (std::string_view(impl).find("ref") != std::string_view::npos) return true;
+    return false;
+  }
+};
+
+ConvPds conv_pds(const Conv2d& c, dnnl::algorithm alg, const memory::desc& x, const memory::desc& w,
+                 const memory::desc& dw, const memory::desc& b, const memory::desc& y, const dnnl::primitive_attr& attr,
+                 const dnnl::engine& eng) {
+  const memory::dims st{c.stride, c.stride}, pd{c.pad, c.pad};
+  const Fwd::primitive_desc f(Fwd::desc(dnnl::prop_kind::forward_training, alg, x, w, b, y, st, pd, pd), attr, eng);
+  return ConvPds{f, BwdD::primitive_desc(BwdD::desc(alg, x, w, y, st, pd, pd), attr, eng, f),
+                 BwdW::primitive_desc(BwdW::desc(alg, x, dw, b, y, st, pd, pd), attr, eng, f)};
+}
+
 // NHWC with 16 channels is nChw16c byte for byte, and with 1 channel NCHW: described so, an fp32
 // convolution from 1 or 16 channels to 16 runs oneDNN's blocked direct kernels on the caller's
 // buffers as they are — its forward about 20% faster than the NHWC kernel's at the fashion
 // ResNet's 28 px (docs/benchmarks.md "Convolutions"). Only where oneDNN has blocked kernels for
 // all three passes (AVX-512): elsewhere (AVX2's blocks are 8 wide) it would run its reference
-// kernels, 200× slower — probed here, any "ref" kernel and the shape stays NHWC.
-bool blocked_aliases_nhwc(const Conv2d& c, const dnnl::engine& eng, const dnnl::primitive_attr& attr) {
-  if ((c.C != 1 && c.C != 16) || c.K != 16) return false;
-  using Fwd = dnnl::convolution_forward;
-  using BwdD = dnnl::convolution_backward_data;
-  using BwdW = dnnl::convolution_backward_weights;
-  const memory::dims st{c.stride, c.stride}, pd{c.pad, c.pad};
-  const auto x = md({c.N, c.C, c.H, c.W}, c.C == 16 ? tag::nChw16c : tag::nchw),
-             y = md({c.N, c.K, c.P(), c.Q()}, tag::nChw16c), w = md({c.K, c.C, c.R, c.S}, tag::any),
-             b = md({c.K}, tag::x);
-  const auto alg = dnnl::algorithm::convolution_direct;
-  try {
-    const Fwd::primitive_desc f(Fwd::desc(dnnl::prop_kind::forward_training, alg, x, w, b, y, st, pd, pd), attr, eng);
-    const BwdD::primitive_desc d(BwdD::desc(alg, x, w, y, st, pd, pd), attr, eng, f);
-    const BwdW::primitive_desc g(BwdW::desc(alg, x, w, b, y, st, pd, pd), attr, eng, f);
-    for (const char* impl : {f.impl_info_str(), d.impl_info_str(), g.impl_info_str()})
-      if (std::string_view(impl).find("ref") != std::string_view::npos) return false;
-    return true;
-  } catch (const dnnl::error&) {
-    return false;
-  }
-}
+// kernels, 200× slower — Impl::conv probes, and any "ref" kernel keeps the shape NHWC.
+bool nhwc_is_blocked(const Conv2d& c) { return (c.C == 1 || c.C == 16) && c.K == 16; }
 
 struct PoolEntry {
   Prim fwd, bwd;
@@ -212,38 +218,36 @@ struct CpuCnn::Impl {
     if (it != convs.end()) return it->second;
     ConvEntry& e = convs[key];
     const memory::dims xs{c.N, c.C, c.H, c.W}, ws{c.K, c.C, c.R, c.S}, bs{c.K}, ys{c.N, c.K, c.P(), c.Q()};
-    const memory::dims st{c.stride, c.stride}, pd{c.pad, c.pad};
     const dt act = bf16 ? dt::bf16 : dt::f32;
-    using Fwd = dnnl::convolution_forward;
-    using BwdD = dnnl::convolution_backward_data;
-    using BwdW = dnnl::convolution_backward_weights;
-    // 1 or 16 → 16 channels: the caller's NHWC buffers described as blocked (blocked_aliases_nhwc).
-    const bool alias = conv_choice != ConvChoice::DIRECT && !bf16 && blocked_aliases_nhwc(c, eng, attr);
-    const auto xm = md(xs, alias ? (c.C == 16 ? tag::nChw16c : tag::nchw) : tag::nhwc, act),
-               wm = md(ws, tag::oihw, act), bm = md(bs, tag::x),
-               ym = md(ys, alias ? tag::nChw16c : tag::nhwc, act), dwm = md(ws, tag::oihw);
-    // Direct: activations stay NHWC (its kernels read it), the weights take the kernel's layout.
-    // Winograd: every argument in its blocked layouts (staged). Where oneDNN has no Winograd
-    // kernel (a CPU without AVX-512), the direct one.
-    auto alg = dnnl::algorithm::convolution_direct;
-    auto xa = xm, wa = md(ws, tag::any, act), ya = ym;
-    std::optional<Fwd::primitive_desc> fwd_or;
-    if (!bf16 && try_winograd(conv_choice, c)) {
-      const auto any = md(xs, tag::any), any_y = md(ys, tag::any);
-      const auto wino = dnnl::algorithm::convolution_winograd;
-      try {  // all three passes, or none
-        fwd_or.emplace(Fwd::desc(dnnl::prop_kind::forward_training, wino, any, wa, bm, any_y, st, pd, pd), attr, eng);
-        BwdD::primitive_desc(BwdD::desc(wino, any, wa, any_y, st, pd, pd), attr, eng, *fwd_or);
-        BwdW::primitive_desc(BwdW::desc(wino, any, md(ws, tag::any), bm, any_y, st, pd, pd), attr, eng, *fwd_or);
-        alg = wino;
-        xa = any, ya = any_y;
+    const auto bm = md(bs, tag::x), wm = md(ws, tag::oihw, act), dwm = md(ws, tag::oihw), wa = md(ws, tag::any, act),
+               dwa = md(ws, tag::any);
+    auto xm = md(xs, tag::nhwc, act), ym = md(ys, tag::nhwc, act);  // the caller's buffers
+    std::optional<ConvPds> pds;
+    // 1 or 16 → 16 channels: the caller's NHWC buffers described as blocked (nhwc_is_blocked),
+    // where oneDNN's blocked direct kernels take all three passes.
+    if (!bf16 && conv_choice != ConvChoice::DIRECT && nhwc_is_blocked(c)) {
+      const auto x16 = md(xs, c.C == 16 ? tag::nChw16c : tag::nchw), y16 = md(ys, tag::nChw16c);
+      try {
+        pds = conv_pds(c, dnnl::algorithm::convolution_direct, x16, wa, dwa, bm, y16, attr, eng);
+        if (pds->any_reference())
+          pds.reset();
+        else
+          xm = x16, ym = y16;
       } catch (const dnnl::error&) {
-        fwd_or.reset();
       }
     }
-    if (!fwd_or)
-      fwd_or.emplace(Fwd::desc(dnnl::prop_kind::forward_training, alg, xa, wa, bm, ya, st, pd, pd), attr, eng);
-    const Fwd::primitive_desc& fwd_pd = *fwd_or;
+    // Winograd: every argument in its blocked layouts (staged); all three passes, or the direct
+    // kernels (a CPU without AVX-512 has none).
+    if (!bf16 && try_winograd(conv_choice, c)) {
+      try {
+        pds = conv_pds(c, dnnl::algorithm::convolution_winograd, md(xs, tag::any), wa, dwa, bm, md(ys, tag::any),
+                       attr, eng);
+      } catch (const dnnl::error&) {
+      }
+    }
+    // Direct: activations as the caller holds them (its kernels read NHWC), weights in the kernel's layout.
+    if (!pds) pds = conv_pds(c, dnnl::algorithm::convolution_direct, xm, wa, dwa, bm, ym, attr, eng);
+    const Fwd::primitive_desc& fwd_pd = pds->fwd;
     e.impl = fwd_pd.impl_info_str();
     e.b = memory(bm, eng, nullptr);
     e.db = memory(bm, eng, nullptr);
@@ -255,7 +259,7 @@ struct CpuCnn::Impl {
     e.stage_bytes = off;
     e.fwd = make<Fwd>(fwd_pd, {{DNNL_ARG_SRC, e.x_f.inner}, {DNNL_ARG_WEIGHTS, e.w_f.inner}, {DNNL_ARG_BIAS, e.b},
                                {DNNL_ARG_DST, e.y_f.inner}});
-    const BwdD::primitive_desc bwd_data_pd(BwdD::desc(alg, xa, wa, ya, st, pd, pd), attr, eng, fwd_pd);
+    const BwdD::primitive_desc& bwd_data_pd = pds->data;
     off = 0;
     e.dy_d = stage(ym, bwd_data_pd.diff_dst_desc(), off);
     e.w_d = stage(wm, bwd_data_pd.weights_desc(), off);
@@ -263,8 +267,7 @@ struct CpuCnn::Impl {
     e.stage_bytes = std::max(e.stage_bytes, off);
     e.bwd_data = make<BwdD>(bwd_data_pd, {{DNNL_ARG_DIFF_DST, e.dy_d.inner}, {DNNL_ARG_WEIGHTS, e.w_d.inner},
                                           {DNNL_ARG_DIFF_SRC, e.dx_d.inner}});
-    const BwdW::primitive_desc bwd_w_pd(BwdW::desc(alg, xa, md(ws, tag::any), bm, ya, st, pd, pd), attr, eng,
-                                        fwd_pd);
+    const BwdW::primitive_desc& bwd_w_pd = pds->weights;
     off = 0;
     e.x_w = stage(xm, bwd_w_pd.src_desc(), off);
     e.dy_w = stage(ym, bwd_w_pd.diff_dst_desc(), off);
