@@ -35,9 +35,16 @@ size_t matmul_backward_scratch_floats(int N, int OC) { return column_sum_scratch
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC, bool accumulate_dinp,
-                     float* scratch, size_t scratch_floats, cublasHandle_t h, cudaStream_t s) {
+                     bool accumulate_dweight, float* scratch, size_t scratch_floats, cublasHandle_t h,
+                     cudaStream_t s) {
   BATON_KCHECK("matmul_backward", N >= 0 && C > 0 && OC > 0);
-  if (N == 0) return;
+  if (N == 0) {  // empty sums: written parameter gradients are zeros
+    if (!accumulate_dweight && dweight != nullptr)
+      check_cuda(cudaMemsetAsync(dweight, 0, size_t(OC) * C * sizeof(float), s), "matmul_backward");
+    if (!accumulate_dweight && dbias != nullptr)
+      check_cuda(cudaMemsetAsync(dbias, 0, size_t(OC) * sizeof(float), s), "matmul_backward");
+    return;
+  }
   BATON_KCHECK("matmul_backward", dout != nullptr);
   if (dinp != nullptr) {
     BATON_KCHECK("matmul_backward", weight != nullptr);
@@ -46,9 +53,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   }
   if (dweight != nullptr) {
     BATON_KCHECK("matmul_backward", inp != nullptr);
-    gemm_rm(h, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    gemm_rm(h, true, false, OC, C, N, 1.0f, dout, OC, inp, C, accumulate_dweight ? 1.0f : 0.0f, dweight, C);
   }
-  if (dbias != nullptr) column_sum(dbias, dout, N, OC, scratch, scratch_floats, s);
+  if (dbias != nullptr) column_sum(dbias, dout, N, OC, accumulate_dweight, scratch, scratch_floats, s);
 }
 
 }  // namespace baton::kernels

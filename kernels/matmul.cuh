@@ -12,10 +12,10 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 // Floats of scratch matmul_backward needs (for dbias).
 size_t matmul_backward_scratch_floats(int N, int OC);
-// dinp (= or +=) dout . weight; dweight += dout^T . inp; dbias += column sums of dout.
-// Each of dinp, dweight, dbias may be null (skipped).
+// dinp (= or +=) dout . weight; dweight (+= or =, accumulate_dweight) dout^T . inp; dbias likewise
+// the column sums of dout. Each of dinp, dweight, dbias may be null (skipped).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC, bool accumulate_dinp,
-                     float* scratch, size_t scratch_floats, cublasHandle_t h, cudaStream_t s);
+                     bool accumulate_dweight, float* scratch, size_t scratch_floats, cublasHandle_t h, cudaStream_t s);
 
 }  // namespace baton::kernels

@@ -54,12 +54,18 @@ size_t matmul_backward_bf16_scratch_floats(int N, int OC) { return column_sum_sc
 
 void matmul_backward_bf16(LtGemm& lt, __nv_bfloat16* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                           const __nv_bfloat16* inp, const __nv_bfloat16* weight, int N, int C, int OC,
-                          bool accumulate_dinp, const __nv_bfloat16* dgelu_pre, float* scratch,
-                          size_t scratch_floats, cudaStream_t s) {
+                          bool accumulate_dinp, bool accumulate_dweight, const __nv_bfloat16* dgelu_pre,
+                          float* scratch, size_t scratch_floats, cudaStream_t s) {
   const char* op = "matmul_backward_bf16";
   BATON_KCHECK(op, N >= 0 && C > 0 && OC > 0);
   check_stream(lt, s, op);
-  if (N == 0) return;
+  if (N == 0) {  // empty sums: written parameter gradients are zeros
+    if (!accumulate_dweight && dweight != nullptr)
+      check_cuda(cudaMemsetAsync(dweight, 0, size_t(OC) * C * sizeof(float), s), op);
+    if (!accumulate_dweight && dbias != nullptr)
+      check_cuda(cudaMemsetAsync(dbias, 0, size_t(OC) * sizeof(float), s), op);
+    return;
+  }
   BATON_KCHECK(op, dout != nullptr);
   if (dinp != nullptr) {
     BATON_KCHECK(op, weight != nullptr);
@@ -87,7 +93,7 @@ void matmul_backward_bf16(LtGemm& lt, __nv_bfloat16* dinp, float* dweight, float
   }
   if (dweight != nullptr) {
     BATON_KCHECK(op, inp != nullptr);
-    // dweight[OC, C] += dout^T[OC, N] . inp[N, C], fp32 C/D with beta = 1.
+    // dweight[OC, C] (+=|=) dout^T[OC, N] . inp[N, C], fp32 C/D with beta = 1 or 0.
     LtMatmulArgs a;
     a.trans_a = true;
     a.M = OC;
@@ -99,14 +105,14 @@ void matmul_backward_bf16(LtGemm& lt, __nv_bfloat16* dinp, float* dweight, float
     a.ldb = C;
     a.D = dweight;
     a.ldd = C;
-    a.beta = 1.0f;
+    a.beta = accumulate_dweight ? 1.0f : 0.0f;
     a.ab_type = CUDA_R_16BF;
     a.cd_type = CUDA_R_32F;
     lt.matmul(a);
   }
   if (dbias != nullptr) {
     BATON_KCHECK(op, scratch != nullptr && scratch_floats >= matmul_backward_bf16_scratch_floats(N, OC));
-    column_sum(dbias, dout, N, OC, scratch, scratch_floats, s);  // kernels/reduce.cu
+    column_sum(dbias, dout, N, OC, accumulate_dweight, scratch, scratch_floats, s);  // kernels/reduce.cu
   }
 }
 

@@ -28,12 +28,13 @@ size_t matmul_backward_bf16_scratch_floats(int N, int OC);
 // dinp[N,C] (= or +=, bf16) dout . weight; if dgelu_pre != null the product is first multiplied
 // elementwise by gelu'(dgelu_pre[N,C]) (the backward of a GELU that followed the previous matmul:
 // DGELU epilogue when C % 8 == 0; not allowed together with accumulate_dinp; dinp must not be
-// dgelu_pre). dweight[OC,C] += dout^T . inp (fp32, beta = 1: the GEMM accumulates into fp32 D).
-// dbias[OC] += column sums of dout in fp32 (fixed row chunks, fixed order, no atomics).
+// dgelu_pre). dweight[OC,C] (+= or =, accumulate_dweight) dout^T . inp (fp32; beta = 1 or 0: the
+// GEMM accumulates into fp32 D or overwrites it). dbias[OC] likewise the column sums of dout in fp32
+// (fixed row chunks, fixed order, no atomics).
 // Each of dinp, dweight, dbias may be null (skipped); the others are computed as in the full call.
 void matmul_backward_bf16(LtGemm& lt, __nv_bfloat16* dinp, float* dweight, float* dbias, const __nv_bfloat16* dout,
                           const __nv_bfloat16* inp, const __nv_bfloat16* weight, int N, int C, int OC,
-                          bool accumulate_dinp, const __nv_bfloat16* dgelu_pre, float* scratch,
-                          size_t scratch_floats, cudaStream_t s);
+                          bool accumulate_dinp, bool accumulate_dweight, const __nv_bfloat16* dgelu_pre,
+                          float* scratch, size_t scratch_floats, cudaStream_t s);
 
 }  // namespace baton::kernels

@@ -119,12 +119,12 @@ __global__ void __launch_bounds__(256) colsum_partial_kernel(float* partial, con
   }
 }
 
-__global__ void colsum_finish_kernel(float* dst, const float* partial, int chunks, int C) {
+__global__ void colsum_finish_kernel(float* dst, const float* partial, int chunks, int C, bool accumulate) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float s = 0.0f;
   for (int k = 0; k < chunks; k++) s += partial[size_t(k) * C + c];
-  dst[c] += s;
+  dst[c] = accumulate ? dst[c] + s : s;
 }
 
 }  // namespace
@@ -181,10 +181,13 @@ size_t column_sum_scratch_floats(int N, int C) {
 }
 
 template <typename T>
-void column_sum_impl(float* dst, const T* x, int N, int C, float* scratch, size_t scratch_floats,
-                     cudaStream_t s) {
+void column_sum_impl(float* dst, const T* x, int N, int C, bool accumulate, float* scratch,
+                     size_t scratch_floats, cudaStream_t s) {
   BATON_KCHECK("column_sum", N >= 0 && C > 0);
-  if (N == 0) return;
+  if (N == 0) {  // empty sums
+    if (!accumulate) check_cuda(cudaMemsetAsync(dst, 0, size_t(C) * sizeof(float), s), "column_sum");
+    return;
+  }
   BATON_KCHECK("column_sum", dst != nullptr && x != nullptr && scratch != nullptr);
   BATON_KCHECK("column_sum", scratch_floats >= column_sum_scratch_floats(N, C));
   const int rows = column_chunk_rows(N), chunks = ceil_div(N, rows);
@@ -195,18 +198,18 @@ void column_sum_impl(float* dst, const T* x, int N, int C, float* scratch, size_
   else
     colsum_partial_kernel<T, false><<<grid, block, 0, s>>>(scratch, x, N, C, rows);
   check_launch("column_sum");
-  colsum_finish_kernel<<<ceil_div(C, 256), 256, 0, s>>>(dst, scratch, chunks, C);
+  colsum_finish_kernel<<<ceil_div(C, 256), 256, 0, s>>>(dst, scratch, chunks, C, accumulate);
   check_launch("column_sum");
 }
 
-void column_sum(float* dst, const float* x, int N, int C, float* scratch, size_t scratch_floats,
-                cudaStream_t s) {
-  column_sum_impl(dst, x, N, C, scratch, scratch_floats, s);
+void column_sum(float* dst, const float* x, int N, int C, bool accumulate, float* scratch,
+                size_t scratch_floats, cudaStream_t s) {
+  column_sum_impl(dst, x, N, C, accumulate, scratch, scratch_floats, s);
 }
 
-void column_sum(float* dst, const __nv_bfloat16* x, int N, int C, float* scratch,
+void column_sum(float* dst, const __nv_bfloat16* x, int N, int C, bool accumulate, float* scratch,
                 size_t scratch_floats, cudaStream_t s) {
-  column_sum_impl(dst, x, N, C, scratch, scratch_floats, s);
+  column_sum_impl(dst, x, N, C, accumulate, scratch, scratch_floats, s);
 }
 
 }  // namespace baton::kernels

@@ -2,7 +2,7 @@
 // only on the inputs and sizes, never on scheduling.
 //   sum_squares: sum of x^2 in double, two stages (per-chunk partials, then one block); over a
 //                table of spans, the same two stages for all of them (two launches).
-//   column_sum:  dst[c] += sum_n x[n, c] (bias gradients), two stages over fixed row chunks; 16-byte
+//   column_sum:  dst[c] (+= or =) sum_n x[n, c] (bias gradients), two stages over fixed row chunks; 16-byte
 //                loads (4 fp32 / 8 bf16 columns per thread) when C is a multiple of that and x is
 //                16-byte aligned, else element-wise in the same order (same bits).
 #pragma once
@@ -42,10 +42,11 @@ void accumulate_sum(double* acc, const float* x, size_t n, cudaStream_t s);
 int column_chunk_rows(int N);
 // Floats of scratch column_sum needs for x[N, C].
 size_t column_sum_scratch_floats(int N, int C);
-void column_sum(float* dst, const float* x, int N, int C, float* scratch, size_t scratch_floats,
-                cudaStream_t s);
+// accumulate: dst += the sums; else dst = them (old values never read; zeros when N = 0).
+void column_sum(float* dst, const float* x, int N, int C, bool accumulate, float* scratch,
+                size_t scratch_floats, cudaStream_t s);
 // The same over bf16 input (fp32 sums: the bias gradients of the bf16 dense layer).
-void column_sum(float* dst, const __nv_bfloat16* x, int N, int C, float* scratch,
+void column_sum(float* dst, const __nv_bfloat16* x, int N, int C, bool accumulate, float* scratch,
                 size_t scratch_floats, cudaStream_t s);
 
 }  // namespace baton::kernels

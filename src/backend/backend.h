@@ -172,22 +172,25 @@ class Backend {
     matmul_forward(pre, inp, weight, bias, N, C, OC);
     gelu_forward(out, pre, size_t(N) * OC);
   }
-  // dinp[N,C] (= or +=) dout[N,OC] . weight[OC,C];  dweight[OC,C] += dout^T . inp;
-  // dbias[OC] += sum_n dout.  Each of dinp, dweight, dbias may be null: that gradient is skipped
+  // dinp[N,C] (= or +=, accumulate_dinp) dout[N,OC] . weight[OC,C];  dweight[OC,C] (+= or =,
+  // accumulate_dweight) dout^T . inp;  dbias[OC] likewise sum_n dout. With accumulate_dweight false
+  // the parameter gradients are written, their old contents never read (the first micro-batch of an
+  // update: no zeroing pass, no read of the old values) — the bits of += onto zeros, but for the sign
+  // of an exact zero. Each of dinp, dweight, dbias may be null: that gradient is skipped
   // and the others are computed exactly as with all three (zero bubble, Qi et al. §2: the input
   // part calls with dweight = dbias = null, the deferred weight part with dinp = null; both
   // together must equal the fused call bit for bit). `weight` is unused when dinp is null and
   // `inp` when dweight is null.
   virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C, int OC,
-                               bool accumulate_dinp) = 0;
+                               bool accumulate_dinp, bool accumulate_dweight) = 0;
   // matmul_backward (accumulate_dinp = false) whose input gradient then goes through the backward
   // of the GELU that produced `inp` from `pre`: dpre[N,C] = gelu'(pre) * (dout . weight) (one GEMM
   // with a dGELU epilogue where the backend has one). dpre, dweight, dbias nullable as above.
   virtual void matmul_backward_gelu(void* dpre, float* dweight, float* dbias, const void* dout,
                                     const void* inp, const void* weight, const void* pre, int N,
-                                    int C, int OC) {
-    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC, false);
+                                    int C, int OC, bool accumulate_dweight) {
+    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC, false, accumulate_dweight);
     if (dpre) gelu_backward(dpre, pre, dpre, size_t(N) * C);
   }
 

@@ -166,16 +166,18 @@ class OpTimedBackend final : public Backend {
     inner_->matmul_gelu_forward(pre, out, inp, weight, bias, N, C, OC);
   }
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
-                       const void* weight, int N, int C, int OC, bool accumulate_dinp) override {
+                       const void* weight, int N, int C, int OC, bool accumulate_dinp,
+                       bool accumulate_dweight) override {
     const Span span(*this, Op::matmul_backward, 2.0 * N * C * OC * ((dinp ? 1 : 0) + (dweight ? 1 : 0)),
                     double(act_size()) * (double(N) * C + double(OC) * C + double(N) * OC));
-    inner_->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate_dinp);
+    inner_->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate_dinp, accumulate_dweight);
   }
   void matmul_backward_gelu(void* dpre, float* dweight, float* dbias, const void* dout, const void* inp,
-                            const void* weight, const void* pre, int N, int C, int OC) override {
+                            const void* weight, const void* pre, int N, int C, int OC,
+                            bool accumulate_dweight) override {
     const Span span(*this, Op::matmul_backward_gelu, 2.0 * N * C * OC * ((dpre ? 1 : 0) + (dweight ? 1 : 0)),
                     double(act_size()) * (2.0 * N * C + double(OC) * C + double(N) * OC));
-    inner_->matmul_backward_gelu(dpre, dweight, dbias, dout, inp, weight, pre, N, C, OC);
+    inner_->matmul_backward_gelu(dpre, dweight, dbias, dout, inp, weight, pre, N, C, OC, accumulate_dweight);
   }
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight, const void* bias,
                          int N, int C) override {

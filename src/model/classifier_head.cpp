@@ -84,8 +84,9 @@ void ClassifierHead::backward(const LayerCtx& ctx, const void* in, const void*, 
   Backend& be = *ctx.be;
   const Saved v = views(saved, ctx.B);
   void* dfeatures = pools() ? ctx.workspace : din;
-  be.matmul_backward(dfeatures, ctx.grad(w_), ctx.grad(b_), v.logits, pools() ? v.features : in, ctx.param(w_),
-                     ctx.B, s_.C, s_.classes, false);
+  const LayerCtx::ParamGrads g = ctx.write_grads(w_, b_);
+  be.matmul_backward(dfeatures, g.w, g.b, v.logits, pools() ? v.features : in, ctx.param(w_), ctx.B, s_.C,
+                     s_.classes, false, g.accumulate);
   if (pools() && din) be.pool2d_backward(din, dfeatures, v.pool_state, pool(ctx.B));
 }
 

@@ -24,7 +24,12 @@ struct LayerCtx {
   Backend* be = nullptr;
   const ParamTable* table = nullptr;
   void* params = nullptr;   // flat compute-weight buffer (act dtype; backend memory)
-  float* grads = nullptr;   // flat fp32 gradient buffer (accumulated into)
+  float* grads = nullptr;   // flat fp32 gradient buffer (write_grads / grad below)
+  // One flag per parameter: its gradient has not been written since SequentialModel::zero_grads(),
+  // which clears nothing but sets these (the first backward op writes the tensor instead of adding
+  // to zeros: no zeroing pass over the gradients, no read of their old values). Null: every tensor
+  // holds a valid sum and is added to.
+  uint8_t* grad_unwritten = nullptr;
   float* buffers = nullptr;  // flat fp32 non-trainable buffers (ParamTable::add_buffer)
   void* workspace = nullptr;
   int B = 0, T = 0;                   // micro-batch shape
@@ -44,7 +49,36 @@ struct LayerCtx {
   void* param(int i) const {
     return static_cast<char*>(params) + table->offset(i) * be->act_size();
   }
-  float* grad(int i) const { return table->at(grads, i); }
+  // The gradients of a dense layer's weight w and bias b (b < 0: none) for an op that can write or
+  // add them (Backend::matmul_backward's accumulate_dweight): both unwritten → write; otherwise any
+  // unwritten one is zeroed and the op adds. Both count as written afterwards.
+  struct ParamGrads {
+    float* w;
+    float* b;
+    bool accumulate;
+  };
+  ParamGrads write_grads(int w, int b = -1) const {
+    ParamGrads g{table->at(grads, w), b >= 0 ? table->at(grads, b) : nullptr, true};
+    if (grad_unwritten == nullptr) return g;
+    g.accumulate = !(grad_unwritten[w] && (b < 0 || grad_unwritten[b]));
+    if (g.accumulate) {
+      grad(w);
+      if (b >= 0) grad(b);
+    }
+    grad_unwritten[w] = 0;
+    if (b >= 0) grad_unwritten[b] = 0;
+    return g;
+  }
+  // Parameter i's gradient for an op that only adds to it (scatters, normalisation and convolution
+  // sums): zeroed first if unwritten.
+  float* grad(int i) const {
+    float* g = table->at(grads, i);
+    if (grad_unwritten != nullptr && grad_unwritten[i]) {
+      be->zero(g, table->numel(i));
+      grad_unwritten[i] = 0;
+    }
+    return g;
+  }
   float* buffer(int i) const { return table->buffer_at(buffers, i); }
 };
 

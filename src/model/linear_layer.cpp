@@ -40,8 +40,9 @@ void LinearLayer::backward(const LayerCtx& ctx, const void* in, const void* dout
   be.relu_backward(g, saved, s_.dropout > 0 ? g : dout, n);
   void* flat = act_at(ctx.workspace, n, act_size_);
   void* dflat = act_at(flat, size_t(ctx.B) * s_.in, act_size_);
-  be.matmul_backward(flatten_ ? dflat : din, ctx.grad(w_), ctx.grad(b_), g, flat_input(ctx, in, flat), ctx.param(w_),
-                     ctx.B, s_.in, s_.out, false);
+  const LayerCtx::ParamGrads pg = ctx.write_grads(w_, b_);
+  be.matmul_backward(flatten_ ? dflat : din, pg.w, pg.b, g, flat_input(ctx, in, flat), ctx.param(w_), ctx.B,
+                     s_.in, s_.out, false, pg.accumulate);
   if (flatten_ && din) be.nchw_to_activations(din, dflat, ctx.B, s_.in / (s_.H * s_.W), s_.H, s_.W);
 }
 

@@ -104,8 +104,9 @@ void LmHead::backward(const LayerCtx& ctx, const void* x, const void*, void* dx,
   Saved s = views(saved, ctx.B, ctx.T);
   Carver c{ctx.workspace, act_size_};
   Workspace w = scratch(c, ctx.B, ctx.T);
-  ctx.be->matmul_backward(w.dpartial, ctx.grad(wte_), nullptr, s.logits, s.lnf_full,
-                          ctx.param(wte_), N, C, Vl, false);
+  const LayerCtx::ParamGrads g = ctx.write_grads(wte_);
+  ctx.be->matmul_backward(w.dpartial, g.w, nullptr, s.logits, s.lnf_full, ctx.param(wte_), N, C, Vl, false,
+                          g.accumulate);
   const void* dlnf = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
   // dx = 0 + lnf's input gradient (the head ends the residual stream: nothing to add).
   ctx.be->layernorm_backward(dx, nullptr, ctx.grad(lnf_w_), ctx.grad(lnf_b_), dlnf, x, ctx.param(lnf_w_),
@@ -120,7 +121,7 @@ void LmHead::backward_input(const LayerCtx& ctx, const void* x, const void*, voi
   Carver c{ctx.workspace, act_size_};
   Workspace w = scratch(c, ctx.B, ctx.T);
   ctx.be->matmul_backward(w.dpartial, nullptr, nullptr, s.logits, s.lnf_full, ctx.param(wte_), N,
-                          C, Vl, false);
+                          C, Vl, false, true);
   const void* dlnf = tp_.enter_backward(w.dpartial, deferred, N, C);
   if (dlnf != deferred) ctx.be->copy_act(deferred, dlnf, size_t(Nl) * C);
   ctx.be->layernorm_backward(dx, nullptr, nullptr, nullptr, deferred, x, ctx.param(lnf_w_), s.mean,
@@ -131,8 +132,8 @@ void LmHead::backward_weight(const LayerCtx& ctx, const void* x, void* saved, vo
   const int N = ctx.B * ctx.T, Nl = tp_.local_rows(N), C = d_.d_model;
   const int Vl = d_.vocab_padded / tp_.size;
   Saved s = views(saved, ctx.B, ctx.T);
-  ctx.be->matmul_backward(nullptr, ctx.grad(wte_), nullptr, s.logits, s.lnf_full, nullptr, N, C, Vl,
-                          false);
+  const LayerCtx::ParamGrads g = ctx.write_grads(wte_);
+  ctx.be->matmul_backward(nullptr, g.w, nullptr, s.logits, s.lnf_full, nullptr, N, C, Vl, false, g.accumulate);
   ctx.be->layernorm_backward(nullptr, nullptr, ctx.grad(lnf_w_), ctx.grad(lnf_b_), deferred, x, nullptr,
                              s.mean, s.rstd, Nl, C);
 }

@@ -38,10 +38,14 @@ SequentialModel::SequentialModel(std::shared_ptr<const ModelBuilder> builder, Ba
     }
   }
   chunk_first_.push_back(num_layers());
+  params_of_layer_.resize(num_layers());
   for (int l = 0; l < num_layers(); ++l) {
+    const int first = table_.size();
     layers_[l]->add_params(table_);
     layer_of_param_.resize(table_.size(), l);
+    for (int i = first; i < table_.size(); ++i) params_of_layer_[l].push_back(i);
   }
+  grad_unwritten_.assign(table_.size(), 1);
   // Tied layers on several stages: the parameter is shared when this rank holds some but not all
   // of its layers, and owned here when it holds the lowest of them.
   owned_.assign(table_.size(), true);
@@ -60,6 +64,7 @@ SequentialModel::SequentialModel(std::shared_ptr<const ModelBuilder> builder, Ba
   flat_size_ = (table_.total() + flat_multiple - 1) / flat_multiple * flat_multiple;
   params_ = static_cast<float*>(be_.alloc(flat_size_ * sizeof(float)));
   grads_ = static_cast<float*>(be_.alloc(flat_size_ * sizeof(float)));
+  be_.zero(grads_, flat_size_);  // the padding between and after tensors, which no op writes
   compute_params_ = be_.act_dtype() == DType::F32 ? params_ : be_.alloc(flat_size_ * be_.act_size());
   if (table_.buffers_total() > 0)
     buffers_ = static_cast<float*>(be_.alloc(table_.buffers_total() * sizeof(float)));
@@ -135,7 +140,19 @@ void SequentialModel::init_weights(uint64_t seed) {
   be_.to_device(buffers_, host.data(), host.size() * sizeof(float));
 }
 
-void SequentialModel::zero_grads() { be_.zero(grads_, flat_size_); }
+void SequentialModel::zero_grads() { std::fill(grad_unwritten_.begin(), grad_unwritten_.end(), uint8_t{1}); }
+
+void SequentialModel::finish_layer_grads(int l) {
+  for (int i : params_of_layer_[l])
+    if (grad_unwritten_[i]) {
+      be_.zero(table_.at(grads_, i), table_.numel(i));
+      grad_unwritten_[i] = 0;
+    }
+}
+
+void SequentialModel::finish_grads() {
+  for (int l = 0; l < num_layers(); ++l) finish_layer_grads(l);
+}
 
 void SequentialModel::reduce_sequence_parallel_grads(int layer) {
   if (!tp_.sp()) return;
@@ -228,6 +245,7 @@ LayerCtx SequentialModel::ctx_for(const Slot& s, bool training, float loss_scale
   c.table = &table_;
   c.params = active_params_ ? active_params_ : compute_params_;
   c.grads = grads_;
+  c.grad_unwritten = grad_unwritten_.data();
   c.buffers = buffers_;
   c.workspace = workspace_;
   c.B = s.B;
@@ -347,6 +365,7 @@ void SequentialModel::backward_chunk(int chunk, int slot, const std::function<vo
       if (!recomputes(l))  // else done whole in INPUT
         layers_[l]->backward_weight(ctx, input_of(l), layer_saved(s, l),
                                     s.deferred + deferred_offsets_[l]);
+      finish_layer_grads(l);
       if (after_layer) after_layer(l);
     }
     return;
@@ -362,6 +381,7 @@ void SequentialModel::backward_chunk(int chunk, int slot, const std::function<vo
     }
     if (pass == BackwardPass::FULL || recomputes(l)) {
       layers_[l]->backward(ctx, in, dout, din, saved);
+      finish_layer_grads(l);
       if (after_layer && pass == BackwardPass::FULL) after_layer(l);
     } else {
       layers_[l]->backward_input(ctx, in, dout, din, saved, s.deferred + deferred_offsets_[l]);

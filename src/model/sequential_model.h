@@ -69,7 +69,15 @@ class SequentialModel {
   // compute_params(), in the activation dtype: an older weight version's compute copy, see
   // train/loop/weight_versions.h) instead of compute_params(); null = compute_params() again.
   void use_params(void* compute) { active_params_ = compute; }
-  float* grads() { return grads_; }
+  // The fp32 gradients, every tensor's valid: written by a backward since zero_grads(), or zeroed
+  // here (zero_grads() clears nothing: the first backward op on a tensor writes it, LayerCtx).
+  float* grads() {
+    finish_grads();
+    return grads_;
+  }
+  // The same buffer without that: valid for the parameters of the layers whose backward has
+  // finished since zero_grads() (backward_chunk's after_layer), as a per-layer reduction reads them.
+  float* grads_of_finished_layers() { return grads_; }
   // Non-trainable buffers (ParamTable::add_buffer), fp32; null when the model has none.
   float* buffers() { return buffers_; }
   // Local layers (this rank's chunks, in order).
@@ -91,6 +99,7 @@ class SequentialModel {
   // Initialisation from the ParamTable's init specs. Each parameter draws from its own stream
   // seeded by (seed, name), so the weights do not depend on the order or sharding of parameters.
   void init_weights(uint64_t seed);
+  // Starts a new gradient sum: every tensor's gradient counts as unwritten (no pass over memory).
   void zero_grads();
   // Sums, across the tensor-parallel group, the partial gradients that sequence parallelism leaves
   // on each rank (layernorm parameters) of local `layer`. Call once per update, after the layer's
@@ -182,6 +191,10 @@ class SequentialModel {
     bool has_targets = false;
   };
   LayerCtx ctx_for(const Slot& s, bool training, float loss_scale) const;
+  // Zeroes the still-unwritten gradients of local layer l (after its backward: a layer whose ops
+  // skipped a parameter leaves it zero, as a cleared buffer would have), or of every layer.
+  void finish_layer_grads(int l);
+  void finish_grads();
   void* layer_saved(const Slot& s, int layer) const;
   // Output of local layer `layer` for the micro-batch in `s` (inside saved, or the compact copy
   // kept under full recomputation).
@@ -201,6 +214,9 @@ class SequentialModel {
   std::vector<bool> recomputable_;
   ParamTable table_;
   std::vector<int> layer_of_param_;
+  std::vector<std::vector<int>> params_of_layer_;
+  // LayerCtx::grad_unwritten: written through the contexts of const calls (ctx_for).
+  mutable std::vector<uint8_t> grad_unwritten_;
   std::vector<int> shared_;
   std::vector<bool> owned_;
   size_t flat_size_ = 0;

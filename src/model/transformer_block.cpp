@@ -158,10 +158,12 @@ void TransformerBlock::backward(const LayerCtx& ctx, const void* x, const void* 
   void* dfch = w.big;
   // MLP: out = x2 + fcproj(gelu(fc(ln2(x2)))); the GELU backward rides on fcproj's dinp GEMM.
   const void* dmlp = tp_.exit_backward(dropped(ctx, w.dlocal, dout, 1), w.dfull, N, C);
-  be.matmul_backward_gelu(dfch, ctx.grad(fcproj_w_), ctx.grad(fcproj_b_), dmlp, s.fch_gelu,
-                          ctx.param(fcproj_w_), s.fch, N, 4 * Cl, C);
-  be.matmul_backward(w.dpartial, ctx.grad(fc_w_), ctx.grad(fc_b_), dfch, s.ln2_full,
-                     ctx.param(fc_w_), N, C, 4 * Cl, false);
+  const LayerCtx::ParamGrads gfcproj = ctx.write_grads(fcproj_w_, fcproj_b_);
+  be.matmul_backward_gelu(dfch, gfcproj.w, gfcproj.b, dmlp, s.fch_gelu, ctx.param(fcproj_w_), s.fch, N, 4 * Cl, C,
+                          gfcproj.accumulate);
+  const LayerCtx::ParamGrads gfc = ctx.write_grads(fc_w_, fc_b_);
+  be.matmul_backward(w.dpartial, gfc.w, gfc.b, dfch, s.ln2_full, ctx.param(fc_w_), N, C, 4 * Cl, false,
+                     gfc.accumulate);
   const void* dln2 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
   // dx2 = dout (the residual's gradient) + ln2's input gradient; dx = dx2 + ln1's, below.
   be.layernorm_backward(w.dx2, dout, ctx.grad(ln2_w_), ctx.grad(ln2_b_), dln2, s.x2, ctx.param(ln2_w_),
@@ -170,8 +172,9 @@ void TransformerBlock::backward(const LayerCtx& ctx, const void* x, const void* 
   void* datty = w.big;
   void* dqkv = act_at(w.big, NCl, act_size_);
   const void* dattn = tp_.exit_backward(dropped(ctx, w.dlocal, w.dx2, 0), w.dfull, N, C);
-  be.matmul_backward(datty, ctx.grad(proj_w_), ctx.grad(proj_b_), dattn, s.atty,
-                     ctx.param(proj_w_), N, Cl, C, false);
+  const LayerCtx::ParamGrads gproj = ctx.write_grads(proj_w_, proj_b_);
+  be.matmul_backward(datty, gproj.w, gproj.b, dattn, s.atty, ctx.param(proj_w_), N, Cl, C, false,
+                     gproj.accumulate);
   float* att = s.att;
   if (recompute_attention_) {
     // Selective recomputation: the probabilities again from the saved qkv (deterministic, so
@@ -180,8 +183,9 @@ void TransformerBlock::backward(const LayerCtx& ctx, const void* x, const void* 
     be.attention_forward(w.dfull, att, s.qkv, ctx.B, ctx.T, Cl, NHl);
   }
   be.attention_backward(dqkv, datty, s.atty, s.qkv, att, ctx.B, ctx.T, Cl, NHl);
-  be.matmul_backward(w.dpartial, ctx.grad(qkv_w_), ctx.grad(qkv_b_), dqkv, s.ln1_full,
-                     ctx.param(qkv_w_), N, C, 3 * Cl, false);
+  const LayerCtx::ParamGrads gqkv = ctx.write_grads(qkv_w_, qkv_b_);
+  be.matmul_backward(w.dpartial, gqkv.w, gqkv.b, dqkv, s.ln1_full, ctx.param(qkv_w_), N, C, 3 * Cl, false,
+                     gqkv.accumulate);
   const void* dln1 = tp_.enter_backward(w.dpartial, w.dlocal, N, C);
   be.layernorm_backward(dx, w.dx2, ctx.grad(ln1_w_), ctx.grad(ln1_b_), dln1, x, ctx.param(ln1_w_),
                         s.mean1, s.rstd1, Nl, C);
@@ -229,9 +233,9 @@ void TransformerBlock::backward_input(const LayerCtx& ctx, const void* x, const 
   const void* dmlp = tp_.exit_backward(dropped(ctx, w.dlocal, dout, 1), d.dmlp, N, C);
   keep(d.dmlp, dmlp, size_t(N) * C);
   be.matmul_backward_gelu(d.dfch, nullptr, nullptr, d.dmlp, s.fch_gelu, ctx.param(fcproj_w_),
-                          s.fch, N, 4 * Cl, C);
+                          s.fch, N, 4 * Cl, C, true);
   be.matmul_backward(w.dpartial, nullptr, nullptr, d.dfch, s.ln2_full, ctx.param(fc_w_), N, C,
-                     4 * Cl, false);
+                     4 * Cl, false, true);
   const void* dln2 = tp_.enter_backward(w.dpartial, d.dln2, N, C);
   keep(d.dln2, dln2, NlC);
   // Without sequence parallelism (and dropout) the residual gradient dx2 is itself the attention
@@ -243,7 +247,7 @@ void TransformerBlock::backward_input(const LayerCtx& ctx, const void* x, const 
   void* datty = w.big;
   const void* dattn = tp_.exit_backward(dropped(ctx, w.dlocal, dx2, 0), d.dattn, N, C);
   keep(d.dattn, dattn, size_t(N) * C);
-  be.matmul_backward(datty, nullptr, nullptr, d.dattn, s.atty, ctx.param(proj_w_), N, Cl, C, false);
+  be.matmul_backward(datty, nullptr, nullptr, d.dattn, s.atty, ctx.param(proj_w_), N, Cl, C, false, true);
   float* att = s.att;
   if (recompute_attention_) {
     att = w.att;
@@ -251,7 +255,7 @@ void TransformerBlock::backward_input(const LayerCtx& ctx, const void* x, const 
   }
   be.attention_backward(d.dqkv, datty, s.atty, s.qkv, att, ctx.B, ctx.T, Cl, NHl);
   be.matmul_backward(w.dpartial, nullptr, nullptr, d.dqkv, s.ln1_full, ctx.param(qkv_w_), N, C,
-                     3 * Cl, false);
+                     3 * Cl, false, true);
   const void* dln1 = tp_.enter_backward(w.dpartial, d.dln1, N, C);
   keep(d.dln1, dln1, NlC);
   be.layernorm_backward(dx, dx2, nullptr, nullptr, d.dln1, x, ctx.param(ln1_w_), s.mean1, s.rstd1, Nl,
@@ -265,16 +269,17 @@ void TransformerBlock::backward_weight(const LayerCtx& ctx, const void* x, void*
   Saved s = views(saved, ctx.B, ctx.T);
   Carver dc{deferred, act_size_};
   Deferred d = deferred_views(dc, ctx.B, ctx.T);
-  be.matmul_backward(nullptr, ctx.grad(fcproj_w_), ctx.grad(fcproj_b_), d.dmlp, s.fch_gelu, nullptr,
-                     N, 4 * Cl, C, false);
-  be.matmul_backward(nullptr, ctx.grad(fc_w_), ctx.grad(fc_b_), d.dfch, s.ln2_full, nullptr, N, C,
-                     4 * Cl, false);
+  const LayerCtx::ParamGrads gfcproj = ctx.write_grads(fcproj_w_, fcproj_b_);
+  be.matmul_backward(nullptr, gfcproj.w, gfcproj.b, d.dmlp, s.fch_gelu, nullptr, N, 4 * Cl, C, false,
+                     gfcproj.accumulate);
+  const LayerCtx::ParamGrads gfc = ctx.write_grads(fc_w_, fc_b_);
+  be.matmul_backward(nullptr, gfc.w, gfc.b, d.dfch, s.ln2_full, nullptr, N, C, 4 * Cl, false, gfc.accumulate);
   be.layernorm_backward(nullptr, nullptr, ctx.grad(ln2_w_), ctx.grad(ln2_b_), d.dln2, s.x2, nullptr, s.mean2,
                         s.rstd2, Nl, C);
-  be.matmul_backward(nullptr, ctx.grad(proj_w_), ctx.grad(proj_b_), d.dattn, s.atty, nullptr, N, Cl,
-                     C, false);
-  be.matmul_backward(nullptr, ctx.grad(qkv_w_), ctx.grad(qkv_b_), d.dqkv, s.ln1_full, nullptr, N, C,
-                     3 * Cl, false);
+  const LayerCtx::ParamGrads gproj = ctx.write_grads(proj_w_, proj_b_);
+  be.matmul_backward(nullptr, gproj.w, gproj.b, d.dattn, s.atty, nullptr, N, Cl, C, false, gproj.accumulate);
+  const LayerCtx::ParamGrads gqkv = ctx.write_grads(qkv_w_, qkv_b_);
+  be.matmul_backward(nullptr, gqkv.w, gqkv.b, d.dqkv, s.ln1_full, nullptr, N, C, 3 * Cl, false, gqkv.accumulate);
   be.layernorm_backward(nullptr, nullptr, ctx.grad(ln1_w_), ctx.grad(ln1_b_), d.dln1, x, nullptr, s.mean1,
                         s.rstd1, Nl, C);
 }

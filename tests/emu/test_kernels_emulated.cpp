@@ -603,14 +603,21 @@ TEST(KernelsEmulated, ColumnSumOverRowChunks) {
       std::vector<__nv_bfloat16> xbo(off, __float2bfloat16_rn(0.0f));
       xbo.insert(xbo.end(), xb.begin(), xb.end());
       Dev<float> dx(xo), dst(d0);
-      EXPECT_EQ(launches([&] { column_sum(dst.p, dx.p + off, N, C, scratch.p, ns, nullptr); }), 2) << what;
+      EXPECT_EQ(launches([&] { column_sum(dst.p, dx.p + off, N, C, true, scratch.p, ns, nullptr); }), 2) << what;
       expect_bits(dst.get(), order, "column_sum fixed order" + what);
       expect_rel(dst.get(), ref, kSum, "column_sum" + what);
       Dev<__nv_bfloat16> dxb(xbo);
       Dev<float> dstb(d0);
-      EXPECT_EQ(launches([&] { column_sum(dstb.p, dxb.p + off, N, C, scratch.p, ns, nullptr); }), 2) << what;
+      EXPECT_EQ(launches([&] { column_sum(dstb.p, dxb.p + off, N, C, true, scratch.p, ns, nullptr); }), 2) << what;
       expect_bits(dstb.get(), orderb, "column_sum bf16 fixed order" + what);
       expect_rel(dstb.get(), refb, kSum, "column_sum bf16" + what);
+      // Overwrite (the first micro-batch's bias gradient): the old contents are never read — the
+      // bits of adding onto zeros.
+      const std::vector<float> zeros(C, 0.0f), nans(C, std::nanf(""));
+      Dev<float> dstw(nans);
+      EXPECT_EQ(launches([&] { column_sum(dstw.p, dx.p + off, N, C, false, scratch.p, ns, nullptr); }), 2) << what;
+      expect_bits(dstw.get(), column_sum_in_order(x, zeros, N, C, [](float v) { return v; }),
+                  "column_sum overwrite" + what);
     }
   }
 }

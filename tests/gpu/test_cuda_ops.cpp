@@ -313,9 +313,9 @@ TEST_F(CudaOps, MatmulBackwardEveryNullCombination) {
             db(*cpu_, *gpu_, dbi.size(), &dbi);
         const bool wdx = mask & 1, wdw = mask & 2, wdb = mask & 4;
         cpu_->matmul_backward(wdx ? dx.c : nullptr, wdw ? dw.c : nullptr, wdb ? db.c : nullptr, dy.c,
-                              x.c, w.c, s.N, s.C, s.OC, acc);
+                              x.c, w.c, s.N, s.C, s.OC, acc, acc);
         gpu_->matmul_backward(wdx ? dx.g : nullptr, wdw ? dw.g : nullptr, wdb ? db.g : nullptr, dy.g,
-                              x.g, w.g, s.N, s.C, s.OC, acc);
+                              x.g, w.g, s.N, s.C, s.OC, acc, acc);
         dx.expect(kGemm, "matmul_backward dinp" + t);
         dw.expect(kGemm, "matmul_backward dweight" + t);
         db.expect(kReduce, "matmul_backward dbias" + t);

@@ -600,7 +600,7 @@ void check_backward(LtGemm& lt, cudaStream_t s, const Shape& sh) {
           matmul_backward_bf16(lt, want_dinp ? d_dinp.as<__nv_bfloat16>() : nullptr,
                                want_dw ? d_dw.as<float>() : nullptr, want_db ? d_db.as<float>() : nullptr,
                                d_dout.as<__nv_bfloat16>(), d.d_inp.as<__nv_bfloat16>(), d.d_weight.as<__nv_bfloat16>(),
-                               sh.N, sh.C, sh.OC, acc, g ? d_pre.as<__nv_bfloat16>() : nullptr, scratch.as<float>(),
+                               sh.N, sh.C, sh.OC, acc, true, g ? d_pre.as<__nv_bfloat16>() : nullptr, scratch.as<float>(),
                                nscratch, s);
           ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
           if (want_dinp) {
@@ -683,7 +683,7 @@ TEST_F(GemmLt, Deterministic) {
     ASSERT_EQ(cudaMemset(db.p, 0, db.bytes), cudaSuccess);
     // Backward with DGELU (as if a GELU preceded this layer).
     matmul_backward_bf16(lt, dinp.as<__nv_bfloat16>(), dw.as<float>(), db.as<float>(), d_dout.as<__nv_bfloat16>(),
-                         d.d_inp.as<__nv_bfloat16>(), d.d_weight.as<__nv_bfloat16>(), sh.N, sh.C, sh.OC, false,
+                         d.d_inp.as<__nv_bfloat16>(), d.d_weight.as<__nv_bfloat16>(), sh.N, sh.C, sh.OC, false, true,
                          d_pre.as<__nv_bfloat16>(), scratch.as<float>(), nscratch, s_);
     sync();
     std::vector<float> got[5] = {get_all(out, true, dout.size()), get_all(gout, true, dout.size()),
@@ -772,9 +772,9 @@ TEST_F(GemmLt, Preconditions) {
   auto* p = a.as<__nv_bfloat16>();
   EXPECT_THROW(matmul_forward_bf16(*lt_, p, p, p, nullptr, 8, 8, 8, nullptr, other), std::invalid_argument);
   float* f = c.as<float>();
-  EXPECT_THROW(matmul_backward_bf16(*lt_, b.as<__nv_bfloat16>(), nullptr, nullptr, p, p, p, 8, 8, 8, true, p, f, 64, s_),
+  EXPECT_THROW(matmul_backward_bf16(*lt_, b.as<__nv_bfloat16>(), nullptr, nullptr, p, p, p, 8, 8, 8, true, true, p, f, 64, s_),
                std::invalid_argument);  // accumulate_dinp with dgelu
-  EXPECT_THROW(matmul_backward_bf16(*lt_, nullptr, nullptr, f, p, p, p, 8, 8, 8, false, nullptr, f, 0, s_),
+  EXPECT_THROW(matmul_backward_bf16(*lt_, nullptr, nullptr, f, p, p, p, 8, 8, 8, false, true, nullptr, f, 0, s_),
                std::invalid_argument);  // scratch too small
   sync();
   cudaStreamDestroy(other);

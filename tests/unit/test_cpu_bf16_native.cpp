@@ -122,8 +122,8 @@ struct Dense {
   Result run(Backend& be) const {
     Result r{std::vector<uint16_t>(size_t(N) * OC), std::vector<uint16_t>(size_t(N) * C), dinp0, dw0, db0};
     be.matmul_forward(r.out.data(), inp.data(), w.data(), b.data(), N, C, OC);
-    be.matmul_backward(r.dinp.data(), r.dw.data(), r.db.data(), dout.data(), inp.data(), w.data(), N, C, OC, false);
-    be.matmul_backward(r.dinp_acc.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C, OC, true);
+    be.matmul_backward(r.dinp.data(), r.dw.data(), r.db.data(), dout.data(), inp.data(), w.data(), N, C, OC, false, true);
+    be.matmul_backward(r.dinp_acc.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C, OC, true, true);
     return r;
   }
 };

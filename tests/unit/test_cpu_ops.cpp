@@ -283,7 +283,7 @@ TEST_F(CpuOps, MatmulBackwardGradcheck) {
     VecF dw0 = random_vec(w.size(), 12), db0 = random_vec(OC, 13);
     VecF dinp(inp.size(), 77.0f), dw = dw0, db = db0;
     be->matmul_backward(dinp.data(), dw.data(), db.data(), R.data(), inp.data(), w.data(), N, C, OC,
-                        false);
+                        false, true);
     VecD g_inp =
         fd_grad([&](const VecD& x) { return dot(ref_matmul(x, w_d, &b_d, N, C, OC), R); }, inp_d);
     VecD g_w =
@@ -299,11 +299,11 @@ TEST_F(CpuOps, MatmulBackwardGradcheck) {
     // accumulate_dinp = true adds onto what is there; null dinp/dbias are skipped.
     VecF dinp2 = dinp, dw2(w.size(), 0.0f);
     be->matmul_backward(dinp2.data(), dw2.data(), nullptr, R.data(), inp.data(), w.data(), N, C, OC,
-                        true);
+                        true, true);
     for (size_t i = 0; i < dinp.size(); i++) dinp2[i] -= dinp[i];
     EXPECT_LT(rel_err(dinp2, g_inp), kTol);
     be->matmul_backward(nullptr, dw2.data(), nullptr, R.data(), inp.data(), w.data(), N, C, OC,
-                        false);
+                        false, true);
     for (size_t i = 0; i < dw2.size(); i++) dw2[i] *= 0.5f;
     EXPECT_LT(rel_err(dw2, g_w), kTol);
   }
@@ -346,7 +346,7 @@ TEST_F(CpuOps, MatmulEnginesMatchFp64AndTheKnobTakesEffect) {
       VecF out(size_t(N) * OC, 5.0f), dinp(inp.size(), 7.0f), dw = dw0;
       const uint64_t calls = cpu_gemm_onednn_calls();
       be->matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
-      be->matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC, false);
+      be->matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC, false, true);
       // oneDNN runs the forward and the input gradient; the weight gradient stays in OpenBLAS.
       EXPECT_EQ(cpu_gemm_onednn_calls() - calls, std::string(engine) == "onednn" ? 2u : 0u) << engine;
       EXPECT_LT(rel_err(out, out_ref), kTol) << engine << " " << N << "x" << C << "x" << OC;
@@ -358,7 +358,7 @@ TEST_F(CpuOps, MatmulEnginesMatchFp64AndTheKnobTakesEffect) {
     omp_set_num_threads(1);
     VecF out1(size_t(N) * OC), dinp1(inp.size()), dw1 = dw0;
     be->matmul_forward(out1.data(), inp.data(), w.data(), bias.data(), N, C, OC);
-    be->matmul_backward(dinp1.data(), dw1.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC, false);
+    be->matmul_backward(dinp1.data(), dw1.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC, false, true);
     omp_set_num_threads(threads);
     EXPECT_TRUE(same_bits(out1, outs[0]) && same_bits(dinp1, dinps[0]))
         << "oneDNN's bits changed with the thread count (" << threads << " -> 1)";
@@ -374,14 +374,56 @@ TEST_F(CpuOps, MatmulBackwardTwiceDoublesParamGrads) {
   VecF inp = random_vec(N * C, 14), w = random_vec(OC * C, 15), dout = random_vec(N * OC, 16);
   VecF dinp(N * C), dw(OC * C, 0.0f), db(OC, 0.0f);
   be->matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
-                      OC, false);
+                      OC, false, true);
   VecF dw1 = dw, db1 = db, dinp1 = dinp;
   be->matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
-                      OC, false);
+                      OC, false, true);
   // x + x is exact in float, so "doubled" is an exact comparison.
   for (size_t i = 0; i < dw.size(); i++) ASSERT_EQ(dw[i], 2 * dw1[i]);
   for (size_t i = 0; i < db.size(); i++) ASSERT_EQ(db[i], 2 * db1[i]);
   EXPECT_TRUE(same_bits(dinp, dinp1));  // activation grad overwritten, not accumulated
+}
+
+// The first micro-batch after zero_grads writes a dense layer's parameter gradients
+// (accumulate_dweight = false: SequentialModel no longer clears the gradient buffer): the old
+// contents are never read (NaN there stays out) and the bits are those of adding onto zeros — in
+// fp32 and in bf16, native (oneDNN's kernels without their sum post-op; skipped where the CPU has
+// no bf16) and emulated, fused with the input gradient or alone, on a shape whose K (the rows) the
+// GEMM kernels block; with no rows the gradients are written as zeros.
+TEST_F(CpuOps, MatmulBackwardWritesParamGradsAsAddingToZeros) {
+  std::vector<std::pair<const char*, std::unique_ptr<Backend>>> backends;
+  backends.emplace_back("fp32", make_cpu_backend(DType::F32));
+  backends.emplace_back("bf16 emulated", make_cpu_backend(DType::BF16, CpuBf16::EMULATED));
+  if (cpu_detail::cpu_has_bf16()) backends.emplace_back("bf16 native", make_cpu_backend(DType::BF16, CpuBf16::NATIVE));
+  for (auto& [name, b] : backends)
+    for (MatShape s : {MatShape{7, 12, 5}, MatShape{2048, 96, 200}, MatShape{0, 8, 3}}) {
+      const int N = s.N, C = s.C, OC = s.OC;
+      const DType act = b->act_dtype();
+      auto acts = [&](size_t n, uint32_t seed) {  // in the backend's activation dtype
+        const VecF v = random_vec(n, seed);
+        std::vector<char> a(std::max<size_t>(n, 1) * dtype_size(act));
+        b->cast(a.data(), act, v.data(), DType::F32, n);
+        return a;
+      };
+      const std::vector<char> inp = acts(size_t(N) * C, 91), w = acts(size_t(OC) * C, 92),
+                              dout = acts(size_t(N) * OC, 93);
+      std::vector<char> dinp = acts(size_t(N) * C, 94);
+      for (bool with_dinp : {false, true}) {
+        const std::string what = std::string(name) + " " + std::to_string(N) + "x" + std::to_string(C) + "x" +
+                                 std::to_string(OC) + (with_dinp ? " fused" : " alone");
+        VecF dw_add(size_t(OC) * C, 0.0f), db_add(OC, 0.0f);
+        VecF dw_set(dw_add.size(), std::nanf("")), db_set(OC, std::nanf(""));
+        b->matmul_backward(with_dinp ? dinp.data() : nullptr, dw_add.data(), db_add.data(), dout.data(), inp.data(),
+                           w.data(), N, C, OC, false, true);
+        b->matmul_backward(with_dinp ? dinp.data() : nullptr, dw_set.data(), db_set.data(), dout.data(), inp.data(),
+                           w.data(), N, C, OC, false, false);
+        EXPECT_TRUE(same_bits(dw_set, dw_add)) << what;
+        EXPECT_TRUE(same_bits(db_set, db_add)) << what;
+        if (N > 0) {
+          EXPECT_NE(dw_add[0], 0.0f) << what;  // a real sum, not an untouched zero
+        }
+      }
+    }
 }
 
 // Zero bubble (Qi et al. 2023, §2 "splitting the backward"): the input part calls
@@ -398,17 +440,17 @@ TEST_F(CpuOps, MatmulBackwardSplitEqualsFusedBitExact) {
       VecF dinp0 = random_vec(inp.size(), 86);
       VecF dinp = dinp0, dw = dw0, db = db0;
       be->matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N,
-                          C, OC, acc);
+                          C, OC, acc, acc);
       VecF sdinp = dinp0, sdw = dw0, sdb = db0;
       // Input part: dinp only; the parameter gradients stay as they were.
       be->matmul_backward(sdinp.data(), nullptr, nullptr, dout.data(), inp.data(), w.data(), N, C,
-                          OC, acc);
+                          OC, acc, true);
       EXPECT_TRUE(same_bits(sdinp, dinp));
       EXPECT_TRUE(same_bits(sdw, dw0));
       EXPECT_TRUE(same_bits(sdb, db0));
       // Weight part: dweight and dbias only (weight not even read: pass null).
       be->matmul_backward(nullptr, sdw.data(), sdb.data(), dout.data(), inp.data(), nullptr, N, C,
-                          OC, acc);
+                          OC, acc, acc);
       EXPECT_TRUE(same_bits(sdw, dw));
       EXPECT_TRUE(same_bits(sdb, db));
       EXPECT_TRUE(same_bits(sdinp, dinp));
@@ -416,9 +458,9 @@ TEST_F(CpuOps, MatmulBackwardSplitEqualsFusedBitExact) {
     // dbias alone (inp not read when dweight is null).
     VecF db = db0, dbias_only = db0, dwx = dw0;
     be->matmul_backward(nullptr, dwx.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC,
-                        false);
+                        false, true);
     be->matmul_backward(nullptr, nullptr, dbias_only.data(), dout.data(), nullptr, nullptr, N, C,
-                        OC, false);
+                        OC, false, true);
     EXPECT_TRUE(same_bits(dbias_only, db));
   }
 }
@@ -992,7 +1034,7 @@ TEST_F(CpuOps, RepeatedCallsGiveIdenticalBits) {
     std::vector<VecF> r;
     VecF dinp(size_t(N) * C), dw(w.size(), 0.0f), db(OC, 0.0f);
     be->matmul_backward(dinp.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, C, OC,
-                        false);
+                        false, true);
     r.insert(r.end(), {dinp, dw, db});
     VecF out(size_t(N) * C), mean(N), rstd(N), dx(size_t(N) * C, 0.0f), dlw(C, 0.0f), dlb(C, 0.0f);
     be->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), lw.data(), lb.data(), N,

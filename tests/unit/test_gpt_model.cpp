@@ -2,7 +2,9 @@
 // initialisation ~ ln(V), and overfitting one repeated batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/rng.h"
@@ -96,6 +98,47 @@ TEST(GptModel, GradientMatchesFiniteDifferencesPerTensor) { check_gradient(0.0f)
 // Hidden dropout (embedding output, attention and MLP branches): the backward applies the
 // forward's masks.
 TEST(GptModel, GradientWithDropoutMatchesFiniteDifferencesPerTensor) { check_gradient(0.3f); }
+
+// zero_grads() clears nothing (LayerCtx::grad_unwritten): the first backward op on each tensor
+// writes it, and a layer's tensors that no op wrote are zeroed when its backward ends. Whatever the
+// buffer held before — NaN in every float, the padding included — two micro-batches' gradients are
+// those of a model whose buffer was never used, bit for bit: in fp32 and bf16, the backward whole and
+// split into zero bubble's input and weight parts, with the tied wte written by the head and added
+// to by the embedding.
+TEST(GptModel, GradientsRestartWithoutClearingTheBuffer) {
+  const GptDims d = tiny_dims(2, 37);
+  const int B = 2, T = 6;
+  for (DType act : {DType::F32, DType::BF16})
+    for (bool split : {false, true}) {
+      auto be = make_cpu_backend(act);
+      auto run = [&](SequentialModel& m) {
+        m.zero_grads();
+        for (int k = 0; k < 2; ++k) {
+          const auto x = random_tokens(size_t(B) * T, d.vocab, 10 + k), y = random_tokens(size_t(B) * T, d.vocab, 20 + k);
+          m.forward(0, MicroBatch{.B = B, .T = T, .tokens = x.data(), .targets = y.data()}, true, 1.0f / (2 * B * T));
+          if (split) {
+            m.backward_chunk(0, 0, nullptr, BackwardPass::INPUT);
+            m.backward_chunk(0, 0, nullptr, BackwardPass::WEIGHT);
+          } else {
+            m.backward(0);
+          }
+        }
+        return std::vector<float>(m.grads(), m.grads() + m.flat_size());
+      };
+      SequentialModel unused(make_gpt(d), *be), used(make_gpt(d), *be);
+      for (SequentialModel* m : {&unused, &used}) {
+        m->init_weights(7);
+        m->reserve(B, T, 1, split);
+      }
+      const std::vector<float> want = run(unused);
+      run(used);
+      std::fill(used.grads(), used.grads() + used.flat_size(), std::nanf(""));
+      const std::vector<float> got = run(used);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+          << dtype_name(act) << (split ? " split" : " whole");
+      EXPECT_NE(want[used.table().offset(used.table().find("wte"))], 0.0f);
+    }
+}
 
 TEST(GptModel, PaddedVocabularyRowsGetNoGradient) {
   const GptDims d = tiny_dims(1, 37);

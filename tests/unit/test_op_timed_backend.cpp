@@ -65,8 +65,8 @@ TEST(OpTimedBackend, CountsCallsFlopsAndBytes) {
   be.matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
   be.matmul_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
   be.matmul_gelu_forward(pre.data(), out.data(), inp.data(), w.data(), nullptr, N, C, OC);
-  be.matmul_backward(nullptr, dw.data(), nullptr, out.data(), inp.data(), w.data(), N, C, OC, false);
-  be.matmul_backward(dinp.data(), dw.data(), nullptr, out.data(), inp.data(), w.data(), N, C, OC, false);
+  be.matmul_backward(nullptr, dw.data(), nullptr, out.data(), inp.data(), w.data(), N, C, OC, false, true);
+  be.matmul_backward(dinp.data(), dw.data(), nullptr, out.data(), inp.data(), w.data(), N, C, OC, false, true);
   be.gelu_forward(pre.data(), out.data(), N * OC);
   std::map<std::string, OpTimedBackend::Row> by;
   for (const auto& r : be.rows()) by[r.op] = r;

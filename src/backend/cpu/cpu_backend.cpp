@@ -245,16 +245,17 @@ class CpuBackend final : public Backend {
     ops_.matmul_forward(o, i, w, bias ? b.get() : nullptr, N, C, OC);
   }
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
-                       const void* weight, int N, int C, int OC, bool accumulate_dinp) override {
+                       const void* weight, int N, int C, int OC, bool accumulate_dinp,
+                       bool accumulate_dweight) override {
     if (native_)
       return mm_->backward(static_cast<uint16_t*>(dinp), dweight, dbias, static_cast<const uint16_t*>(dout),
                            static_cast<const uint16_t*>(inp), static_cast<const uint16_t*>(weight), N, C, OC,
-                           accumulate_dinp);
+                           accumulate_dinp, accumulate_dweight);
     F32View di(act_, dinp, size_t(N) * C, accumulate_dinp ? F32View::INOUT : F32View::OUT),
         d(act_, dout, size_t(N) * OC), i(act_, dweight ? inp : nullptr, size_t(N) * C),
         w(act_, dinp ? weight : nullptr, size_t(OC) * C);
     ops_.matmul_backward(dinp ? di.get() : nullptr, dweight, dbias, d, dweight ? i.get() : nullptr,
-                         dinp ? w.get() : nullptr, N, C, OC, accumulate_dinp);
+                         dinp ? w.get() : nullptr, N, C, OC, accumulate_dinp, accumulate_dweight);
   }
 
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,

@@ -14,7 +14,7 @@
 namespace baton {
 namespace {
 
-enum Kind { FWD, FWD_BIAS, DINP, DINP_ACC, DWEIGHT };
+enum Kind { FWD, FWD_BIAS, DINP, DINP_ACC, DWEIGHT, DWEIGHT_ACC };
 
 }  // namespace
 
@@ -34,8 +34,9 @@ struct CpuBf16Matmul::Impl {
       case DINP_ACC:  // dinp[N,C] = dout[N,OC] . weight[OC,C]
         s.accumulate = kind == DINP_ACC;
         break;
-      case DWEIGHT:  // dweight[OC,C] += dout[N,OC]^T . inp[N,C]
-        s.trans_a = true, s.lda = M, s.c = dt::f32, s.accumulate = true;
+      case DWEIGHT:
+      case DWEIGHT_ACC:  // dweight[OC,C] (=|+=) dout[N,OC]^T . inp[N,C]
+        s.trans_a = true, s.lda = M, s.c = dt::f32, s.accumulate = kind == DWEIGHT_ACC;
         break;
     }
     gemm.run(s, a, b, bias, c);
@@ -66,13 +67,18 @@ void CpuBf16Matmul::forward(uint16_t* out, const uint16_t* inp, const uint16_t* 
 
 void CpuBf16Matmul::backward(uint16_t* dinp, float* dweight, float* dbias, const uint16_t* dout,
                              const uint16_t* inp, const uint16_t* weight, int N, int C, int OC,
-                             bool accumulate_dinp) {
+                             bool accumulate_dinp, bool accumulate_dweight) {
   BATON_ASSERT(N >= 0 && C > 0 && OC > 0, "matmul_backward: bad shape N={} C={} OC={}", N, C, OC);
-  if (N == 0) return;
+  if (N == 0) {  // no rows: every gradient is an empty sum
+    if (!accumulate_dweight && dweight != nullptr) std::fill(dweight, dweight + size_t(OC) * C, 0.0f);
+    if (!accumulate_dweight && dbias != nullptr) std::fill(dbias, dbias + OC, 0.0f);
+    return;
+  }
   guarded("matmul backward", [&] {
     if (dinp != nullptr)
       impl_->run(accumulate_dinp ? DINP_ACC : DINP, N, C, OC, dout, weight, nullptr, dinp);
-    if (dweight != nullptr) impl_->run(DWEIGHT, OC, C, N, dout, inp, nullptr, dweight);
+    if (dweight != nullptr)
+      impl_->run(accumulate_dweight ? DWEIGHT_ACC : DWEIGHT, OC, C, N, dout, inp, nullptr, dweight);
   });
   if (dbias == nullptr) return;
   // As CpuOps::matmul_backward: column blocks, rows summed in order (deterministic for any thread
@@ -88,7 +94,7 @@ void CpuBf16Matmul::backward(uint16_t* dinp, float* dweight, float* dbias, const
 #pragma omp simd
       for (int o = o0; o < o1; o++) acc[o - o0] += bf16_to_f32(row[o]);
     }
-    for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
+    for (int o = o0; o < o1; o++) dbias[o] = accumulate_dweight ? dbias[o] + acc[o - o0] : acc[o - o0];
   }
 }
 

@@ -117,16 +117,20 @@ void CpuOps::matmul_forward(float* out, const float* inp, const float* weight,
 
 void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int N, int C, int OC,
-                                 bool accumulate_dinp) {
+                                 bool accumulate_dinp, bool accumulate_dweight) {
   BATON_ASSERT(N >= 0 && C > 0 && OC > 0, "matmul_backward: bad shape N={} C={} OC={}", N, C, OC);
-  if (N == 0) return;  // no rows: every gradient is an empty sum
+  if (N == 0) {  // no rows: every gradient is an empty sum
+    if (!accumulate_dweight && dweight != nullptr) std::fill(dweight, dweight + size_t(OC) * C, 0.0f);
+    if (!accumulate_dweight && dbias != nullptr) std::fill(dbias, dbias + OC, 0.0f);
+    return;
+  }
   // dinp[N,C] (=|+=) dout[N,OC] . weight[OC,C]
   if (dinp != nullptr)
     gemm(false, false, N, C, OC, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);
-  // dweight[OC,C] += dout[N,OC]^T . inp[N,C]   (skipped when null: zero bubble's input part)
-  if (dweight != nullptr) gemm(true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+  // dweight[OC,C] (+=|=) dout[N,OC]^T . inp[N,C]   (skipped when null: zero bubble's input part)
+  if (dweight != nullptr) gemm(true, false, OC, C, N, dout, OC, inp, C, accumulate_dweight ? 1.0f : 0.0f, dweight, C);
   if (dbias != nullptr) {
-    // dbias[OC] += sum_n dout[n,:]. Parallel over column blocks, rows summed in order inside each
+    // dbias[OC] (+=|=) sum_n dout[n,:]. Parallel over column blocks, rows summed in order inside each
     // block: deterministic for any thread count, and the inner loop is contiguous.
     const int nblocks = (OC + cpu_detail::kColBlock - 1) / cpu_detail::kColBlock;
 #pragma omp parallel for schedule(static) if (size_t(N) * OC >= cpu_detail::kSerialBelow)
@@ -139,7 +143,7 @@ void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const fl
 #pragma omp simd
         for (int o = o0; o < o1; o++) acc[o - o0] += row[o];
       }
-      for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
+      for (int o = o0; o < o1; o++) dbias[o] = accumulate_dweight ? dbias[o] + acc[o - o0] : acc[o - o0];
     }
   }
 }

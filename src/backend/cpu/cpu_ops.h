@@ -45,7 +45,7 @@ class CpuOps {
                       int C, int OC);
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
-                       bool accumulate_dinp);
+                       bool accumulate_dinp, bool accumulate_dweight);
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                          const float* weight, const float* bias, int N, int C);

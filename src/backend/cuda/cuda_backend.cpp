@@ -408,22 +408,24 @@ class CudaBackend final : public Backend {
                                  stream_);
   }
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
-                       const void* weight, int N, int C, int OC, bool accumulate_dinp) override {
+                       const void* weight, int N, int C, int OC, bool accumulate_dinp,
+                       bool accumulate_dweight) override {
     if (bf16_) return matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, nullptr, N, C, OC,
-                                           accumulate_dinp);
+                                           accumulate_dinp, accumulate_dweight);
     const size_t nf = dbias != nullptr ? kernels::matmul_backward_scratch_floats(N, OC) : 0;
     float* scratch = nf > 0 ? static_cast<float*>(scratch_bytes(nf * sizeof(float))) : nullptr;
     kernels::matmul_backward(F(dinp), dweight, dbias, CF(dout), CF(inp), CF(weight), N, C, OC,
-                             accumulate_dinp, scratch, nf, cublas_, stream_);
+                             accumulate_dinp, accumulate_dweight, scratch, nf, cublas_, stream_);
   }
   // bf16: the DGELU epilogue on the dinp GEMM.
   void matmul_backward_gelu(void* dpre, float* dweight, float* dbias, const void* dout,
                             const void* inp, const void* weight, const void* pre, int N, int C,
-                            int OC) override {
+                            int OC, bool accumulate_dweight) override {
     if (!bf16_)
-      return Backend::matmul_backward_gelu(dpre, dweight, dbias, dout, inp, weight, pre, N, C, OC);
+      return Backend::matmul_backward_gelu(dpre, dweight, dbias, dout, inp, weight, pre, N, C, OC,
+                                           accumulate_dweight);
     matmul_backward_bf16(dpre, dweight, dbias, dout, inp, weight, dpre ? pre : nullptr, N, C, OC,
-                         false);
+                         false, accumulate_dweight);
   }
 
   // ---- normalisation ----
@@ -722,11 +724,11 @@ class CudaBackend final : public Backend {
   }
   void matmul_backward_bf16(void* dinp, float* dweight, float* dbias, const void* dout,
                             const void* inp, const void* weight, const void* dgelu_pre, int N,
-                            int C, int OC, bool accumulate_dinp) {
+                            int C, int OC, bool accumulate_dinp, bool accumulate_dweight) {
     const size_t nf = dbias != nullptr ? kernels::matmul_backward_bf16_scratch_floats(N, OC) : 0;
     float* scratch = nf > 0 ? static_cast<float*>(scratch_bytes(nf * sizeof(float))) : nullptr;
     kernels::matmul_backward_bf16(*lt_, H(dinp), dweight, dbias, CH(dout), CH(inp), CH(weight), N, C,
-                                  OC, accumulate_dinp, CH(dgelu_pre), scratch, nf, stream_);
+                                  OC, accumulate_dinp, accumulate_dweight, CH(dgelu_pre), scratch, nf, stream_);
   }
 
   int device_;

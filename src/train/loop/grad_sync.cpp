@@ -23,7 +23,7 @@ GradSync::GradSync(const GradSyncSetup& setup) : s_(setup) {
 
 void GradSync::layer_done(int layer) {
   s_.model->reduce_sequence_parallel_grads(layer);
-  s_.grads->layer_done(layer, s_.model->grads());
+  s_.grads->layer_done(layer, s_.model->grads_of_finished_layers());
 }
 
 void GradSync::reduce_tied() {
