@@ -28,6 +28,9 @@ The cases:
     parameter counts of both sides are printed and checked equal (baton's is read from its log).
   - gpt2-124m-v8k: the same with an 8192-token vocabulary (the shape of docs/benchmarks.md's
     CPU throughput table).
+  - gpt-seq1024: the same network at the quickstart's width (4 layers, d_model 256, 4 heads,
+    vocabulary 8192) with 1024-token sequences, batch 2: attention's T^2 work is a large share of
+    the step (at T = 64 it is ~3%).
   - fashion, resnet50 and the other cases of tests/bench/pytorch_cnn.py: ResNet training steps with
     SGD (Nesterov momentum, weight decay), the model and step described there; `resnet50` is
     ResNet-50 at 224 px, batch 8.
@@ -62,6 +65,8 @@ GPT_CASES = {
     # name: (n_layer, d_model, n_head, seq_len, vocab, batch, warmup, steps)
     "gpt2-124m": (12, 768, 12, 64, 50257, 4, 2, 10),
     "gpt2-124m-v8k": (12, 768, 12, 64, 8192, 4, 2, 10),
+    # Long sequences, where attention's T^2 work is a large share of the step.
+    "gpt-seq1024": (4, 256, 4, 1024, 8192, 2, 1, 4),
 }
 DEFAULT_CASES = "gpt2-124m,fashion,resnet50"
 GPT_CONFIG = os.path.join(REPO, "configs", "gpt2-124m.toml")

@@ -710,6 +710,23 @@ TEST(CpuMath, SoftmaxRowsHaveOneOrderOnEveryCpu) {
       ASSERT_EQ(inplace[i], out[i]) << i;
       ASSERT_EQ(scaled[i], out[i] * 0.37f) << i;
     }
+    // Attention's rows: exp((x - m) · scale) summed in the same lanes; the dot product's products in
+    // double, in the same lanes.
+    const VecF y = random_vec(n, 78);
+    double elane[16] = {}, dlane[16] = {};
+    for (size_t i = 0; i < n; ++i) {
+      elane[i % 16] += double(cpu_math::exp_approx((x[i] - m) * 0.125f));
+      dlane[i % 16] += double(x[i]) * double(y[i]);
+    }
+    for (double* l : {elane, dlane}) {
+      for (size_t j = 0; j < 8; ++j) l[j] += l[j + 8];
+      for (size_t w = 4; w >= 1; w /= 2)
+        for (size_t j = 0; j < w; ++j) l[j] += l[j + w];
+    }
+    VecF ex = x;
+    EXPECT_EQ(cpu_math::exp_sum_scaled(ex.data(), ex.data(), n, m, 0.125f), elane[0]) << n;
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(ex[i], cpu_math::exp_approx((x[i] - m) * 0.125f)) << i;
+    EXPECT_EQ(cpu_math::dot(x.data(), y.data(), n), dlane[0]) << n;
   }
 }
 

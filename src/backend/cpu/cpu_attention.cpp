@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -197,20 +198,14 @@ void forward(E* out, float* att, const E* qkv, int B, int T, int C, int NH) {
         }
         // a = Q K^T, unscaled, lower triangle (plus junk right of it inside diagonal tiles).
         tile_gemm<false, Causal::LOWER_TILES>(T, T, HS, q32, ldq, kt.data(), Tp, a, T);
-        // Row softmax over t2 <= t of scale * a; the masked part becomes exactly 0.
+        // Row softmax over t2 <= t of scale * a (cpu_math's vector exp and fixed-lane sum: the
+        // same bits on every CPU); the masked part becomes exactly 0.
         for (int t = 0; t < T; t++) {
           float* row = a + size_t(t) * T;
-          float maxv = row[0];
-          for (int t2 = 1; t2 <= t; t2++) maxv = std::max(maxv, row[t2]);
-          float sum = 0.0f;
-          for (int t2 = 0; t2 <= t; t2++) {
-            float e = std::exp((row[t2] - maxv) * scale);
-            row[t2] = e;
-            sum += e;
-          }
-          const float inv = 1.0f / sum;
+          const float maxv = cpu_math::max_of(row, size_t(t) + 1);
+          const float inv = float(1.0 / cpu_math::exp_sum_scaled(row, row, size_t(t) + 1, maxv, scale));
           for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv;
-          for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0.0f;
+          std::fill(row + t + 1, row + T, 0.0f);
         }
         // out[b, :, h*HS:(h+1)*HS] = P V
         E* o = out + size_t(b) * T * C + size_t(h) * HS;
@@ -265,10 +260,9 @@ void backward(E* dqkv, const E* dout, const E* qkv, const float* att, int B, int
           const float* prow = p + size_t(t) * T;
           const float* dprow = dp.data() + size_t(t) * T;
           float* dsrow = ds.data() + size_t(t) * T;
-          float dot = 0.0f;
-          for (int t2 = 0; t2 <= t; t2++) dot += prow[t2] * dprow[t2];
+          const float dot = float(cpu_math::dot(prow, dprow, size_t(t) + 1));
           for (int t2 = 0; t2 <= t; t2++) dsrow[t2] = prow[t2] * (dprow[t2] - dot) * scale;
-          for (int t2 = t + 1; t2 < T; t2++) dsrow[t2] = 0.0f;
+          std::fill(dsrow + t + 1, dsrow + T, 0.0f);
         }
         // dQ = dS K, dK = dS^T Q, dV = P^T dO: into dqkv (fp32) or the blocks, then rounded (bf16).
         float* d32[3];

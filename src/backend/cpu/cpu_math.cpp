@@ -115,6 +115,16 @@ struct LaneSum {
     lo += square ? da * da : da;
     hi += square ? dc * dc : dc;
   }
+  // Adds the products a · b, formed in double.
+  [[gnu::always_inline]] void add_products(f32v a, f32v b) {
+    f32v8 a0, a1, b0, b1;
+    std::memcpy(&a0, &a, sizeof a0);
+    std::memcpy(&a1, reinterpret_cast<const char*>(&a) + sizeof a0, sizeof a1);
+    std::memcpy(&b0, &b, sizeof b0);
+    std::memcpy(&b1, reinterpret_cast<const char*>(&b) + sizeof b0, sizeof b1);
+    lo += __builtin_convertvector(a0, f64v8) * __builtin_convertvector(b0, f64v8);
+    hi += __builtin_convertvector(a1, f64v8) * __builtin_convertvector(b1, f64v8);
+  }
   // Adds one value of a tail to lane j (< kLanes).
   [[gnu::always_inline]] void add_at(size_t j, double d) {
     if (j < kLanes / 2)
@@ -223,6 +233,39 @@ double exp_sum(float* out, const float* x, size_t n, float shift) {
     if (out) out[i] = e;
     sum.add_at(i - kLanes * full, e);
   }
+  return sum.total();
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+double exp_sum_scaled(float* out, const float* x, size_t n, float shift, float scale) {
+  LaneSum sum;
+  const size_t full = n / kLanes;
+  for (size_t b = 0; b < full; ++b) {
+    f32v v;
+    std::memcpy(&v, x + kLanes * b, sizeof v);  // read before out (which may be x) is written
+    const f32v e = exp_v((v - shift) * scale);
+    std::memcpy(out + kLanes * b, &e, sizeof e);
+    sum.add(e, false);
+  }
+  for (size_t i = kLanes * full; i < n; ++i) {
+    const float e = exp_v(splat((x[i] - shift) * scale))[0];
+    out[i] = e;
+    sum.add_at(i - kLanes * full, e);
+  }
+  return sum.total();
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+double dot(const float* x, const float* y, size_t n) {
+  LaneSum sum;
+  const size_t full = n / kLanes;
+  for (size_t b = 0; b < full; ++b) {
+    f32v u, v;
+    std::memcpy(&u, x + kLanes * b, sizeof u);
+    std::memcpy(&v, y + kLanes * b, sizeof v);
+    sum.add_products(u, v);
+  }
+  for (size_t i = kLanes * full; i < n; ++i) sum.add_at(i - kLanes * full, double(x[i]) * double(y[i]));
   return sum.total();
 }
 

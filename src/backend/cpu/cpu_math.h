@@ -47,5 +47,11 @@ double exp_sum(float* out, const float* x, size_t n, float shift);
 // The largest of x[0..n), n ≥ 1 (max is exact: any order gives the same value for non-NaN x).
 float max_of(const float* x, size_t n);
 void exp_scale(float* out, const float* x, size_t n, float shift, float scale);
+// Attention's softmax rows (cpu_attention.cpp), in exp_sum's order: exp_sum_scaled: out[i] =
+// exp_approx((x[i] - shift) · scale) and their sum; dot: Σ x[i]·y[i], each product and the sum in
+// double. The scalar loops they replace (glibc's expf, one float dependency chain) took most of a
+// T = 1024 attention's non-GEMM time.
+double exp_sum_scaled(float* out, const float* x, size_t n, float shift, float scale);
+double dot(const float* x, const float* y, size_t n);
 
 }  // namespace baton::cpu_math
