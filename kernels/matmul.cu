@@ -1,6 +1,7 @@
 // Dense layer on cuBLAS. The forward seeds `out` with the bias and lets the GEMM accumulate onto
 // it (beta = 1), exactly as the CPU twin does, so the two round identically up to GEMM order.
 #include "kernels/common.cuh"
+#include "kernels/elementwise.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/reduce.cuh"
@@ -38,11 +39,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      bool accumulate_dweight, float* scratch, size_t scratch_floats, cublasHandle_t h,
                      cudaStream_t s) {
   BATON_KCHECK("matmul_backward", N >= 0 && C > 0 && OC > 0);
-  if (N == 0) {  // empty sums: written parameter gradients are zeros
-    if (!accumulate_dweight && dweight != nullptr)
-      check_cuda(cudaMemsetAsync(dweight, 0, size_t(OC) * C * sizeof(float), s), "matmul_backward");
-    if (!accumulate_dweight && dbias != nullptr)
-      check_cuda(cudaMemsetAsync(dbias, 0, size_t(OC) * sizeof(float), s), "matmul_backward");
+  if (N == 0) {  // empty sums: written parameter gradients are zeros (column_sum's rule for dbias)
+    if (!accumulate_dweight && dweight != nullptr) zero(dweight, size_t(OC) * C, s);
+    if (dbias != nullptr) column_sum(dbias, dout, N, OC, accumulate_dweight, scratch, scratch_floats, s);
     return;
   }
   BATON_KCHECK("matmul_backward", dout != nullptr);

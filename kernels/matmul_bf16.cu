@@ -6,6 +6,7 @@
 // alone) and its reduction order is the library's. The column sum here reads dout once more
 // (N*OC bf16) with kernels/reduce.cu's column sum (fixed partition and order).
 #include "kernels/common.cuh"
+#include "kernels/elementwise.cuh"
 #include "kernels/gemm_lt.cuh"
 #include "kernels/matmul_bf16.cuh"
 #include "kernels/reduce.cuh"
@@ -59,11 +60,9 @@ void matmul_backward_bf16(LtGemm& lt, __nv_bfloat16* dinp, float* dweight, float
   const char* op = "matmul_backward_bf16";
   BATON_KCHECK(op, N >= 0 && C > 0 && OC > 0);
   check_stream(lt, s, op);
-  if (N == 0) {  // empty sums: written parameter gradients are zeros
-    if (!accumulate_dweight && dweight != nullptr)
-      check_cuda(cudaMemsetAsync(dweight, 0, size_t(OC) * C * sizeof(float), s), op);
-    if (!accumulate_dweight && dbias != nullptr)
-      check_cuda(cudaMemsetAsync(dbias, 0, size_t(OC) * sizeof(float), s), op);
+  if (N == 0) {  // empty sums: written parameter gradients are zeros (column_sum's rule for dbias)
+    if (!accumulate_dweight && dweight != nullptr) zero(dweight, size_t(OC) * C, s);
+    if (dbias != nullptr) column_sum(dbias, dout, N, OC, accumulate_dweight, scratch, scratch_floats, s);
     return;
   }
   BATON_KCHECK(op, dout != nullptr);

@@ -69,11 +69,7 @@ void CpuBf16Matmul::backward(uint16_t* dinp, float* dweight, float* dbias, const
                              const uint16_t* inp, const uint16_t* weight, int N, int C, int OC,
                              bool accumulate_dinp, bool accumulate_dweight) {
   BATON_ASSERT(N >= 0 && C > 0 && OC > 0, "matmul_backward: bad shape N={} C={} OC={}", N, C, OC);
-  if (N == 0) {  // no rows: every gradient is an empty sum
-    if (!accumulate_dweight && dweight != nullptr) std::fill(dweight, dweight + size_t(OC) * C, 0.0f);
-    if (!accumulate_dweight && dbias != nullptr) std::fill(dbias, dbias + OC, 0.0f);
-    return;
-  }
+  if (N == 0) return cpu_detail::empty_param_grads(dweight, dbias, C, OC, accumulate_dweight);
   guarded("matmul backward", [&] {
     if (dinp != nullptr)
       impl_->run(accumulate_dinp ? DINP_ACC : DINP, N, C, OC, dout, weight, nullptr, dinp);

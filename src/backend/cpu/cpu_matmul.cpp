@@ -119,11 +119,7 @@ void CpuOps::matmul_backward(float* dinp, float* dweight, float* dbias, const fl
                                  const float* inp, const float* weight, int N, int C, int OC,
                                  bool accumulate_dinp, bool accumulate_dweight) {
   BATON_ASSERT(N >= 0 && C > 0 && OC > 0, "matmul_backward: bad shape N={} C={} OC={}", N, C, OC);
-  if (N == 0) {  // no rows: every gradient is an empty sum
-    if (!accumulate_dweight && dweight != nullptr) std::fill(dweight, dweight + size_t(OC) * C, 0.0f);
-    if (!accumulate_dweight && dbias != nullptr) std::fill(dbias, dbias + OC, 0.0f);
-    return;
-  }
+  if (N == 0) return cpu_detail::empty_param_grads(dweight, dbias, C, OC, accumulate_dweight);
   // dinp[N,C] (=|+=) dout[N,OC] . weight[OC,C]
   if (dinp != nullptr)
     gemm(false, false, N, C, OC, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f, dinp, C);

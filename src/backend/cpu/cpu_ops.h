@@ -11,6 +11,7 @@
 // GELU, sum_squares), cpu_matmul.cpp, cpu_layernorm.cpp, cpu_attention.cpp, cpu_embedding.cpp,
 // cpu_classifier.cpp, cpu_adamw.cpp, cpu_sgd.cpp.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -118,6 +119,13 @@ inline void store_f32(uint16_t* p, float v) { *p = f32_to_bf16(v); }
 // Column-block width for reductions down columns (dbias, layernorm dweight, embedding scatter):
 // each block belongs to one thread, so sums are formed in row order whatever the thread count.
 inline constexpr int kColBlock = 64;
+// A dense layer's parameter gradients over no rows (an empty sum): written as zeros, or left as
+// they are when the call adds to them (Backend::matmul_backward's accumulate_dweight).
+inline void empty_param_grads(float* dweight, float* dbias, int C, int OC, bool accumulate) {
+  if (accumulate) return;
+  if (dweight != nullptr) std::fill(dweight, dweight + size_t(OC) * C, 0.0f);
+  if (dbias != nullptr) std::fill(dbias, dbias + OC, 0.0f);
+}
 
 // Instruction set of the attention kernels (cpu_attention.cpp), the best this CPU has, detected at
 // start-up. Tests force each supported one so all three code paths are checked on one machine.
