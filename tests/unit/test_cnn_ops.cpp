@@ -444,8 +444,8 @@ TEST(CnnOps, FusedBatchNormReluIsTheUnfusedOps) {
     const float eps = 1e-5f;
     const V xf = randn(n, 51), rf = randn(n, 52), dyf = randn(n, 53), g = randn(C, 54), b = randn(C, 55, 0.1f);
     auto act_of = [&](const V& v) {
-      std::vector<char> r(n * es);
-      be->cast(r.data(), act, v.data(), DType::F32, n);
+      std::vector<char> r(v.size() * es);
+      be->cast(r.data(), act, v.data(), DType::F32, v.size());
       return r;
     };
     const auto x = act_of(xf), res = act_of(rf), dy = act_of(dyf), gamma = act_of(g), beta = act_of(b);
