@@ -99,6 +99,11 @@
 #include <vector>
 
 #include <sys/mman.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <pthread.h>
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
@@ -344,6 +349,15 @@ class Scheduler {
   // Returns "" or the first error: a thread's exception, or a deadlock.
   std::string run_block(Block& blk, unsigned nthreads, bool reverse, void (*body)(void*), void* arg) {
     grow(nthreads);
+#if defined(__SANITIZE_ADDRESS__)
+    if (!host_stack_bottom_) {  // this (host) thread's stack, where the fibers switch back to
+      pthread_attr_t attr;
+      if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        pthread_attr_getstack(&attr, &host_stack_bottom_, &host_stack_size_);
+        pthread_attr_destroy(&attr);
+      }
+    }
+#endif
     block_ = &blk;
     reverse_ = reverse;
     body_ = body;
@@ -360,7 +374,7 @@ class Scheduler {
     Scheduler* const outer = t_sched;
     t_sched = this;
     running_ = true;
-    for (int next; (next = pick()) >= 0;) resume(&host_, unsigned(next));
+    for (int next; (next = pick()) >= 0;) resume(&host_, unsigned(next), false);
     running_ = false;
     t_sched = outer;
     if (error_.empty()) {
@@ -390,6 +404,9 @@ class Scheduler {
 
  private:
   static void entry() {
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);  // a fresh fiber: no jump returns
+#endif
     Scheduler& s = *t_sched;
     const unsigned me = s.cur_;
     try {
@@ -413,9 +430,9 @@ class Scheduler {
     const int next = pick();
     FiberContext* dead = &fibers_[me]->ctx;  // never resumed: run_block restarts it
     if (next < 0) {
-      jump(dead, &host_);  // does not return
+      jump(dead, kHost, true);  // does not return
     }
-    resume(dead, unsigned(next));
+    resume(dead, unsigned(next), true);
   }
   void drop(Barrier& b) {
     b.expected--;
@@ -431,26 +448,51 @@ class Scheduler {
     const int next = pick();
     if (next == int(cur_)) return;
     if (next < 0) {
-      jump(&fibers_[cur_]->ctx, &host_);  // deadlock: the host reports it
+      jump(&fibers_[cur_]->ctx, kHost, false);  // deadlock: the host reports it
       return;
     }
-    resume(&fibers_[cur_]->ctx, unsigned(next));
+    resume(&fibers_[cur_]->ctx, unsigned(next), false);
   }
-  void resume(FiberContext* from, unsigned next) {
+  void resume(FiberContext* from, unsigned next, bool from_exits) {
     cur_ = next;
     set_thread(next);
-    jump(from, &fibers_[next]->ctx);
+    jump(from, next, from_exits);
   }
-  // Saves the running context in *from and continues the one in *to.
-  static void jump(FiberContext* from, FiberContext* to) {
-#if defined(__x86_64__)
-    cuda_emu_switch(from, *to);
+  static constexpr unsigned kHost = ~0u;
+  // Saves the running context in *from and continues thread `to`'s (or the host's, kHost).
+  // Under AddressSanitizer every switch is announced (sanitizer/common_interface_defs.h's fiber
+  // API), so that ASan knows which stack runs: without it an exception thrown on a fiber stack
+  // makes ASan clear the wrong range, and reports name the wrong stack. `from_exits`: the running
+  // fiber is never resumed (ASan drops its fake stack).
+  void jump(FiberContext* from, unsigned to, bool from_exits) {
+    FiberContext* target = to == kHost ? &host_ : &fibers_[to]->ctx;
+#if defined(__SANITIZE_ADDRESS__)
+    void* fake_stack = nullptr;
+    if (to == kHost)
+      __sanitizer_start_switch_fiber(from_exits ? nullptr : &fake_stack, host_stack_bottom_,
+                                     host_stack_size_);
+    else
+      __sanitizer_start_switch_fiber(from_exits ? nullptr : &fake_stack,
+                                     fibers_[to]->stack + kStackGuard, kStackBytes);
 #else
-    swapcontext(from, to);
+    (void)from_exits;
+#endif
+#if defined(__x86_64__)
+    cuda_emu_switch(from, *target);
+#else
+    swapcontext(from, target);
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #endif
   }
   // A fresh context that runs entry() on f's stack when first jumped to.
   static void start_context(Fiber& f) {
+#if defined(__SANITIZE_ADDRESS__)
+    // A fiber that never returned (deadlock, or exit through jump) left its frames' redzones
+    // poisoned: the restarted fiber's frames are new.
+    ASAN_UNPOISON_MEMORY_REGION(f.stack + kStackGuard, kStackBytes);
+#endif
 #if defined(__x86_64__)
     // The frame cuda_emu_switch pops: MXCSR and x87 control word (this thread's), r15, r14, r13,
     // r12, rbx, rbp, the return address (entry), then a null slot standing for entry's own return
@@ -516,6 +558,10 @@ class Scheduler {
   std::vector<std::unique_ptr<Fiber>> fibers_;
   std::vector<uint64_t> ready_;  // bit t: thread t can run
   FiberContext host_{};
+#if defined(__SANITIZE_ADDRESS__)
+  void* host_stack_bottom_ = nullptr;
+  size_t host_stack_size_ = 0;
+#endif
   Block* block_ = nullptr;
   unsigned cur_ = 0;
   bool reverse_ = false, running_ = false;

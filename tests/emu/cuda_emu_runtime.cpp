@@ -5,7 +5,9 @@
 // What it does (one emulated device, device 0, with an H100 SXM's limits):
 //   - cudaMalloc: host memory aligned to 256 bytes (as cudaMalloc), tracked so that cudaFree of an
 //     unknown pointer fails with cudaErrorInvalidValue; the bytes start as 0xFF (NaN as float and
-//     bf16: a kernel that reads memory nobody wrote shows NaN). cudaMallocHost/cudaHostAlloc:
+//     bf16: a kernel that reads memory nobody wrote shows NaN); under AddressSanitizer the bytes
+//     past the size asked for are poisoned, so a read or write past the end is reported, which a
+//     GPU would let pass inside the 256-byte rounding. cudaMallocHost/cudaHostAlloc:
 //     the same, as pinned memory. cudaMemGetInfo: 80 GiB in total.
 //   - cudaMemcpy/cudaMemcpyAsync (every kind: all pointers are host pointers), cudaMemset,
 //     cudaMemsetAsync: memmove/memset, complete on return. Streams and events exist as handles;
@@ -32,6 +34,9 @@
 #include <mutex>
 
 #include "cuda_emu.h"
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 struct CUstream_st {
   int unused;
@@ -92,6 +97,9 @@ cudaError_t alloc(void** p, size_t size) {
   void* q = std::aligned_alloc(kAlign, bytes);
   if (q == nullptr) return fail(cudaErrorMemoryAllocation);
   std::memset(q, 0xFF, bytes);
+#if defined(__SANITIZE_ADDRESS__)
+  ASAN_POISON_MEMORY_REGION(static_cast<char*>(q) + size, bytes - size);
+#endif
   g_allocs[q] = bytes;
   g_allocated += bytes;
   *p = q;
@@ -104,6 +112,9 @@ cudaError_t release(void* p) {
   const auto it = g_allocs.find(p);
   if (it == g_allocs.end()) return fail(cudaErrorInvalidValue);
   g_allocated -= it->second;
+#if defined(__SANITIZE_ADDRESS__)
+  ASAN_UNPOISON_MEMORY_REGION(p, it->second);
+#endif
   g_allocs.erase(it);
   std::free(p);
   return cudaSuccess;

@@ -49,6 +49,19 @@
 #include "kernels/matmul.cuh"
 #include "kernels/reduce.cuh"
 
+// Under the CPU emulator (tests/emu: BATON_CUDA_HOST_MEMORY, device memory is host memory) built
+// with AddressSanitizer (launch/sanitize.sh), the arena marks which of its bytes are handed out, so
+// an op or kernel that reads or writes past its tensor — into a neighbour, the alignment slack or a
+// free block: silent on a GPU, where all of them lie in one cudaMalloc chunk — is reported.
+#if defined(BATON_CUDA_HOST_MEMORY) && defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define BATON_ARENA_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define BATON_ARENA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define BATON_ARENA_POISON(p, n) ((void)(p), (void)(n))
+#define BATON_ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace baton {
 namespace {
 
@@ -68,7 +81,10 @@ class DeviceArena {
   static constexpr size_t kMinChunk = size_t(64) << 20;
 
   ~DeviceArena() {
-    for (auto& c : chunks_) cudaFree(c.base);
+    for (auto& c : chunks_) {
+      BATON_ARENA_UNPOISON(c.base, c.size);
+      cudaFree(c.base);
+    }
   }
 
   // An emulated smaller device (Backend::set_memory_limit): the bytes in use never pass it.
@@ -85,7 +101,7 @@ class DeviceArena {
         const size_t rest = it->second - size;
         c.free.erase(it);
         if (rest > 0) c.free.emplace(p + size, rest);
-        return take(p, size);
+        return take(p, size, bytes);
       }
     }
     const size_t chunk = std::max(size, kMinChunk);
@@ -102,8 +118,9 @@ class DeviceArena {
     mallocs_++;
     reserved_ += chunk;
     chunks_.push_back({static_cast<char*>(base), chunk, {}});
+    BATON_ARENA_POISON(base, chunk);
     if (chunk > size) chunks_.back().free.emplace(static_cast<char*>(base) + size, chunk - size);
-    return take(static_cast<char*>(base), size);
+    return take(static_cast<char*>(base), size, bytes);
   }
 
   void release(void* ptr) {
@@ -114,6 +131,7 @@ class DeviceArena {
     size_t size = used->second;
     used_.erase(used);
     in_use_ -= size;
+    BATON_ARENA_POISON(p, size);
     for (auto& c : chunks_) {
       if (p < c.base || p >= c.base + c.size) continue;
       auto next = c.free.lower_bound(p);
@@ -141,7 +159,9 @@ class DeviceArena {
     size_t size;
     std::map<char*, size_t> free;  // address -> bytes
   };
-  void* take(char* p, size_t size) {
+  // Hands out `size` bytes at p (bytes of them asked for).
+  void* take(char* p, size_t size, size_t bytes) {
+    BATON_ARENA_UNPOISON(p, bytes);
     used_.emplace(p, size);
     in_use_ += size;
     peak_ = std::max(peak_, in_use_);
