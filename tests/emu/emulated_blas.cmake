@@ -92,7 +92,10 @@ file(GLOB emu_backend_srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/backend/*
      ${PROJECT_SOURCE_DIR}/src/backend/cpu/*.cpp ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cpp)
 add_library(baton_backend_emulated STATIC ${emu_backend_srcs})
 target_include_directories(baton_backend_emulated PUBLIC ${PROJECT_SOURCE_DIR}/src)
-target_compile_definitions(baton_backend_emulated PUBLIC BATON_HAVE_CUDA=1)
+# BATON_CUDA_HOST_MEMORY: "device" memory is the runtime shim's host memory, which the backend's
+# arena may then mark for AddressSanitizer (cuda_backend.cpp, DeviceArena; checked by
+# test_cuda_ops' ArenaReportsAnAccessPastATensorUnderAsan).
+target_compile_definitions(baton_backend_emulated PUBLIC BATON_HAVE_CUDA=1 BATON_CUDA_HOST_MEMORY=1)
 target_link_libraries(baton_backend_emulated PUBLIC baton_core baton_kernels_blas_emulated baton_cudnn_emu
                       PRIVATE PkgConfig::OPENBLAS OpenMP::OpenMP_CXX baton_dnnl)
 target_compile_options(baton_backend_emulated PRIVATE -O3 -ffp-contract=fast)

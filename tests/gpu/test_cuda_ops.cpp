@@ -19,6 +19,9 @@
 //                            (loss to 1e-5 relative).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#if defined(BATON_CUDA_HOST_MEMORY) && defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>  // __sanitizer_set_report_path
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -184,6 +187,30 @@ TEST_F(CudaOps, AllocIsZeroed) {
   gpu_->to_host(h.data(), p, n * sizeof(float));
   for (float x : h) ASSERT_EQ(x, 0.0f);
   gpu_->release(p);
+}
+
+// Under the CPU emulator built with AddressSanitizer (launch/sanitize.sh) the arena marks what it
+// hands out: reading one float past a tensor — inside the arena's chunk, and inside the 256-byte
+// rounding of its block — is reported (the negative control of cuda_backend.cpp's
+// BATON_ARENA_POISON). Elsewhere (plain builds, a real GPU) there is nothing to check.
+TEST_F(CudaOps, ArenaReportsAnAccessPastATensorUnderAsan) {
+#if defined(BATON_CUDA_HOST_MEMORY) && defined(__SANITIZE_ADDRESS__)
+  float* a = static_cast<float*>(gpu_->alloc(3 * sizeof(float)));
+  float* b = static_cast<float*>(gpu_->alloc(64 * sizeof(float)));  // a's neighbour in the chunk
+  std::vector<float> h(4);
+  gpu_->to_host(h.data(), a, 3 * sizeof(float));  // in bounds: fine
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // The report goes to stderr for the death test to read, wherever launch/sanitize.sh sends others.
+  EXPECT_DEATH((__sanitizer_set_report_path("stderr"), gpu_->to_host(h.data(), a, 4 * sizeof(float))),
+               "use-after-poison");
+  gpu_->release(a);
+  gpu_->to_host(h.data(), b, 4 * sizeof(float));  // b is untouched by a's release
+  EXPECT_DEATH((__sanitizer_set_report_path("stderr"), gpu_->to_host(h.data(), a, sizeof(float))),
+               "use-after-poison");  // a released: its bytes are poisoned again
+  gpu_->release(b);
+#else
+  GTEST_SKIP() << "not the CUDA emulator under AddressSanitizer (launch/sanitize.sh): nothing to check";
+#endif
 }
 
 TEST_F(CudaOps, SumSquares) {
