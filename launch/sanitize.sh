@@ -11,7 +11,7 @@
 # A finding stops the process that made it (halt_on_error) and is written to
 # BUILD/sanitizer-reports/; the script fails listing them even where the test passed — a test
 # that expects baton to exit with an error cannot tell that exit from a sanitizer's.
-# Slower than the plain suite (about 2-3x) and not part of CI: a developer's check after changes
+# Slower than the plain suite (2038 s against 870-903 s on the 2-core VM) and not part of CI: a developer's check after changes
 # to memory-handling code. Leak checking is off: every baton process initialises Open MPI, whose
 # components keep process-lifetime allocations and are unloaded before the leak check, so their
 # reports name no module and cannot be suppressed. (ASAN_OPTIONS=detect_leaks=1 with `-L unit`,

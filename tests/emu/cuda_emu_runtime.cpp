@@ -33,10 +33,9 @@
 #include <map>
 #include <mutex>
 
+#include <sanitizer/asan_interface.h>  // ASAN_(UN)POISON_MEMORY_REGION: no-ops without ASan
+
 #include "cuda_emu.h"
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#endif
 
 struct CUstream_st {
   int unused;
@@ -97,9 +96,7 @@ cudaError_t alloc(void** p, size_t size) {
   void* q = std::aligned_alloc(kAlign, bytes);
   if (q == nullptr) return fail(cudaErrorMemoryAllocation);
   std::memset(q, 0xFF, bytes);
-#if defined(__SANITIZE_ADDRESS__)
   ASAN_POISON_MEMORY_REGION(static_cast<char*>(q) + size, bytes - size);
-#endif
   g_allocs[q] = bytes;
   g_allocated += bytes;
   *p = q;
@@ -112,9 +109,7 @@ cudaError_t release(void* p) {
   const auto it = g_allocs.find(p);
   if (it == g_allocs.end()) return fail(cudaErrorInvalidValue);
   g_allocated -= it->second;
-#if defined(__SANITIZE_ADDRESS__)
   ASAN_UNPOISON_MEMORY_REGION(p, it->second);
-#endif
   g_allocs.erase(it);
   std::free(p);
   return cudaSuccess;
